@@ -1,0 +1,134 @@
+"""perfgate's measured samples/sec against a bare hand-written training loop on the same model and data.
+
+Each measurement is a fresh process; perfgate trials and bare loops alternate (and swap order every
+round) so machine drift hits both alike. Prints per-round figures and the ratio perfgate / bare.
+Target: perfgate's figure is at least 0.98 of the bare loop's.
+
+    python benchmarks/overhead.py [--rounds 10] [--workloads lm,vision] [--config fp32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def bare_loop(name: str, config: str) -> float:
+    """The three-run lab's loop as people write it by hand: no phases, no checksums, one clock."""
+    import torch
+
+    from perfgate import builtin
+
+    workload = builtin.load(name, "small")
+    torch.manual_seed(workload.seed)
+    dataset = workload.dataset()
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=workload.batch_size,
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(workload.seed),
+        num_workers=workload.loader.get("num_workers", 0),
+    )
+    model = workload.model().train()
+    if config == "bf16-compile":
+        model = torch.compile(model)
+    optimizer = workload.optimizer(model.parameters())
+    use_autocast = config != "fp32"
+    warmup, steps = workload.warmup_steps, workload.steps
+    started, samples = 0.0, 0
+    for step, batch in enumerate(loader):
+        if step >= warmup + steps:
+            break
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_autocast):
+            loss = workload.loss(model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step == warmup - 1:
+            started = time.perf_counter()
+        elif step >= warmup:
+            samples += workload.batch_size
+    return samples / (time.perf_counter() - started)
+
+
+def perfgate_trial(name: str, config: str, threads: int, scratch: Path) -> dict[str, float]:
+    from perfgate.runner import run_trial_process
+    from perfgate.trial import TrialSpec
+
+    spec = TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads)
+    record = run_trial_process(spec, scratch, timeout_s=600)
+    if record.get("status") != "ok":
+        raise SystemExit(f"perfgate trial failed: {record.get('message')}")
+    return {
+        "reported": float(record["samples_per_sec"]),  # type: ignore[arg-type]
+        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),  # type: ignore[arg-type]
+    }
+
+
+def bare_process(name: str, config: str, threads: int) -> float:
+    from perfgate.runner import trial_environment
+
+    output = subprocess.run(
+        [sys.executable, __file__, "--bare", name, config],
+        env=trial_environment(threads), capture_output=True, text=True, check=True,
+    ).stdout
+    return float(json.loads(output.strip().splitlines()[-1])["samples_per_sec"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--workloads", default="lm,vision")
+    parser.add_argument("--config", default="fp32")
+    parser.add_argument("--bare", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        import torch
+
+        from perfgate.environment import available_cpus
+
+        torch.set_num_threads(available_cpus())
+        print(json.dumps({"samples_per_sec": bare_loop(*args.bare)}))
+        return
+
+    sys.path.insert(0, str(REPO))
+    from perfgate.environment import available_cpus
+
+    threads = available_cpus()
+    print(f"overhead benchmark: {args.rounds} rounds, config {args.config}, {threads} threads, "
+          f"{time.strftime('%Y-%m-%d')}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.workloads.split(","):
+            ratios, reported, walls, bares = [], [], [], []
+            for round_index in range(args.rounds):
+                if round_index % 2 == 0:
+                    measured = perfgate_trial(name, args.config, threads, Path(scratch))
+                    bare = bare_process(name, args.config, threads)
+                else:
+                    bare = bare_process(name, args.config, threads)
+                    measured = perfgate_trial(name, args.config, threads, Path(scratch))
+                reported.append(measured["reported"])
+                walls.append(measured["wall"])
+                bares.append(bare)
+                ratios.append(measured["reported"] / bare)
+                print(f"  {name} round {round_index + 1:2d}: perfgate {measured['reported']:8.1f}  "
+                      f"(wall {measured['wall']:8.1f})  bare {bare:8.1f}  ratio {ratios[-1]:.3f}", flush=True)
+            median_ratio = statistics.median(reported) / statistics.median(bares)
+            wall_ratio = statistics.median(walls) / statistics.median(bares)
+            print(f"{name}: median samples/s perfgate {statistics.median(reported):.1f}, "
+                  f"bare {statistics.median(bares):.1f}; ratio of medians {median_ratio:.3f} "
+                  f"(wall-clock incl. bookkeeping {wall_ratio:.3f}); median of paired ratios "
+                  f"{statistics.median(ratios):.3f}; target >= 0.98: {'met' if median_ratio >= 0.98 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

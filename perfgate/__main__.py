@@ -1,0 +1,7 @@
+"""`python -m perfgate` runs the CLI."""
+
+import sys
+
+from perfgate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,41 @@
+"""The three configurations of the lab: fp32, bf16 autocast, and bf16 autocast plus torch.compile."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perfgate.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Config:
+    """One lab configuration: an autocast dtype (or none) and whether the model is compiled."""
+
+    name: str
+    autocast_dtype: str | None
+    compile: bool
+
+
+CONFIGS: dict[str, Config] = {
+    "fp32": Config("fp32", None, False),
+    "bf16": Config("bf16", "bfloat16", False),
+    "bf16-compile": Config("bf16-compile", "bfloat16", True),
+}
+CONFIG_NAMES: tuple[str, ...] = tuple(CONFIGS)
+
+
+def parse_configs(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Parse `fp32,bf16` (or a list) into config names in lab order, rejecting unknown names."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = [item.strip() for item in items if item.strip()]
+    if not names:
+        raise UsageError("no configs given", where="--configs", hint=f"choose from {', '.join(CONFIG_NAMES)}")
+    unknown = [name for name in names if name not in CONFIGS]
+    if unknown:
+        raise UsageError(
+            f"unknown config {', '.join(repr(n) for n in unknown)}",
+            where="--configs",
+            hint=f"choose from {', '.join(CONFIG_NAMES)}",
+        )
+    return tuple(name for name in CONFIG_NAMES if name in names)

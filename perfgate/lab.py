@@ -1,0 +1,81 @@
+"""The lab's reading of its two speedups: fp32 to bf16, and bf16 to bf16 + torch.compile."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from perfgate.summary import ConfigSummary
+
+# Below these the transition is "small" (the three-run lab's rule of thumb for bf16; compile's
+# typical gain on a fused model is smaller, so its bar is lower).
+BF16_SMALL = 1.20
+COMPILE_SMALL = 1.10
+DATA_WAIT_NOTABLE = 0.10
+
+
+@dataclass(frozen=True)
+class LabReading:
+    """The two speedups (None where a config is missing) and what they suggest, one line each."""
+
+    bf16_speedup: float | None
+    compile_speedup: float | None
+    lines: tuple[str, ...]
+
+
+def read_lab(summaries: Mapping[str, ConfigSummary | None]) -> LabReading:
+    """Interpret the speedups between configs that have results."""
+    fp32, bf16, compiled = (summaries.get(name) for name in ("fp32", "bf16", "bf16-compile"))
+    lines: list[str] = []
+    bf16_speedup = _ratio(bf16, fp32)
+    compile_speedup = _ratio(compiled, bf16)
+    if bf16_speedup is not None and bf16 is not None:
+        lines.append(_read_bf16(bf16_speedup, bf16))
+    if compile_speedup is not None and compiled is not None:
+        lines.append(_read_compile(compile_speedup, compiled))
+    if (bf16_speedup or 0.0) >= BF16_SMALL and (compile_speedup or 0.0) >= COMPILE_SMALL:
+        lines.append("Both transitions are large: there was room in precision and in fusion; take both.")
+    return LabReading(bf16_speedup, compile_speedup, tuple(lines))
+
+
+def _ratio(numerator: ConfigSummary | None, denominator: ConfigSummary | None) -> float | None:
+    if numerator is None or denominator is None or denominator.samples_per_sec.median <= 0:
+        return None
+    return numerator.samples_per_sec.median / denominator.samples_per_sec.median
+
+
+def _within_noise(speedup: float, a: ConfigSummary) -> str:
+    noise = a.samples_per_sec.spread_pct / 100
+    return " (within trial noise)" if abs(speedup - 1) <= noise else ""
+
+
+def _read_bf16(speedup: float, bf16: ConfigSummary) -> str:
+    data_wait = bf16.phase_share.get("data_wait", 0.0)
+    head = f"fp32 -> bf16: {speedup:.2f}x{_within_noise(speedup, bf16)}."
+    if speedup < 1.0:
+        return (
+            f"{head} bf16 is slower here: the device lacks fast bf16 kernels (common on CPUs without "
+            "AMX or AVX512-BF16) or casts dominate; precision is not where this step's time goes."
+        )
+    if speedup < BF16_SMALL:
+        if data_wait >= DATA_WAIT_NOTABLE:
+            return (
+                f"{head} A small jump: precision is not the bottleneck; data wait is {data_wait:.0%} of the "
+                "bf16 step, so look at the DataLoader first (num_workers, pin_memory, transforms)."
+            )
+        return (
+            f"{head} A small jump: precision is not the bottleneck; the step waits on something else "
+            "(framework overhead, small kernels, or memory bandwidth)."
+        )
+    return f"{head} Lower precision pays off: the step is compute-bound in its matmuls."
+
+
+def _read_compile(speedup: float, compiled: ConfigSummary) -> str:
+    head = f"bf16 -> bf16 + compile: {speedup:.2f}x{_within_noise(speedup, compiled)}."
+    if speedup < 1.0:
+        return f"{head} Compiled is slower here: check for graph breaks or recompiles before adopting it."
+    if speedup < COMPILE_SMALL:
+        return (
+            f"{head} A small jump: the kernels are already well fused for these shapes, or the step is bound elsewhere."
+        )
+    return f"{head} Fusion removes real overhead (many small kernels or launches): compile is worth it."

@@ -1,0 +1,194 @@
+"""Resolve workload references: `path/to/file.py:function`, `package.module:function`, built-in names."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
+from perfgate.workload import Workload
+
+DEFAULT_REFERENCES: tuple[str, ...] = ("lm", "vision")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A workload reference as the user wrote it, and the normalised form a trial process loads."""
+
+    text: str
+    target: str  # "file:<abs path>:<function>", "module:<module>:<function>" or "builtin:<name>@<size>"
+
+    def load(self) -> Workload:
+        """Import the target and call its function; the result must be a Workload."""
+        kind, _, rest = self.target.partition(":")
+        if kind == "builtin":
+            from perfgate import builtin
+
+            name, _, size = rest.partition("@")
+            return builtin.load(name, size)
+        location, _, function_name = rest.rpartition(":")
+        module = _import_file(location) if kind == "file" else _import_module(location)
+        function = getattr(module, function_name, None)
+        if function is None:
+            available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+            raise WorkloadReferenceError(
+                f"no function {function_name!r} in {location}",
+                where=self.text,
+                hint=f"define it or pick one of: {', '.join(available) or '(none)'}",
+            )
+        if not callable(function):
+            raise WorkloadReferenceError(
+                f"{function_name!r} in {location} is a {type(function).__name__}, not a function",
+                where=self.text,
+                hint="point at a function that returns perfgate.Workload",
+            )
+        try:
+            workload = function()
+        except WorkloadError:
+            raise
+        except Exception as exc:
+            raise WorkloadError(
+                f"{function_name}() raised {type(exc).__name__}: {exc}",
+                where=self.text,
+                hint="fix the workload function (run with --debug for the traceback)",
+            ) from exc
+        if not isinstance(workload, Workload):
+            raise WorkloadError(
+                f"{function_name}() returned {type(workload).__name__}, not perfgate.Workload",
+                where=self.text,
+                hint="return perfgate.Workload(name=..., model=..., dataset=..., loss=..., batch_size=...)",
+            )
+        return workload
+
+
+def parse_reference(text: str, *, base_dir: Path | None = None) -> Reference:
+    """Turn what the user wrote into a Reference, checking that a referenced file exists."""
+    text = text.strip()
+    if not text:
+        raise WorkloadReferenceError(
+            "empty workload reference", hint="write path/to/file.py:function or package.module:function"
+        )
+    if ":" not in text:
+        from perfgate import builtin
+
+        name, _, size = text.partition("@")
+        builtin.check_name(name, size or builtin.DEFAULT_SIZE, where=text)
+        return Reference(text, f"builtin:{name}@{size or builtin.DEFAULT_SIZE}")
+    location, _, function_name = text.rpartition(":")
+    if not function_name.isidentifier():
+        raise WorkloadReferenceError(
+            f"{function_name!r} is not a function name",
+            where=text,
+            hint="write path/to/file.py:function or package.module:function",
+        )
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        path = Path(location)
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        if not path.is_file():
+            raise WorkloadReferenceError(
+                f"file {location} not found",
+                where=text,
+                hint=f"check the path (relative paths start at {base_dir or Path.cwd()})",
+            )
+        return Reference(text, f"file:{path.resolve()}:{function_name}")
+    if not all(part.isidentifier() for part in location.split(".")):
+        raise WorkloadReferenceError(
+            f"{location!r} is neither a .py file nor a module name",
+            where=text,
+            hint="write path/to/file.py:function or package.module:function",
+        )
+    return Reference(text, f"module:{location}:{function_name}")
+
+
+def configured_references(project_dir: Path | None = None) -> tuple[list[str], Path] | None:
+    """Read `[tool.perfgate] workloads` from pyproject.toml in the project directory, if present."""
+    directory = project_dir or Path.cwd()
+    pyproject = directory / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot parse pyproject.toml: {exc}", where=str(pyproject)) from exc
+    section = data.get("tool", {}).get("perfgate", {})
+    workloads = section.get("workloads") if isinstance(section, dict) else None
+    if workloads is None:
+        return None
+    if not isinstance(workloads, list) or not all(isinstance(w, str) for w in workloads):
+        raise UsageError(
+            "[tool.perfgate] workloads must be a list of strings",
+            where=str(pyproject),
+            hint='write workloads = ["perf/workloads.py:gpt_small"]',
+        )
+    return workloads, directory
+
+
+def resolve_references(texts: list[str]) -> list[Reference]:
+    """References given on the command line, else from pyproject.toml, else the built-in default."""
+    if texts:
+        references = [parse_reference(text) for text in texts]
+    else:
+        configured = configured_references()
+        if configured is None:
+            references = [parse_reference(text) for text in DEFAULT_REFERENCES]
+        else:
+            workloads, directory = configured
+            references = [parse_reference(text, base_dir=directory) for text in workloads]
+    seen: set[str] = set()
+    unique = []
+    for reference in references:
+        if reference.target not in seen:
+            seen.add(reference.target)
+            unique.append(reference)
+    return unique
+
+
+def _import_file(location: str) -> object:
+    path = Path(location)
+    module_name = f"_perfgate_workload_{abs(hash(str(path)))}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadReferenceError(f"cannot import {path}", hint="point at a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    # The file's own folder is importable, as it would be for `python file.py`.
+    sys.path.insert(0, str(path.parent))
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise WorkloadError(
+            f"importing {path.name} raised {type(exc).__name__}: {exc}",
+            where=str(path),
+            hint="fix the file (run with --debug for the traceback)",
+        ) from exc
+    return module
+
+
+def _import_module(name: str) -> object:
+    # Like `python -m`, the current directory is importable.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise WorkloadReferenceError(
+                f"module {name} not found",
+                hint="check the module name, or install the package / run from its project folder",
+            ) from exc
+        raise WorkloadError(
+            f"importing {name} raised ModuleNotFoundError: {exc}", hint="install the missing package"
+        ) from exc
+    except Exception as exc:
+        raise WorkloadError(
+            f"importing {name} raised {type(exc).__name__}: {exc}",
+            hint="fix the module (run with --debug for the traceback)",
+        ) from exc

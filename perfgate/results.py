@@ -1,0 +1,150 @@
+"""The results of a lab run: raw per-trial records, summaries, and the versioned JSON file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgate.errors import ResultsError
+from perfgate.summary import ConfigSummary, summarize_trials
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("schema") / f"results-v{SCHEMA_VERSION}.schema.json"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One trial of one config, as measured in its own process."""
+
+    config: str
+    trial: int
+    status: str  # "ok" or "failed"
+    failure: str | None = None
+    samples_per_sec: float = 0.0
+    step_s: list[float] = field(default_factory=list)
+    phases_s: dict[str, list[float]] = field(default_factory=dict)
+    warmup_step_s: list[float] = field(default_factory=list)
+    timed_elapsed_s: float | None = None
+    bookkeeping_s: float | None = None
+    compile_s: float | None = None
+    setup_s: float | None = None
+    process_s: float | None = None
+    first_losses: list[float] = field(default_factory=list)
+    final_loss: float | None = None
+    data_checksum: str | None = None
+    memory: dict[str, Any] = field(default_factory=dict)
+    autocast: dict[str, Any] | None = None
+    threads: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TrialResult:
+        """Build from the JSON record a trial process writes."""
+        if record.get("status") != "ok":
+            return cls(
+                config=record["config"],
+                trial=record["trial"],
+                status="failed",
+                failure=record.get("message", "unknown failure"),
+                process_s=record.get("process_s"),
+            )
+        names = {f for f in cls.__dataclass_fields__ if f not in ("status", "failure")}
+        return cls(status="ok", **{k: v for k, v in record.items() if k in names})
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """All trials of one config; `failure` is set when the config could not run at all."""
+
+    config: str
+    trials: list[TrialResult]
+    failure: str | None = None
+
+    @property
+    def summary(self) -> ConfigSummary | None:
+        return summarize_trials(self.trials)
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """One workload's lab: its settings, its pinned-slice identity and every config's trials."""
+
+    name: str
+    reference: str
+    settings: dict[str, Any]
+    data_checksum: str | None
+    first_losses: dict[str, list[float]]
+    configs: dict[str, ConfigResult]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A whole `perfgate run`: environment fingerprint plus each workload's results."""
+
+    perfgate_version: str
+    created_at: str
+    environment: dict[str, Any]
+    workloads: list[WorkloadResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document: raw trials and, next to them, the summaries the table shows."""
+        workloads = []
+        for workload in self.workloads:
+            item = asdict(workload)
+            for name, config in workload.configs.items():
+                summary = config.summary
+                item["configs"][name]["summary"] = None if summary is None else asdict(summary)
+            workloads.append(item)
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "perfgate_version": self.perfgate_version,
+            "created_at": self.created_at,
+            "environment": self.environment,
+            "workloads": workloads,
+        }
+
+    def write_json(self, path: Path) -> None:
+        """Write atomically: the file is either the old one or the complete new one."""
+        write_text_atomic(path, json.dumps(_finite(self.to_dict()), indent=2, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, flush to disk, then rename over it."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise ResultsError(f"cannot write {path}: {exc.strerror}", hint="check the path and permissions") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ResultsError(f"cannot write {path}: {exc.strerror}", hint="check free space and permissions") from exc
+        raise
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

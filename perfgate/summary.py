@@ -1,0 +1,92 @@
+"""Descriptive summaries of trials: medians, spreads and step-time percentiles (no scipy here)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfgate.results import TrialResult
+
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and range of a small sample, such as samples/sec over trials."""
+
+    median: float
+    minimum: float
+    maximum: float
+    n: int
+
+    @property
+    def spread_pct(self) -> float:
+        """Half the range as a percentage of the median: the `±` shown in the table."""
+        if self.n < 2 or self.median == 0:
+            return 0.0
+        return 100.0 * (self.maximum - self.minimum) / 2 / self.median
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            raise ValueError("Spread.of needs at least one value")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("percentile needs at least one value")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """What the table shows for one config, computed from its successful trials."""
+
+    samples_per_sec: Spread
+    step_p50_s: float
+    step_p95_s: float
+    step_p99_s: float
+    phase_share: dict[str, float]  # fraction of step time per phase, pooled over trials
+    phase_median_s: dict[str, float]
+    peak_bytes: int
+    reserved_bytes: int | None
+    compile_s: float | None
+    trials_ok: int
+    trials_failed: int
+
+
+def summarize_trials(trials: Sequence[TrialResult]) -> ConfigSummary | None:
+    """Summarise the successful trials of one config, or None when none succeeded."""
+    ok = [t for t in trials if t.ok]
+    if not ok:
+        return None
+    step_s = [s for t in ok for s in t.step_s]
+    total = sum(step_s)
+    phase_share = {p: sum(sum(t.phases_s[p]) for t in ok) / total if total else 0.0 for p in PHASES}
+    phase_median = {p: statistics.median([s for t in ok for s in t.phases_s[p]]) for p in PHASES}
+    compile_times = [t.compile_s for t in ok if t.compile_s is not None]
+    reserved = [t.memory["reserved_bytes"] for t in ok if t.memory.get("reserved_bytes") is not None]
+    return ConfigSummary(
+        samples_per_sec=Spread.of([t.samples_per_sec for t in ok]),
+        step_p50_s=percentile(step_s, 50),
+        step_p95_s=percentile(step_s, 95),
+        step_p99_s=percentile(step_s, 99),
+        phase_share=phase_share,
+        phase_median_s=phase_median,
+        peak_bytes=int(statistics.median([t.memory["peak_bytes"] for t in ok])),
+        reserved_bytes=int(statistics.median(reserved)) if reserved else None,
+        # The first trial compiles cold; later ones show the cached cost. Report the largest.
+        compile_s=max(compile_times) if compile_times else None,
+        trials_ok=len(ok),
+        trials_failed=len(trials) - len(ok),
+    )

@@ -1,0 +1,410 @@
+"""One trial: set up the workload in this process, run warm-up and timed steps, and report.
+
+The runner starts `python -m perfgate.trial SPEC OUT` once per trial, so peak memory, allocator state
+and compiled graphs never leak from one trial into the next. The trial writes one JSON record to OUT:
+`status` is `ok`, or `error` with a `kind` the runner acts on (`workload`: the user's code is at fault,
+stop the run; `config`: this config cannot run here, for example torch.compile failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+FIRST_LOSSES = 3
+PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What the runner asks one trial process to do."""
+
+    reference_text: str
+    reference_target: str
+    config: str
+    trial: int
+    device: str
+    threads: int
+
+
+class TrialFailure(Exception):
+    """Raised inside the trial with the kind and message that go into the record."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def run_trial(spec: TrialSpec) -> dict[str, Any]:
+    """Run one trial in this process and return its record (never raises for workload faults)."""
+    started = time.perf_counter()
+    try:
+        record = _run(spec)
+    except TrialFailure as failure:
+        record = {"status": "error", "kind": failure.kind, "message": failure.message}
+        if failure.__cause__ is not None:
+            record["traceback"] = "".join(traceback.format_exception(failure.__cause__))
+    except Exception as exc:  # perfgate's own errors while loading, or a bug here: report, don't crash
+        from perfgate.errors import PerfgateError
+
+        kind = "workload" if isinstance(exc, PerfgateError) else "internal"
+        message = exc.one_line() if isinstance(exc, PerfgateError) else f"{type(exc).__name__}: {exc}"
+        record = {
+            "status": "error",
+            "kind": kind,
+            "message": message,
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+    record.update(config=spec.config, trial=spec.trial, process_s=time.perf_counter() - started)
+    return record
+
+
+def _run(spec: TrialSpec) -> dict[str, Any]:
+    import torch
+
+    from perfgate.configs import CONFIGS
+    from perfgate.device import select_device
+    from perfgate.references import Reference
+
+    torch.set_num_threads(spec.threads)
+    config = CONFIGS[spec.config]
+    device = select_device(spec.device)
+    workload = Reference(spec.reference_text, spec.reference_target).load()
+    if config.compile and workload.warmup_steps < 1:
+        raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
+
+    setup_started = time.perf_counter()
+    _seed_everything(workload.seed)
+    dataset = _call_user("dataset()", workload.dataset)
+    loader = _make_loader(workload, dataset, device.type)
+    _seed_everything(workload.seed)
+    model = _call_user("model()", workload.model)
+    if not isinstance(model, torch.nn.Module):
+        raise TrialFailure("workload", f"model() returned {type(model).__name__}, not a torch.nn.Module")
+    model = model.to(device.torch_device).train()
+    if workload.optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    else:
+        optimizer = _call_user("optimizer(params)", workload.optimizer, model.parameters())
+    step_model = torch.compile(model) if config.compile else model
+    autocast = _autocast_factory(device.type, config.autocast_dtype)
+    autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
+    batches = iter(loader)
+    device.mark_setup_done()
+    setup_s = time.perf_counter() - setup_started
+
+    non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
+    hasher = hashlib.sha256()
+    first_losses: list[float] = []
+    warmup_step_s: list[float] = []
+    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    bookkeeping_s = 0.0
+    total_steps = workload.warmup_steps + workload.steps
+    graphs_before_timing = 0
+    hooks = _bf16_output_counter(model) if config.autocast_dtype and not config.compile else None
+    current = "the DataLoader"
+    loss = None
+    timed_started = 0.0
+    try:
+        for step in range(total_steps):
+            timed = step >= workload.warmup_steps
+            if step == workload.warmup_steps:
+                gc.collect()
+                device.reset_peak_memory()
+                graphs_before_timing = _compiled_graph_count() if config.compile else 0
+                timed_started = device.now()
+            current = "the DataLoader"
+            t0 = device.now()
+            batch = next(batches)
+            t1 = device.now()
+            _hash_batch(hasher, batch)  # bookkeeping: timed, and left out of the step
+            t1b = device.now()
+            current = "moving the batch to the device"
+            batch = device.move(batch, non_blocking=non_blocking)
+            t2 = device.now()
+            current = "loss(model, batch)"
+            with autocast():
+                loss = workload.loss(step_model, batch)
+            _check_loss_type(loss, step)
+            t3 = device.now()
+            current = "loss.backward()"
+            loss.backward()
+            t4 = device.now()
+            current = "the optimizer step"
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            t5 = device.now()
+            if hooks is not None:
+                autocast_check = {**(autocast_check or {}), **hooks.finish()}
+                hooks = None
+            if step < FIRST_LOSSES:
+                first_losses.append(_finite_loss(loss, step))
+            bookkeeping_s += time.perf_counter() - t5 + (t1b - t1)
+            if timed:
+                for phase, duration in zip(PHASES, (t1 - t0, t2 - t1b, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                    phases[phase].append(duration)
+            else:
+                warmup_step_s.append((t5 - t0) - (t1b - t1))
+        timed_elapsed_s = device.now() - timed_started
+    except TrialFailure:
+        raise
+    except StopIteration as exc:
+        raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
+    except Exception as exc:
+        if config.compile and _is_compile_error(exc):
+            raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
+        raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    final_loss = _finite_loss(loss, total_steps - 1)
+    memory = device.peak_memory()
+    del batches
+
+    step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
+    timed_samples = workload.steps * workload.batch_size
+    compile_s = None
+    if config.compile and warmup_step_s:
+        compile_s = max(0.0, warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
+    warnings = []
+    recompiled = _compiled_graph_count() - graphs_before_timing if config.compile else 0
+    if recompiled > 0:
+        warnings.append(f"torch.compile compiled {recompiled} new graph(s) during timed steps")
+    return {
+        "status": "ok",
+        "samples_per_sec": timed_samples / sum(step_s),
+        "timed_steps": workload.steps,
+        "timed_samples": timed_samples,
+        "step_s": step_s,
+        "phases_s": phases,
+        "warmup_step_s": warmup_step_s,
+        "timed_elapsed_s": timed_elapsed_s,
+        "bookkeeping_s": bookkeeping_s,
+        "setup_s": setup_s,
+        "compile_s": compile_s,
+        "first_losses": first_losses,
+        "final_loss": final_loss,
+        "data_checksum": "sha256:" + hasher.hexdigest(),
+        "memory": memory,
+        "autocast": autocast_check,
+        "threads": torch.get_num_threads(),
+        "warnings": warnings,
+    }
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        numpy.random.seed(seed)
+
+
+def _call_user(what: str, function: Any, *args: Any) -> Any:
+    try:
+        return function(*args)
+    except Exception as exc:
+        raise TrialFailure("workload", f"{what} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _make_loader(workload: Any, dataset: Any, device_type: str) -> Any:
+    import torch
+
+    try:
+        length = len(dataset)
+    except TypeError as exc:
+        raise TrialFailure(
+            "workload",
+            f"dataset() returned {type(dataset).__name__}, which has no len(); "
+            "return a map-style torch Dataset (with __len__ and __getitem__)",
+        ) from exc
+    if not hasattr(dataset, "__getitem__"):
+        raise TrialFailure("workload", f"dataset() returned {type(dataset).__name__}, which has no __getitem__")
+    needed = workload.slice_samples
+    if length < needed:
+        raise TrialFailure(
+            "workload",
+            f"dataset has {length} samples but the slice needs {needed} "
+            f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}); "
+            "make the dataset larger or lower steps/batch_size",
+        )
+    # A fixed seed decides which samples and in which order: the pinned data slice.
+    generator = torch.Generator().manual_seed(workload.seed)
+    indices = torch.randperm(length, generator=generator)[:needed].tolist()
+    options = dict(workload.loader)
+    if device_type != "cuda":
+        options.pop("pin_memory", None)  # pinning needs an accelerator; torch warns without one
+    try:
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_size=workload.batch_size,
+            sampler=indices,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(workload.seed),
+            **options,
+        )
+    except (TypeError, ValueError) as exc:
+        raise TrialFailure("workload", f"invalid loader options: {_first_line(exc)}") from exc
+
+
+def _autocast_factory(device_type: str, dtype_name: str | None) -> Any:
+    import torch
+
+    if dtype_name is None:
+        return contextlib.nullcontext
+    dtype = getattr(torch, dtype_name)
+    return lambda: torch.autocast(device_type, dtype=dtype)
+
+
+def _check_autocast(device: Any, autocast: Any) -> dict[str, Any]:
+    """A matmul inside the autocast context must come out in bfloat16, or autocast is not on."""
+    import torch
+
+    with autocast():
+        probe = torch.nn.functional.linear(
+            torch.ones(4, 4, device=device.torch_device), torch.ones(4, 4, device=device.torch_device)
+        )
+    if probe.dtype != torch.bfloat16:
+        raise TrialFailure("config", f"autocast to bfloat16 is not active on {device.type} (matmul gave {probe.dtype})")
+    return {"active": True, "probe_dtype": str(probe.dtype).removeprefix("torch.")}
+
+
+class _OutputDtypeCounter:
+    """Counts, for one step, how many leaf modules produced bfloat16 outputs under autocast."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self.bf16 = 0
+        self.total = 0
+        self.handles = [
+            module.register_forward_hook(self._hook)
+            for module in model.modules()
+            if not list(module.children()) and isinstance(module, torch.nn.Linear | torch.nn.modules.conv._ConvNd)
+        ]
+
+    def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+        import torch
+
+        if isinstance(output, torch.Tensor):
+            self.total += 1
+            self.bf16 += int(output.dtype == torch.bfloat16)
+
+    def finish(self) -> dict[str, Any]:
+        for handle in self.handles:
+            handle.remove()
+        if self.total and not self.bf16:
+            raise TrialFailure("config", "autocast was on but no Linear or Conv layer produced bfloat16 output")
+        return {"bf16_layer_outputs": self.bf16, "checked_layer_outputs": self.total}
+
+
+def _bf16_output_counter(model: Any) -> _OutputDtypeCounter:
+    return _OutputDtypeCounter(model)
+
+
+def _check_loss_type(loss: Any, step: int) -> None:
+    import torch
+
+    if not isinstance(loss, torch.Tensor):
+        raise TrialFailure(
+            "workload", f"loss(model, batch) returned {type(loss).__name__} at step {step}, not a tensor"
+        )
+    if loss.numel() != 1:
+        raise TrialFailure(
+            "workload",
+            f"loss(model, batch) returned a tensor of shape {tuple(loss.shape)} at step {step}, not a scalar; "
+            "reduce it, for example with .mean()",
+        )
+    if not loss.requires_grad:
+        raise TrialFailure(
+            "workload",
+            f"loss(model, batch) at step {step} does not require grad; it must depend on the model's parameters",
+        )
+
+
+def _finite_loss(loss: Any, step: int) -> float:
+    value = float(loss.detach().float().item())
+    if not math.isfinite(value):
+        raise TrialFailure("workload", f"loss is {value} at step {step}; the workload must train with a finite loss")
+    return value
+
+
+def _hash_batch(hasher: Any, batch: Any) -> None:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        tensor = batch.detach().cpu().contiguous()
+        hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+        if tensor.numel():
+            hasher.update((ctypes.c_char * (tensor.numel() * tensor.element_size())).from_address(tensor.data_ptr()))
+    elif isinstance(batch, dict):
+        for key in sorted(batch, key=str):
+            hasher.update(str(key).encode())
+            _hash_batch(hasher, batch[key])
+    elif isinstance(batch, list | tuple):
+        for item in batch:
+            _hash_batch(hasher, item)
+    else:
+        hasher.update(repr(batch).encode())
+
+
+def _compiled_graph_count() -> int:
+    try:
+        from torch._dynamo.utils import counters  # internal; only used for a warning
+    except ImportError:
+        return 0
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    for error in _exception_chain(exc):
+        module = type(error).__module__
+        if module.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+    return False
+
+
+def _exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the trial subprocess: `python -m perfgate.trial SPEC.json OUT.json`."""
+    spec_path, out_path = argv if argv is not None else sys.argv[1:3]
+    spec = TrialSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
+    record = run_trial(spec)
+    tmp = Path(out_path + ".tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, out_path)
+    return 0
+
+
+def spec_to_json(spec: TrialSpec) -> str:
+    return json.dumps(asdict(spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The workload contract: what the user hands perfgate to measure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from perfgate.errors import WorkloadError
+
+if TYPE_CHECKING:
+    import torch
+
+# perfgate owns these DataLoader arguments: they define the pinned data slice.
+RESERVED_LOADER_KEYS = frozenset(
+    {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "generator", "dataset"}
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A training workload: factories for the model, data and optimizer, plus the loss.
+
+    Args:
+        name: Identifier used in reports and baselines (letters, digits, `-`, `_`, `.`).
+        model: Zero-argument factory for the `torch.nn.Module`; called after seeding, once per trial.
+        dataset: Zero-argument factory for a map-style `torch.utils.data.Dataset`.
+        loss: `loss(model, batch)` returning a scalar tensor; `batch` is what the DataLoader
+            yields, already moved to the device.
+        batch_size: Samples per step.
+        optimizer: Factory taking the model's parameters; defaults to AdamW(lr=1e-4).
+        loader: Extra `torch.utils.data.DataLoader` keyword arguments (num_workers, pin_memory, ...).
+        steps: Timed steps per trial.
+        warmup_steps: Untimed steps before timing starts (compilation happens here).
+        seed: Seeds the model initialisation and picks the data slice.
+    """
+
+    name: str
+    model: Callable[[], torch.nn.Module]
+    dataset: Callable[[], Any]
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor]
+    batch_size: int
+    optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None
+    loader: Mapping[str, Any] = field(default_factory=dict)
+    steps: int = 20
+    warmup_steps: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"workload {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise WorkloadError("workload name must be a non-empty string", hint="set name='my-model'")
+        bad_chars = [c for c in self.name if not (c.isalnum() or c in "-_.")]
+        if bad_chars:
+            raise WorkloadError(
+                f"workload name {self.name!r} contains {''.join(sorted(set(bad_chars)))!r}",
+                hint="use letters, digits, '-', '_' and '.' only",
+            )
+        for attr in ("model", "dataset", "loss"):
+            if not callable(getattr(self, attr)):
+                raise WorkloadError(
+                    f"{attr} must be callable, got {type(getattr(self, attr)).__name__}",
+                    where=where,
+                    hint=f"pass a function, for example {attr}=lambda: ...",
+                )
+        if self.optimizer is not None and not callable(self.optimizer):
+            raise WorkloadError(
+                "optimizer must be a callable taking the model's parameters",
+                where=where,
+                hint="for example optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4)",
+            )
+        for attr, minimum in (("batch_size", 1), ("steps", 1), ("warmup_steps", 0), ("seed", 0)):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise WorkloadError(f"{attr} must be an integer >= {minimum}, got {value!r}", where=where)
+        if not isinstance(self.loader, Mapping):
+            raise WorkloadError(
+                f"loader must be a dict of DataLoader arguments, got {type(self.loader).__name__}",
+                where=where,
+            )
+        reserved = sorted(RESERVED_LOADER_KEYS & set(self.loader))
+        if reserved:
+            raise WorkloadError(
+                f"loader sets {', '.join(reserved)}, which perfgate controls to pin the data slice",
+                where=where,
+                hint="remove it (use batch_size= and seed= on the Workload instead)",
+            )
+
+    @property
+    def slice_samples(self) -> int:
+        """How many samples one trial consumes: (warm-up + timed steps) x batch size."""
+        return (self.warmup_steps + self.steps) * self.batch_size

@@ -1,0 +1,112 @@
+"""Every bad input ends in one clear line on stderr, exit code 2, and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import WORKLOADS, run_cli
+
+TINY = WORKLOADS / "tiny.py"
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_missing_file_names_the_path():
+    result = run_cli("run", "--quiet", "nowhere/workloads.py:gpt_small")
+    assert_one_line_error(result, "file nowhere/workloads.py not found", "check the path")
+
+
+def test_missing_function_lists_the_ones_that_exist():
+    result = run_cli("run", "--quiet", f"{TINY}:gpt_small")
+    assert_one_line_error(result, "no function 'gpt_small' in", "pick one of:", "tiny")
+
+
+def test_missing_module_says_so():
+    result = run_cli("run", "--quiet", "no_such_package.workloads:gpt_small")
+    assert_one_line_error(result, "module no_such_package.workloads not found")
+
+
+def test_function_returning_something_else_than_a_workload():
+    result = run_cli("run", "--quiet", f"{TINY}:not_a_workload")
+    assert_one_line_error(result, "not_a_workload() returned dict, not perfgate.Workload")
+
+
+def test_model_factory_that_raises():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:model_raises")
+    assert_one_line_error(result, "model() raised RuntimeError: weights file missing", "workload 'tiny', config fp32")
+
+
+def test_loss_that_raises():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:forward_raises")
+    assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss")
+
+
+def test_nan_loss():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:nan_loss")
+    assert_one_line_error(result, "loss is nan at step 0", "finite loss")
+
+
+def test_loss_that_is_not_a_scalar():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:vector_loss")
+    assert_one_line_error(result, "returned a tensor of shape (8, 1) at step 0, not a scalar", ".mean()")
+
+
+def test_loss_that_is_not_a_tensor():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:loss_not_tensor")
+    assert_one_line_error(result, "loss(model, batch) returned float at step 0, not a tensor")
+
+
+def test_dataset_shorter_than_the_slice():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:short_dataset")
+    assert_one_line_error(
+        result, "dataset has 10 samples but the slice needs 40", "(warmup_steps 1 + steps 4) x batch_size 8"
+    )
+
+
+def test_iterable_dataset_is_refused():
+    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:iterable_dataset")
+    assert_one_line_error(result, "which has no len(); return a map-style torch Dataset")
+
+
+@pytest.mark.parametrize("configs", ["fp16", "fp32,bf16,compile"])
+def test_unknown_config_names_are_refused(configs):
+    result = run_cli("run", "--configs", configs, f"{TINY}:tiny")
+    assert_one_line_error(result, "unknown config", "choose from fp32, bf16, bf16-compile")
+
+
+@pytest.mark.parametrize("trials", ["0", "-1", "three"])
+def test_trials_must_be_a_positive_whole_number(trials):
+    result = run_cli("run", "--trials", trials, f"{TINY}:tiny")
+    assert_one_line_error(result, "--trials")
+
+
+def test_unknown_builtin_suggests_the_real_ones():
+    result = run_cli("run", "gpt")
+    assert_one_line_error(result, "unknown built-in workload 'gpt'", "use one of lm, vision")
+
+
+def test_unknown_builtin_size():
+    result = run_cli("run", "lm@huge")
+    assert_one_line_error(result, "unknown size 'huge'", "small, medium, large")
+
+
+def test_bad_workload_in_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworkloads = "lm"\n')
+    result = run_cli("run", cwd=tmp_path)
+    assert_one_line_error(result, "[tool.perfgate] workloads must be a list of strings")
+
+
+def test_debug_shows_the_traceback():
+    result = run_cli("--debug", "run", "--quiet", "--configs", "fp32", f"{TINY}:forward_raises")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+    assert "shape mismatch in my loss" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")

@@ -1,0 +1,81 @@
+"""The device abstraction on the CPU everywhere, and on CUDA wherever CUDA is available."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfgate.device import CudaDevice, Device, select_device
+from perfgate.errors import UsageError
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_cpu_peak_memory_counts_what_was_allocated_after_setup():
+    device = Device()
+    device.mark_setup_done()
+    device.reset_peak_memory()
+    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, touched
+    peak = device.peak_memory()
+    del block
+    assert peak["kind"] == "cpu-rss-above-setup"
+    assert peak["peak_bytes"] >= 60 * 1024 * 1024
+
+
+def test_cpu_peak_window_starts_again_after_reset():
+    device = Device()
+    device.mark_setup_done()
+    block = torch.ones(64 * 1024 * 1024 // 4)
+    del block
+    device.reset_peak_memory()
+    assert device.peak_memory()["peak_bytes"] < 32 * 1024 * 1024
+
+
+def test_move_keeps_the_batch_structure():
+    device = Device()
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), [torch.ones(1)]), "label": 3}
+    moved = device.move(batch, non_blocking=False)
+    assert set(moved) == {"x", "pair", "label"}
+    assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
+    assert moved["label"] == 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_asking_for_cuda_without_it_says_what_to_do():
+    with pytest.raises(UsageError, match="torch sees no CUDA device"):
+        select_device("cuda")
+
+
+def test_auto_picks_cuda_only_when_available():
+    assert select_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@needs_cuda
+def test_cuda_peak_memory_is_max_allocated_and_reserved():
+    device = CudaDevice()
+    device.mark_setup_done()
+    device.reset_peak_memory()
+    block = torch.ones(64 * 1024 * 1024 // 4, device="cuda")
+    peak = device.peak_memory()
+    del block
+    assert peak["kind"] == "cuda-max-allocated"
+    assert peak["peak_bytes"] >= 64 * 1024 * 1024
+    assert peak["reserved_bytes"] >= peak["peak_bytes"]
+
+
+@needs_cuda
+def test_cuda_clock_waits_for_queued_work():
+    device = CudaDevice()
+    a = torch.randn(4096, 4096, device="cuda")
+    start = device.now()
+    for _ in range(20):
+        a = a @ a / 64
+    elapsed = device.now() - start
+    assert elapsed > 0.001  # 20 large matmuls cannot finish in a millisecond; without sync we'd read ~0
+    assert device.describe()["count"] >= 1
+
+
+@needs_cuda
+def test_pinned_batches_move_to_cuda():
+    moved = CudaDevice().move((torch.ones(2).pin_memory(),), non_blocking=True)
+    assert moved[0].device.type == "cuda"

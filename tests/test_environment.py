@@ -1,0 +1,55 @@
+"""The environment fingerprint and git state, against real git repositories."""
+
+from __future__ import annotations
+
+import git
+import pytest
+
+from perfgate.environment import collect_environment, git_state
+
+
+@pytest.fixture
+def repo(tmp_path):
+    repository = git.Repo.init(tmp_path, initial_branch="main")
+    (tmp_path / "train.py").write_text("print('v1')\n")
+    repository.index.add(["train.py"])
+    repository.index.commit("first", author=git.Actor("t", "t@example.com"), committer=git.Actor("t", "t@example.com"))
+    return repository
+
+
+def test_clean_checkout_records_sha_and_branch(repo, tmp_path):
+    state = git_state(tmp_path)
+    assert state == {"sha": repo.head.commit.hexsha, "branch": "main", "dirty": False}
+
+
+def test_edits_make_the_tree_dirty_and_subfolders_find_the_repository(repo, tmp_path):
+    (tmp_path / "train.py").write_text("print('v2')\n")
+    (tmp_path / "sub").mkdir()
+    assert git_state(tmp_path / "sub")["dirty"] is True
+
+
+def test_detached_head_has_no_branch(repo, tmp_path):
+    repo.git.checkout(repo.head.commit.hexsha)
+    state = git_state(tmp_path)
+    assert state["branch"] is None
+    assert state["sha"] == repo.head.commit.hexsha
+
+
+def test_repository_without_commits(tmp_path):
+    git.Repo.init(tmp_path)
+    assert git_state(tmp_path)["sha"] is None
+
+
+def test_outside_a_repository_there_is_no_git_state(tmp_path):
+    assert git_state(tmp_path) is None
+
+
+def test_fingerprint_names_versions_device_and_threads(repo, tmp_path):
+    import torch
+
+    environment = collect_environment("cpu", 2, cwd=tmp_path)
+    assert environment["torch"] == torch.__version__
+    assert environment["device"]["type"] == "cpu"
+    assert environment["cpu"]["available_cores"] >= 1
+    assert environment["threads"] == 2
+    assert environment["git"]["sha"] == repo.head.commit.hexsha

@@ -1,0 +1,186 @@
+"""`perfgate run` end to end: real subprocesses, real torch training steps, real DataLoader workers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import WORKLOADS, run_cli, validate_results
+
+CONFIGS = ("fp32", "bf16", "bf16-compile")
+
+
+@pytest.fixture(scope="module")
+def builtin_lab(tmp_path_factory):
+    """Both built-in workloads, every config, one trial each: the default lab, shortened."""
+    out = tmp_path_factory.mktemp("lab") / "results.json"
+    result = run_cli("run", "lm", "vision", "--trials", "1", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    return result, json.loads(out.read_text())
+
+
+def test_every_builtin_workload_runs_every_config(builtin_lab):
+    _, document = builtin_lab
+    assert [w["name"] for w in document["workloads"]] == ["lm-small", "vision-small"]
+    for workload in document["workloads"]:
+        assert list(workload["configs"]) == list(CONFIGS)
+        for name, config in workload["configs"].items():
+            assert config["failure"] is None, f"{workload['name']} {name}: {config['failure']}"
+            (trial,) = config["trials"]
+            assert trial["status"] == "ok"
+            assert trial["samples_per_sec"] > 0
+            assert len(trial["step_s"]) == workload["settings"]["steps"]
+            assert set(trial["phases_s"]) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
+            assert trial["memory"]["kind"] == "cpu-rss-above-setup"
+
+
+def test_results_validate_against_the_schema(builtin_lab):
+    validate_results(builtin_lab[1])
+
+
+def test_bf16_configs_really_run_under_autocast(builtin_lab):
+    for workload in builtin_lab[1]["workloads"]:
+        bf16 = workload["configs"]["bf16"]["trials"][0]["autocast"]
+        assert bf16["active"] and bf16["bf16_layer_outputs"] == bf16["checked_layer_outputs"] > 0
+        assert workload["configs"]["fp32"]["trials"][0]["autocast"] is None
+
+
+def test_compile_time_is_reported_and_kept_out_of_step_times(builtin_lab):
+    for workload in builtin_lab[1]["workloads"]:
+        trial = workload["configs"]["bf16-compile"]["trials"][0]
+        assert trial["compile_s"] > 0
+        # The compiling step is a warm-up step; no timed step comes near it.
+        assert max(trial["step_s"]) < trial["warmup_step_s"][0]
+        assert workload["configs"]["fp32"]["trials"][0]["compile_s"] is None
+
+
+def test_the_vision_workload_waits_on_real_dataloader_workers(builtin_lab):
+    vision = builtin_lab[1]["workloads"][1]
+    assert vision["settings"]["loader"]["num_workers"] == 2
+    assert sum(vision["configs"]["fp32"]["trials"][0]["phases_s"]["data_wait"]) > 0
+
+
+def test_table_shows_each_config_and_the_lab_reading(builtin_lab):
+    stdout = builtin_lab[0].stdout
+    for heading in ("samples/s", "step p50/p95/p99 ms", "data", "fwd", "bwd", "opt", "peak mem", "compile"):
+        assert heading in stdout
+    for config in CONFIGS:
+        assert f"\n  {config} " in stdout
+    assert "fp32 -> bf16:" in stdout
+    assert "bf16 -> bf16 + compile:" in stdout
+
+
+def test_progress_names_each_trial_as_it_finishes(builtin_lab):
+    stderr = builtin_lab[0].stderr
+    assert "[1/6] lm-small fp32 trial 1/1: " in stderr
+    assert "[6/6] vision-small " in stderr
+
+
+def test_two_runs_see_the_same_data_slice_and_first_losses(builtin_lab, tmp_path):
+    out = tmp_path / "again.json"
+    result = run_cli("run", "lm", "vision", "--configs", "fp32", "--trials", "1", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    again = {w["name"]: w for w in json.loads(out.read_text())["workloads"]}
+    for first in builtin_lab[1]["workloads"]:
+        second = again[first["name"]]
+        assert first["data_checksum"] is not None
+        assert second["data_checksum"] == first["data_checksum"]
+        assert second["first_losses"]["fp32"] == first["first_losses"]["fp32"]
+
+
+def test_a_workload_loaded_from_a_file_path(tmp_path):
+    out = tmp_path / "results.json"
+    result = run_cli(
+        "run",
+        f"{WORKLOADS / 'tiny.py'}:tiny_workers",
+        "--configs",
+        "fp32,bf16",
+        "--trials",
+        "2",
+        "--json",
+        str(out),
+        "--quiet",
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    validate_results(document)
+    (workload,) = document["workloads"]
+    assert workload["name"] == "tiny-workers"
+    assert [t["trial"] for t in workload["configs"]["fp32"]["trials"]] == [0, 1]
+    assert workload["warnings"] == []
+    assert workload["settings"]["threads"] >= 1
+
+
+def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
+    package = tmp_path / "perf"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "workloads.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(WORKLOADS)!r})\nfrom tiny import tiny as small\n"
+    )
+    result = run_cli("run", "perf.workloads:small", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tiny  (perf.workloads:small;" in result.stdout
+
+
+def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.perfgate]\nworkloads = ["{(WORKLOADS / "tiny.py").as_posix()}:tiny"]\n'
+    )
+    result = run_cli("run", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tiny  (")
+
+
+def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
+    # No working C++ compiler, and an empty cache so nothing compiled earlier can be reused.
+    env = {"CXX": str(tmp_path / "no-such-c++"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "results.json"
+    result = run_cli(
+        "run",
+        f"{WORKLOADS / 'tiny.py'}:tiny",
+        "--configs",
+        "bf16,bf16-compile",
+        "--trials",
+        "2",
+        "--json",
+        str(out),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    configs = json.loads(out.read_text())["workloads"][0]["configs"]
+    assert configs["bf16"]["summary"]["trials_ok"] == 2
+    assert configs["bf16-compile"]["failure"].startswith("torch.compile failed: ")
+    assert len(configs["bf16-compile"]["trials"]) == 1  # no point retrying a config that cannot compile
+    assert "\n  bf16-compile  failed (reason below)\n" in result.stdout
+    assert "! bf16-compile failed: torch.compile failed: " in result.stdout
+
+
+def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "results.json"
+    result = run_cli(
+        "run",
+        f"{WORKLOADS / 'tiny.py'}:hangs",
+        f"{WORKLOADS / 'tiny.py'}:tiny",
+        "--configs",
+        "fp32",
+        "--trials",
+        "1",
+        "--timeout",
+        "8",
+        "--json",
+        str(out),
+        "--quiet",
+    )
+    assert result.returncode == 0, result.stderr
+    hangs, tiny = json.loads(out.read_text())["workloads"]
+    assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 8 s")
+    assert tiny["configs"]["fp32"]["trials"][0]["status"] == "ok"
+
+
+def test_a_crashing_trial_is_failed_with_its_exit_code(tmp_path):
+    result = run_cli("run", f"{WORKLOADS / 'tiny.py'}:crashes", "--configs", "fp32", "--trials", "1", "--quiet")
+    assert result.returncode == 4
+    assert "trial process exited with code 3 without a result" in result.stdout
+    assert result.stderr.strip() == "error: no trial produced a measurement; see the failures above"

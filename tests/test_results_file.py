@@ -1,0 +1,102 @@
+"""The results file: atomic writes, no NaN in JSON, and the schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfgate.errors import ResultsError
+from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult, write_text_atomic
+from tests.conftest import validate_results
+
+
+def _trial(trial: int, samples_per_sec: float) -> TrialResult:
+    return TrialResult(
+        config="fp32",
+        trial=trial,
+        status="ok",
+        samples_per_sec=samples_per_sec,
+        step_s=[0.1, 0.1],
+        phases_s={p: [0.02, 0.02] for p in ("data_wait", "h2d", "forward", "backward", "optimizer")},
+        first_losses=[1.0],
+        final_loss=float("nan"),
+        data_checksum="sha256:" + "0" * 64,
+        memory={"kind": "cpu-rss-above-setup", "peak_bytes": 10, "reserved_bytes": None, "setup_bytes": 5},
+        threads=1,
+    )
+
+
+def _run() -> RunResult:
+    failed = TrialResult(config="fp32", trial=2, status="failed", failure="timed out after 1 s")
+    workload = WorkloadResult(
+        name="w",
+        reference="w.py:w",
+        settings={
+            "batch_size": 4,
+            "steps": 2,
+            "warmup_steps": 1,
+            "seed": 0,
+            "trials": 3,
+            "threads": 1,
+            "device": "cpu",
+            "loader": {},
+        },
+        data_checksum="sha256:" + "0" * 64,
+        first_losses={"fp32": [1.0]},
+        configs={"fp32": ConfigResult("fp32", [_trial(0, 10.0), _trial(1, 12.0), failed])},
+    )
+    environment = {
+        "python": "3.11",
+        "platform": "linux",
+        "torch": "2",
+        "cuda": None,
+        "cudnn": None,
+        "device": {"type": "cpu", "name": "cpu", "count": 1, "driver": None},
+        "cpu": {"model": "cpu", "logical_cores": 2, "available_cores": 2},
+        "threads": 1,
+        "git": None,
+    }
+    return RunResult("0.1.0", "2026-11-22T00:00:00+00:00", environment, [workload])
+
+
+def test_written_results_validate_and_keep_raw_trials(tmp_path):
+    path = tmp_path / "out" / "results.json"
+    _run().write_json(path)
+    document = json.loads(path.read_text())
+    validate_results(document)
+    config = document["workloads"][0]["configs"]["fp32"]
+    assert [t["samples_per_sec"] for t in config["trials"][:2]] == [10.0, 12.0]
+    assert config["summary"]["samples_per_sec"]["median"] == 11.0
+    assert config["summary"]["trials_failed"] == 1
+    assert config["trials"][0]["final_loss"] is None  # NaN is not JSON
+
+
+def test_schema_rejects_an_unknown_version(tmp_path):
+    import jsonschema
+
+    document = _run().to_dict()
+    document["schema_version"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        validate_results(document)
+
+
+def test_ctrl_c_during_a_write_leaves_the_old_file_and_no_debris(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    path.write_text("old")
+
+    def interrupted(fd: int) -> None:  # the new text is written but not yet renamed into place
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("perfgate.results.os.fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(path, "new" * 1000)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ResultsError, match="cannot write"):
+        write_text_atomic(blocker / "results.json", "{}")

@@ -1,0 +1,109 @@
+"""Tiny workloads for tests: a correct one, and one for each way a workload can be wrong."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import perfgate
+
+
+class Points(torch.utils.data.Dataset):
+    """Regression pairs generated per index, so content does not depend on worker count."""
+
+    def __init__(self, length: int = 64) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(index)
+        x = torch.randn(8, generator=generator)
+        return x, x.sum(dim=0, keepdim=True)
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.mse_loss(model(x).float(), y)
+
+
+def _tiny(**overrides: object) -> perfgate.Workload:
+    fields: dict[str, object] = dict(
+        name="tiny", model=mlp, dataset=Points, loss=mse, batch_size=8, steps=4, warmup_steps=1
+    )
+    fields.update(overrides)
+    return perfgate.Workload(**fields)  # type: ignore[arg-type]
+
+
+def tiny() -> perfgate.Workload:
+    return _tiny()
+
+
+def tiny_workers() -> perfgate.Workload:
+    return _tiny(name="tiny-workers", loader={"num_workers": 2})
+
+
+def not_a_workload() -> dict[str, str]:
+    return {"name": "tiny"}
+
+
+def model_raises() -> perfgate.Workload:
+    def broken() -> nn.Module:
+        raise RuntimeError("weights file missing")
+
+    return _tiny(model=broken)
+
+
+def forward_raises() -> perfgate.Workload:
+    def loss(model: nn.Module, batch: object) -> torch.Tensor:
+        raise ValueError("shape mismatch in my loss")
+
+    return _tiny(loss=loss)
+
+
+def nan_loss() -> perfgate.Workload:
+    return _tiny(loss=lambda model, batch: mse(model, batch) * float("nan"))
+
+
+def vector_loss() -> perfgate.Workload:
+    return _tiny(loss=lambda model, batch: (model(batch[0]) - batch[1]) ** 2)
+
+
+def loss_not_tensor() -> perfgate.Workload:
+    return _tiny(loss=lambda model, batch: 1.0)
+
+
+def short_dataset() -> perfgate.Workload:
+    return _tiny(dataset=lambda: Points(length=10))
+
+
+def iterable_dataset() -> perfgate.Workload:
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter([])
+
+    return _tiny(dataset=Stream)
+
+
+def hangs() -> perfgate.Workload:
+    def model() -> nn.Module:
+        time.sleep(600)
+        return mlp()
+
+    return _tiny(name="hangs", model=model)
+
+
+def crashes() -> perfgate.Workload:
+    def model() -> nn.Module:
+        os._exit(3)
+
+    return _tiny(name="crashes", model=model)
