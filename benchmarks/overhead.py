@@ -79,7 +79,10 @@ def bare_process(name: str, config: str, threads: int) -> float:
 
     output = subprocess.run(
         [sys.executable, __file__, "--bare", name, config],
-        env=trial_environment(threads), capture_output=True, text=True, check=True,
+        env=trial_environment(threads),
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return float(json.loads(output.strip().splitlines()[-1])["samples_per_sec"])
 
@@ -104,8 +107,10 @@ def main() -> None:
     from perfgate.environment import available_cpus
 
     threads = available_cpus()
-    print(f"overhead benchmark: {args.rounds} rounds, config {args.config}, {threads} threads, "
-          f"{time.strftime('%Y-%m-%d')}")
+    print(
+        f"overhead benchmark: {args.rounds} rounds, config {args.config}, {threads} threads, "
+        f"{time.strftime('%Y-%m-%d')}"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
             ratios, reported, walls, bares = [], [], [], []
@@ -120,14 +125,19 @@ def main() -> None:
                 walls.append(measured["wall"])
                 bares.append(bare)
                 ratios.append(measured["reported"] / bare)
-                print(f"  {name} round {round_index + 1:2d}: perfgate {measured['reported']:8.1f}  "
-                      f"(wall {measured['wall']:8.1f})  bare {bare:8.1f}  ratio {ratios[-1]:.3f}", flush=True)
+                print(
+                    f"  {name} round {round_index + 1:2d}: perfgate {measured['reported']:8.1f}  "
+                    f"(wall {measured['wall']:8.1f})  bare {bare:8.1f}  ratio {ratios[-1]:.3f}",
+                    flush=True,
+                )
             median_ratio = statistics.median(reported) / statistics.median(bares)
             wall_ratio = statistics.median(walls) / statistics.median(bares)
-            print(f"{name}: median samples/s perfgate {statistics.median(reported):.1f}, "
-                  f"bare {statistics.median(bares):.1f}; ratio of medians {median_ratio:.3f} "
-                  f"(wall-clock incl. bookkeeping {wall_ratio:.3f}); median of paired ratios "
-                  f"{statistics.median(ratios):.3f}; target >= 0.98: {'met' if median_ratio >= 0.98 else 'NOT met'}")
+            print(
+                f"{name}: median samples/s perfgate {statistics.median(reported):.1f}, "
+                f"bare {statistics.median(bares):.1f}; ratio of medians {median_ratio:.3f} "
+                f"(wall-clock incl. bookkeeping {wall_ratio:.3f}); median of paired ratios "
+                f"{statistics.median(ratios):.3f}; target >= 0.98: {'met' if median_ratio >= 0.98 else 'NOT met'}"
+            )
 
 
 if __name__ == "__main__":

@@ -29,10 +29,10 @@ def read_lab(summaries: Mapping[str, ConfigSummary | None]) -> LabReading:
     lines: list[str] = []
     bf16_speedup = _ratio(bf16, fp32)
     compile_speedup = _ratio(compiled, bf16)
-    if bf16_speedup is not None and bf16 is not None:
-        lines.append(_read_bf16(bf16_speedup, bf16))
-    if compile_speedup is not None and compiled is not None:
-        lines.append(_read_compile(compile_speedup, compiled))
+    if bf16_speedup is not None and bf16 is not None and fp32 is not None:
+        lines.append(_read_bf16(bf16_speedup, bf16, _noise(bf16, fp32)))
+    if compile_speedup is not None and compiled is not None and bf16 is not None:
+        lines.append(_read_compile(compile_speedup, _noise(compiled, bf16)))
     if (bf16_speedup or 0.0) >= BF16_SMALL and (compile_speedup or 0.0) >= COMPILE_SMALL:
         lines.append("Both transitions are large: there was room in precision and in fusion; take both.")
     return LabReading(bf16_speedup, compile_speedup, tuple(lines))
@@ -44,15 +44,20 @@ def _ratio(numerator: ConfigSummary | None, denominator: ConfigSummary | None) -
     return numerator.samples_per_sec.median / denominator.samples_per_sec.median
 
 
-def _within_noise(speedup: float, a: ConfigSummary) -> str:
-    noise = a.samples_per_sec.spread_pct / 100
-    return " (within trial noise)" if abs(speedup - 1) <= noise else ""
+def _noise(a: ConfigSummary, b: ConfigSummary) -> float:
+    """The larger of the two configs' trial spreads, as a fraction."""
+    return max(a.samples_per_sec.spread_pct, b.samples_per_sec.spread_pct) / 100
 
 
-def _read_bf16(speedup: float, bf16: ConfigSummary) -> str:
+def _head(label: str, speedup: float, noise: float) -> tuple[str, bool]:
+    within = abs(speedup - 1) <= noise
+    return f"{label}: {speedup:.2f}x{' (within trial noise)' if within else ''}.", within
+
+
+def _read_bf16(speedup: float, bf16: ConfigSummary, noise: float) -> str:
     data_wait = bf16.phase_share.get("data_wait", 0.0)
-    head = f"fp32 -> bf16: {speedup:.2f}x{_within_noise(speedup, bf16)}."
-    if speedup < 1.0:
+    head, within = _head("fp32 -> bf16", speedup, noise)
+    if speedup < 1.0 and not within:
         return (
             f"{head} bf16 is slower here: the device lacks fast bf16 kernels (common on CPUs without "
             "AMX or AVX512-BF16) or casts dominate; precision is not where this step's time goes."
@@ -67,12 +72,12 @@ def _read_bf16(speedup: float, bf16: ConfigSummary) -> str:
             f"{head} A small jump: precision is not the bottleneck; the step waits on something else "
             "(framework overhead, small kernels, or memory bandwidth)."
         )
-    return f"{head} Lower precision pays off: the step is compute-bound in its matmuls."
+    return f"{head} Lower precision pays off: the step is compute-bound in its matmuls and convolutions."
 
 
-def _read_compile(speedup: float, compiled: ConfigSummary) -> str:
-    head = f"bf16 -> bf16 + compile: {speedup:.2f}x{_within_noise(speedup, compiled)}."
-    if speedup < 1.0:
+def _read_compile(speedup: float, noise: float) -> str:
+    head, within = _head("bf16 -> bf16 + compile", speedup, noise)
+    if speedup < 1.0 and not within:
         return f"{head} Compiled is slower here: check for graph breaks or recompiles before adopting it."
     if speedup < COMPILE_SMALL:
         return (
