@@ -52,7 +52,7 @@ class Device:
 
     def mark_setup_done(self) -> None:
         """Record the memory level after model, optimizer and data are set up."""
-        self._setup_rss_bytes = _current_rss_bytes()
+        self._setup_bytes = _current_rss_bytes()
 
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
@@ -63,9 +63,9 @@ class Device:
         peak = _peak_rss_bytes()
         return {
             "kind": "cpu-rss-above-setup" if self._peak_reset else "cpu-rss-above-setup-lifetime-peak",
-            "peak_bytes": max(0, peak - self._setup_rss_bytes),
+            "peak_bytes": max(0, peak - self._setup_bytes),
             "reserved_bytes": None,
-            "setup_bytes": self._setup_rss_bytes,
+            "setup_bytes": self._setup_bytes,
         }
 
     def describe(self) -> dict[str, Any]:
@@ -82,7 +82,7 @@ class CudaDevice(Device):
         torch.cuda.synchronize()
 
     def mark_setup_done(self) -> None:
-        self._setup_rss_bytes = torch.cuda.memory_allocated()
+        self._setup_bytes = torch.cuda.memory_allocated()
 
     def reset_peak_memory(self) -> None:
         torch.cuda.synchronize()
@@ -94,7 +94,7 @@ class CudaDevice(Device):
             "kind": "cuda-max-allocated",
             "peak_bytes": int(torch.cuda.max_memory_allocated()),
             "reserved_bytes": int(torch.cuda.max_memory_reserved()),
-            "setup_bytes": self._setup_rss_bytes,
+            "setup_bytes": self._setup_bytes,
         }
 
     def describe(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +108,13 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     setup_s = time.perf_counter() - setup_started
 
     non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
-    hasher = hashlib.sha256()
     first_losses: list[float] = []
     warmup_step_s: list[float] = []
     phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
     bookkeeping_s = 0.0
     total_steps = workload.warmup_steps + workload.steps
     graphs_before_timing = 0
-    hooks = _bf16_output_counter(model) if config.autocast_dtype and not config.compile else None
+    hooks = _OutputDtypeCounter(model) if config.autocast_dtype and not config.compile else None
     current = "the DataLoader"
     loss = None
     timed_started = 0.0
@@ -131,8 +130,6 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
             t0 = device.now()
             batch = next(batches)
             t1 = device.now()
-            _hash_batch(hasher, batch)  # bookkeeping: timed, and left out of the step
-            t1b = device.now()
             current = "moving the batch to the device"
             batch = device.move(batch, non_blocking=non_blocking)
             t2 = device.now()
@@ -153,12 +150,12 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                 hooks = None
             if step < FIRST_LOSSES:
                 first_losses.append(_finite_loss(loss, step))
-            bookkeeping_s += time.perf_counter() - t5 + (t1b - t1)
+            bookkeeping_s += time.perf_counter() - t5
             if timed:
-                for phase, duration in zip(PHASES, (t1 - t0, t2 - t1b, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
                     phases[phase].append(duration)
             else:
-                warmup_step_s.append((t5 - t0) - (t1b - t1))
+                warmup_step_s.append(t5 - t0)
         timed_elapsed_s = device.now() - timed_started
     except TrialFailure:
         raise
@@ -171,6 +168,9 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     final_loss = _finite_loss(loss, total_steps - 1)
     memory = device.peak_memory()
     del batches
+    # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
+    # training step runs between the timed pass's clock reads.
+    data_checksum = _checksum_slice(workload, dataset, device.type)
 
     step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
     timed_samples = workload.steps * workload.batch_size
@@ -195,7 +195,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "compile_s": compile_s,
         "first_losses": first_losses,
         "final_loss": final_loss,
-        "data_checksum": "sha256:" + hasher.hexdigest(),
+        "data_checksum": data_checksum,
         "memory": memory,
         "autocast": autocast_check,
         "threads": torch.get_num_threads(),
@@ -312,10 +312,6 @@ class _OutputDtypeCounter:
         return {"bf16_layer_outputs": self.bf16, "checked_layer_outputs": self.total}
 
 
-def _bf16_output_counter(model: Any) -> _OutputDtypeCounter:
-    return _OutputDtypeCounter(model)
-
-
 def _check_loss_type(loss: Any, step: int) -> None:
     import torch
 
@@ -341,6 +337,17 @@ def _finite_loss(loss: Any, step: int) -> float:
     if not math.isfinite(value):
         raise TrialFailure("workload", f"loss is {value} at step {step}; the workload must train with a finite loss")
     return value
+
+
+def _checksum_slice(workload: Any, dataset: Any, device_type: str) -> str:
+    """SHA-256 over every batch of the pinned slice, exactly as the training loop received them."""
+    hasher = hashlib.sha256()
+    try:
+        for batch in _make_loader(workload, dataset, device_type):
+            _hash_batch(hasher, batch)
+    except Exception as exc:
+        raise TrialFailure("workload", f"the DataLoader raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    return "sha256:" + hasher.hexdigest()
 
 
 def _hash_batch(hasher: Any, batch: Any) -> None:
@@ -400,10 +407,6 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, out_path)
     return 0
-
-
-def spec_to_json(spec: TrialSpec) -> str:
-    return json.dumps(asdict(spec))
 
 
 if __name__ == "__main__":

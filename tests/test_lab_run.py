@@ -112,6 +112,26 @@ def test_a_workload_loaded_from_a_file_path(tmp_path):
     assert workload["settings"]["threads"] >= 1
 
 
+def test_a_dataset_that_changes_between_trials_is_flagged(tmp_path):
+    out = tmp_path / "results.json"
+    result = run_cli(
+        "run",
+        f"{WORKLOADS / 'tiny.py'}:nondeterministic_data",
+        "--configs",
+        "fp32",
+        "--trials",
+        "2",
+        "--json",
+        str(out),
+        "--quiet",
+    )
+    assert result.returncode == 0, result.stderr
+    (workload,) = json.loads(out.read_text())["workloads"]
+    assert workload["data_checksum"] is None
+    assert workload["warnings"][0].startswith("the data slice differed between trials (2 checksums)")
+    assert "! the data slice differed between trials" in result.stdout
+
+
 def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
     package = tmp_path / "perf"
     package.mkdir()

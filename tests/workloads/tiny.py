@@ -94,6 +94,15 @@ def iterable_dataset() -> perfgate.Workload:
     return _tiny(dataset=Stream)
 
 
+def nondeterministic_data() -> perfgate.Workload:
+    class Noisy(Points):
+        def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+            x, y = super().__getitem__(index)
+            return x + time.perf_counter_ns() % 1000, y
+
+    return _tiny(name="noisy", dataset=Noisy)
+
+
 def hangs() -> perfgate.Workload:
     def model() -> nn.Module:
         time.sleep(600)
