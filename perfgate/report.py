@@ -49,7 +49,7 @@ def format_workload(workload: WorkloadResult) -> str:
         "trials",
     ]
     rows = [header]
-    memory_kinds = set()
+    memory_kinds: set[str] = set()
     failures = []
     for name, config in workload.configs.items():
         summary = config.summary
@@ -58,7 +58,7 @@ def format_workload(workload: WorkloadResult) -> str:
             rows.append([name, _FAILED])
             failures.append(f"{name} failed: {reason}")
             continue
-        memory_kinds.update(t.memory.get("kind") for t in config.trials if t.ok)
+        memory_kinds.update(str(t.memory.get("kind")) for t in config.trials if t.ok)
         sps = summary.samples_per_sec
         peak = format_bytes(summary.peak_bytes)
         if summary.reserved_bytes is not None:

@@ -72,7 +72,7 @@ def plan_trials(workloads: Sequence[str], configs: Sequence[str], trials: int) -
     Slow drift of the machine (thermal, a neighbour's job) then lands on every config alike, and no
     config always runs first in a round.
     """
-    plan = []
+    plan: list[PlannedTrial] = []
     for trial in range(trials):
         shift = trial % len(configs)
         rotated = list(configs[shift:]) + list(configs[:shift])
@@ -139,7 +139,7 @@ def run_lab(
             record = run_trial_process(spec, Path(scratch), settings.timeout_s)
             if record.get("status") == "error" and record.get("kind") == "workload":
                 raise WorkloadError(
-                    record["message"],
+                    str(record.get("message")),
                     where=f"workload {planned.workload!r}, config {planned.config}",
                     hint="fix the workload and run again (--debug shows the trial's traceback)",
                     details=str(record.get("traceback") or "") or None,

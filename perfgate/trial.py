@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate.summary import PHASES
+
 FIRST_LOSSES = 3
-PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         optimizer = _call_user("optimizer(params)", workload.optimizer, model.parameters())
-    step_model = torch.compile(model) if config.compile else model
+    # torch.compile returns a callable wrapper, typed as a function but used as the module.
+    step_model: Any = torch.compile(model) if config.compile else model
     autocast = _autocast_factory(device.type, config.autocast_dtype)
     autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
     batches = iter(loader)

@@ -9,15 +9,21 @@ import pytest
 from tests.conftest import WORKLOADS, run_cli, validate_results
 
 CONFIGS = ("fp32", "bf16", "bf16-compile")
+TINY = WORKLOADS / "tiny.py"
+
+
+def run_json(tmp_path, *args, **kwargs):
+    """`perfgate run ARGS --json`, returning the CLI result and the parsed results file."""
+    out = tmp_path / "results.json"
+    result = run_cli("run", *args, "--json", str(out), **kwargs)
+    assert result.returncode == 0, result.stderr
+    return result, json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
 def builtin_lab(tmp_path_factory):
     """Both built-in workloads, every config, one trial each: the default lab, shortened."""
-    out = tmp_path_factory.mktemp("lab") / "results.json"
-    result = run_cli("run", "lm", "vision", "--trials", "1", "--json", str(out))
-    assert result.returncode == 0, result.stderr
-    return result, json.loads(out.read_text())
+    return run_json(tmp_path_factory.mktemp("lab"), "lm", "vision", "--trials", "1")
 
 
 def test_every_builtin_workload_runs_every_config(builtin_lab):
@@ -78,10 +84,8 @@ def test_progress_names_each_trial_as_it_finishes(builtin_lab):
 
 
 def test_two_runs_see_the_same_data_slice_and_first_losses(builtin_lab, tmp_path):
-    out = tmp_path / "again.json"
-    result = run_cli("run", "lm", "vision", "--configs", "fp32", "--trials", "1", "--json", str(out))
-    assert result.returncode == 0, result.stderr
-    again = {w["name"]: w for w in json.loads(out.read_text())["workloads"]}
+    _, document = run_json(tmp_path, "lm", "vision", "--configs", "fp32", "--trials", "1")
+    again = {w["name"]: w for w in document["workloads"]}
     for first in builtin_lab[1]["workloads"]:
         second = again[first["name"]]
         assert first["data_checksum"] is not None
@@ -90,20 +94,7 @@ def test_two_runs_see_the_same_data_slice_and_first_losses(builtin_lab, tmp_path
 
 
 def test_a_workload_loaded_from_a_file_path(tmp_path):
-    out = tmp_path / "results.json"
-    result = run_cli(
-        "run",
-        f"{WORKLOADS / 'tiny.py'}:tiny_workers",
-        "--configs",
-        "fp32,bf16",
-        "--trials",
-        "2",
-        "--json",
-        str(out),
-        "--quiet",
-    )
-    assert result.returncode == 0, result.stderr
-    document = json.loads(out.read_text())
+    _, document = run_json(tmp_path, f"{TINY}:tiny_workers", "--configs", "fp32,bf16", "--trials", "2", "--quiet")
     validate_results(document)
     (workload,) = document["workloads"]
     assert workload["name"] == "tiny-workers"
@@ -113,20 +104,8 @@ def test_a_workload_loaded_from_a_file_path(tmp_path):
 
 
 def test_a_dataset_that_changes_between_trials_is_flagged(tmp_path):
-    out = tmp_path / "results.json"
-    result = run_cli(
-        "run",
-        f"{WORKLOADS / 'tiny.py'}:nondeterministic_data",
-        "--configs",
-        "fp32",
-        "--trials",
-        "2",
-        "--json",
-        str(out),
-        "--quiet",
-    )
-    assert result.returncode == 0, result.stderr
-    (workload,) = json.loads(out.read_text())["workloads"]
+    result, document = run_json(tmp_path, f"{TINY}:nondeterministic_data", "--configs", "fp32", "--trials", "2")
+    (workload,) = document["workloads"]
     assert workload["data_checksum"] is None
     assert workload["warnings"][0].startswith("the data slice differed between trials (2 checksums)")
     assert "! the data slice differed between trials" in result.stdout
@@ -145,9 +124,7 @@ def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
 
 
 def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
-    (tmp_path / "pyproject.toml").write_text(
-        f'[tool.perfgate]\nworkloads = ["{(WORKLOADS / "tiny.py").as_posix()}:tiny"]\n'
-    )
+    (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads = ["{TINY.as_posix()}:tiny"]\n')
     result = run_cli("run", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("tiny  (")
@@ -156,20 +133,8 @@ def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
 def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
     # No working C++ compiler, and an empty cache so nothing compiled earlier can be reused.
     env = {"CXX": str(tmp_path / "no-such-c++"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    out = tmp_path / "results.json"
-    result = run_cli(
-        "run",
-        f"{WORKLOADS / 'tiny.py'}:tiny",
-        "--configs",
-        "bf16,bf16-compile",
-        "--trials",
-        "2",
-        "--json",
-        str(out),
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr
-    configs = json.loads(out.read_text())["workloads"][0]["configs"]
+    result, document = run_json(tmp_path, f"{TINY}:tiny", "--configs", "bf16,bf16-compile", "--trials", "2", env=env)
+    configs = document["workloads"][0]["configs"]
     assert configs["bf16"]["summary"]["trials_ok"] == 2
     assert configs["bf16-compile"]["failure"].startswith("torch.compile failed: ")
     assert len(configs["bf16-compile"]["trials"]) == 1  # no point retrying a config that cannot compile
@@ -178,29 +143,16 @@ def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
 
 
 def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
-    out = tmp_path / "results.json"
-    result = run_cli(
-        "run",
-        f"{WORKLOADS / 'tiny.py'}:hangs",
-        f"{WORKLOADS / 'tiny.py'}:tiny",
-        "--configs",
-        "fp32",
-        "--trials",
-        "1",
-        "--timeout",
-        "8",
-        "--json",
-        str(out),
-        "--quiet",
+    _, document = run_json(
+        tmp_path, f"{TINY}:hangs", f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--timeout", "8", "--quiet"
     )
-    assert result.returncode == 0, result.stderr
-    hangs, tiny = json.loads(out.read_text())["workloads"]
+    hangs, tiny = document["workloads"]
     assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 8 s")
     assert tiny["configs"]["fp32"]["trials"][0]["status"] == "ok"
 
 
-def test_a_crashing_trial_is_failed_with_its_exit_code(tmp_path):
-    result = run_cli("run", f"{WORKLOADS / 'tiny.py'}:crashes", "--configs", "fp32", "--trials", "1", "--quiet")
+def test_a_crashing_trial_is_failed_with_its_exit_code():
+    result = run_cli("run", f"{TINY}:crashes", "--configs", "fp32", "--trials", "1", "--quiet")
     assert result.returncode == 4
     assert "trial process exited with code 3 without a result" in result.stdout
     assert result.stderr.strip() == "error: no trial produced a measurement; see the failures above"

@@ -101,8 +101,9 @@ class TinyGPT(nn.Module):
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
-        for block in self.blocks:
-            nn.init.normal_(block.attn.proj.weight, std=0.02 / math.sqrt(2 * size.layers))
+        for module in self.modules():
+            if isinstance(module, CausalSelfAttention):  # residual projections, scaled by depth (GPT-2)
+                nn.init.normal_(module.proj.weight, std=0.02 / math.sqrt(2 * size.layers))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
