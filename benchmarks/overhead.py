@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -121,6 +122,20 @@ def bootstrap_median_ci(values: list[float], resamples: int = 10000) -> tuple[fl
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
+def perfgate_in_process(name: str, config: str, threads: int) -> dict[str, float]:
+    """The same trial code, run in this process: separates the loop's cost from process start-up."""
+    from perfgate.trial import TrialSpec, run_trial
+
+    record = run_trial(TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads))
+    if record.get("status") != "ok":
+        raise SystemExit(f"perfgate trial failed: {record.get('message')}")
+    return {
+        "reported": float(record["samples_per_sec"]),
+        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),
+        "step_s": statistics.median(record["step_s"]),
+    }
+
+
 def bare_process(name: str, config: str, threads: int) -> float:
     from perfgate.runner import trial_environment
 
@@ -134,11 +149,35 @@ def bare_process(name: str, config: str, threads: int) -> float:
     return float(json.loads(output.strip().splitlines()[-1])["samples_per_sec"])
 
 
+def measure_pair(
+    name: str, args: argparse.Namespace, threads: int, scratch: Path, perfgate_first: bool
+) -> tuple[dict[str, float], float]:
+    """One round: perfgate's figure and the bare loop's, in the order asked."""
+    results: dict[str, Any] = {}
+    for which in ("perfgate", "bare") if perfgate_first else ("bare", "perfgate"):
+        if which == "perfgate":
+            results[which] = (
+                perfgate_in_process(name, args.config, threads)
+                if args.in_process
+                else perfgate_trial(name, args.config, threads, scratch)
+            )
+        else:
+            results[which] = (
+                bare_loop(name, args.config) if args.in_process else bare_process(name, args.config, threads)
+            )
+    return results["perfgate"], results["bare"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--workloads", default="lm,vision")
     parser.add_argument("--config", default="fp32")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run both loops alternately inside this one process instead of a fresh process each",
+    )
     parser.add_argument("--bare", nargs=2, metavar=("WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
@@ -154,20 +193,20 @@ def main() -> None:
     from perfgate.environment import available_cpus
 
     threads = available_cpus()
+    if args.in_process:
+        import torch
+
+        torch.set_num_threads(threads)
+    mode = "in one process" if args.in_process else "a fresh process each"
     print(
-        f"overhead benchmark: {args.rounds} rounds, config {args.config}, {threads} threads, "
+        f"overhead benchmark ({mode}): {args.rounds} rounds, config {args.config}, {threads} threads, "
         f"{time.strftime('%Y-%m-%d')}"
     )
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
             ratios, reported, walls, bares, steps = [], [], [], [], []
             for round_index in range(args.rounds):
-                if round_index % 2 == 0:
-                    measured = perfgate_trial(name, args.config, threads, Path(scratch))
-                    bare = bare_process(name, args.config, threads)
-                else:
-                    bare = bare_process(name, args.config, threads)
-                    measured = perfgate_trial(name, args.config, threads, Path(scratch))
+                measured, bare = measure_pair(name, args, threads, Path(scratch), round_index % 2 == 0)
                 reported.append(measured["reported"])
                 walls.append(measured["wall"])
                 bares.append(bare)
