@@ -9,7 +9,6 @@ stop the run; `config`: this config cannot run here, for example torch.compile f
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import hashlib
 import json
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfgate._bytes import tensor_bytes
 from perfgate.summary import PHASES
 
 FIRST_LOSSES = 3
@@ -356,10 +356,9 @@ def _hash_batch(hasher: Any, batch: Any) -> None:
     import torch
 
     if isinstance(batch, torch.Tensor):
-        tensor = batch.detach().cpu().contiguous()
-        hasher.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-        if tensor.numel():
-            hasher.update((ctypes.c_char * (tensor.numel() * tensor.element_size())).from_address(tensor.data_ptr()))
+        hasher.update(f"{batch.dtype}{tuple(batch.shape)}".encode())
+        if batch.numel():
+            hasher.update(tensor_bytes(batch))
     elif isinstance(batch, dict):
         for key in sorted(batch, key=str):
             hasher.update(str(key).encode())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -55,6 +58,21 @@ def test_workload_contract_is_checked_when_the_workload_is_built(overrides, mess
 
 def test_slice_covers_warmup_and_timed_steps():
     assert _workload(steps=10, warmup_steps=2, batch_size=4).slice_samples == 48
+
+
+def test_builtin_workloads_do_not_need_numpy():
+    # torch does not depend on numpy; a machine without it must still run the built-in workloads.
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "from perfgate import builtin\n"
+        "for name in builtin.BUILTINS:\n"
+        "    dataset = builtin.load(name, 'small').dataset()\n"
+        "    print(name, len(dataset), type(dataset[0]).__name__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["lm", "1024", "tuple", "vision", "2048", "tuple"]
 
 
 def test_file_reference_is_made_absolute(tmp_path, monkeypatch):

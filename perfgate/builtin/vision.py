@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from perfgate._bytes import tensor_bytes
 from perfgate.workload import Workload
 
 CLASSES = 10
@@ -61,9 +62,8 @@ class EncodedImages(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
         self.size = size
         self.seed = seed
         self.labels = torch.randint(0, CLASSES, (size.samples,), generator=generator).tolist()
-        self.encoded = [
-            zlib.compress(_generate_image(label, size.stored, generator).numpy().tobytes(), 6) for label in self.labels
-        ]
+        images = (_generate_image(label, size.stored, generator) for label in self.labels)
+        self.encoded = [zlib.compress(tensor_bytes(image), 6) for image in images]
 
     def __len__(self) -> int:
         return len(self.encoded)
