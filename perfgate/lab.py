@@ -54,6 +54,10 @@ def _head(label: str, speedup: float, noise: float) -> tuple[str, bool]:
     return f"{label}: {speedup:.2f}x{' (within trial noise)' if within else ''}.", within
 
 
+def _jump(speedup: float) -> str:
+    return "A small jump" if speedup >= 1.0 else "No gain"
+
+
 def _read_bf16(speedup: float, bf16: ConfigSummary, noise: float) -> str:
     data_wait = bf16.phase_share.get("data_wait", 0.0)
     head, within = _head("fp32 -> bf16", speedup, noise)
@@ -65,11 +69,11 @@ def _read_bf16(speedup: float, bf16: ConfigSummary, noise: float) -> str:
     if speedup < BF16_SMALL:
         if data_wait >= DATA_WAIT_NOTABLE:
             return (
-                f"{head} A small jump: precision is not the bottleneck; data wait is {data_wait:.0%} of the "
+                f"{head} {_jump(speedup)}: precision is not the bottleneck; data wait is {data_wait:.0%} of the "
                 "bf16 step, so look at the DataLoader first (num_workers, pin_memory, transforms)."
             )
         return (
-            f"{head} A small jump: precision is not the bottleneck; the step waits on something else "
+            f"{head} {_jump(speedup)}: precision is not the bottleneck; the step waits on something else "
             "(framework overhead, small kernels, or memory bandwidth)."
         )
     return f"{head} Lower precision pays off: the step is compute-bound in its matmuls and convolutions."
@@ -81,6 +85,7 @@ def _read_compile(speedup: float, noise: float) -> str:
         return f"{head} Compiled is slower here: check for graph breaks or recompiles before adopting it."
     if speedup < COMPILE_SMALL:
         return (
-            f"{head} A small jump: the kernels are already well fused for these shapes, or the step is bound elsewhere."
+            f"{head} {_jump(speedup)}: the kernels are already well fused for these shapes, "
+            "or the step is bound elsewhere."
         )
     return f"{head} Fusion removes real overhead (many small kernels or launches): compile is worth it."

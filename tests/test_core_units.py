@@ -181,7 +181,7 @@ def test_lab_reading_calls_bf16_slower_only_beyond_the_noise():
         "(common on CPUs without AMX or AVX512-BF16) or casts dominate; precision is not where this step's time goes.",
     )
     noisy = read_lab({"fp32": _summary(100), "bf16": _summary(95, spread=0.1)})
-    assert noisy.lines[0].startswith("fp32 -> bf16: 0.95x (within trial noise). A small jump: precision is not")
+    assert noisy.lines[0].startswith("fp32 -> bf16: 0.95x (within trial noise). No gain: precision is not")
     assert noisy.compile_speedup is None
 
 
