@@ -164,6 +164,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     except StopIteration as exc:
         raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
     except Exception as exc:
+        if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
+            raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
         if config.compile and _is_compile_error(exc):
             raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
         raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc

@@ -142,6 +142,16 @@ def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
     assert "! bf16-compile failed: torch.compile failed: " in result.stdout
 
 
+def test_a_config_that_runs_out_of_device_memory_is_failed_and_the_others_still_run(tmp_path):
+    result, document = run_json(tmp_path, f"{TINY}:oom_under_autocast", "--configs", "fp32,bf16", "--trials", "2")
+    configs = document["workloads"][0]["configs"]
+    assert configs["fp32"]["summary"]["trials_ok"] == 2
+    assert configs["bf16"]["failure"] == (
+        "out of device memory in loss(model, batch): CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
+    assert "! bf16 failed: out of device memory" in result.stdout
+
+
 def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
     _, document = run_json(
         tmp_path, f"{TINY}:hangs", f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--timeout", "8", "--quiet"

@@ -103,6 +103,15 @@ def nondeterministic_data() -> perfgate.Workload:
     return _tiny(name="noisy", dataset=Noisy)
 
 
+def oom_under_autocast() -> perfgate.Workload:
+    def loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        if torch.is_autocast_enabled("cpu"):  # as a larger config would on a full GPU
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return mse(model, batch)
+
+    return _tiny(name="oom", loss=loss)
+
+
 def hangs() -> perfgate.Workload:
     def model() -> nn.Module:
         time.sleep(600)
