@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -76,6 +77,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written before spending minutes measuring."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory", where=option, hint="give a file name, e.g. results.json")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
+        raise UsageError(f"cannot write {path}: {ancestor} is not a writable folder", where=option)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="perfgate", description="Performance-regression gate for PyTorch training code.")
     parser.add_argument("--version", action="version", version=f"perfgate {perfgate.__version__}")
@@ -100,6 +112,8 @@ def command_run(args: argparse.Namespace) -> int:
     from perfgate.runner import RunSettings, run_lab
 
     configs = parse_configs(args.configs)
+    if args.json is not None:
+        check_writable(args.json, "--json")
     references = resolve_references(args.workloads)
     device = select_device(args.device)
     settings = RunSettings(
@@ -111,10 +125,9 @@ def command_run(args: argparse.Namespace) -> int:
     )
     progress = None if args.quiet else Progress(settings.trials)
     result = run_lab(references, settings, progress)
-    if args.json is not None:
-        result.write_json(args.json)
     sys.stdout.write(format_run(result))
     if args.json is not None:
+        result.write_json(args.json)
         sys.stdout.write(f"results written to {args.json}\n")
     measured = any(t.ok for w in result.workloads for c in w.configs.values() for t in c.trials)
     if not measured:
@@ -143,6 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug in perfgate itself: one line, the traceback with --debug
+        if debug:
+            raise
+        sys.stderr.write(f"error: internal error {type(exc).__name__}: {exc}; rerun with --debug and report it\n")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -110,3 +110,12 @@ def test_debug_shows_the_traceback():
     assert "Traceback" in result.stderr
     assert "shape mismatch in my loss" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_json_path_that_cannot_be_written_is_refused_before_measuring(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli("run", "--json", str(blocker / "results.json"), f"{TINY}:tiny")
+    assert_one_line_error(result, f"cannot write {blocker / 'results.json'}: {blocker} is not a writable folder")
+    result = run_cli("run", "--json", str(tmp_path), f"{TINY}:tiny")
+    assert_one_line_error(result, f"{tmp_path} is a directory (--json); give a file name")
