@@ -12,6 +12,7 @@ from pathlib import Path
 import perfgate
 from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
+from perfgate.runner import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 
 EXIT_NO_MEASUREMENT = 4
 EXIT_INTERRUPTED = 130
@@ -60,7 +61,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)",
     )
     group.add_argument(
-        "--trials", type=_positive_int, default=3, help="trials per config, each in a fresh process (default: 3)"
+        "--trials",
+        type=_positive_int,
+        default=DEFAULT_TRIALS,
+        help=f"trials per config, each in a fresh process (default: {DEFAULT_TRIALS})",
     )
     group.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available, else cpu"
@@ -69,7 +73,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--threads", type=_positive_int, default=None, help="torch threads per trial (default: the CPUs available)"
     )
     group.add_argument(
-        "--timeout", type=_positive_float, default=600.0, metavar="SECONDS", help="per-trial time limit (default: 600)"
+        "--timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per-trial time limit (default: {DEFAULT_TIMEOUT_S:g})",
     )
     group.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 1) to PATH"

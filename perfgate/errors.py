@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
-EXIT_NO_BASELINE = 3
+EXIT_USAGE = 2  # a usage or input error; the CLI documents the other exit codes
 
 
 class PerfgateError(Exception):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
 from perfgate.workload import Workload
@@ -34,7 +36,11 @@ class Reference:
         module = _import_file(location) if kind == "file" else _import_module(location)
         function = getattr(module, function_name, None)
         if function is None:
-            available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+            available = sorted(
+                name
+                for name, value in vars(module).items()
+                if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")
+            )
             raise WorkloadReferenceError(
                 f"no function {function_name!r} in {location}",
                 where=self.text,
@@ -148,7 +154,7 @@ def resolve_references(texts: list[str]) -> list[Reference]:
     return unique
 
 
-def _import_file(location: str) -> object:
+def _import_file(location: str) -> ModuleType:
     path = Path(location)
     module_name = f"_perfgate_workload_{abs(hash(str(path)))}"
     if module_name in sys.modules:
@@ -172,7 +178,7 @@ def _import_file(location: str) -> object:
     return module
 
 
-def _import_module(name: str) -> object:
+def _import_module(name: str) -> ModuleType:
     # Like `python -m`, the current directory is importable.
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))

@@ -26,7 +26,8 @@ def test_missing_file_names_the_path():
 
 def test_missing_function_lists_the_ones_that_exist():
     result = run_cli("run", "--quiet", f"{TINY}:gpt_small")
-    assert_one_line_error(result, "no function 'gpt_small' in", "pick one of:", "tiny")
+    assert_one_line_error(result, "no function 'gpt_small' in", "pick one of: crashes, forward_raises,")
+    assert "Points" not in result.stderr  # classes and imported names are not workload functions
 
 
 def test_missing_module_says_so():
