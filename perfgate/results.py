@@ -7,6 +7,7 @@ import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,9 @@ class ConfigResult:
     trials: list[TrialResult]
     failure: str | None = None
 
-    @property
+    @cached_property
     def summary(self) -> ConfigSummary | None:
+        """The table's figures for this config (None when no trial succeeded); computed once."""
         return summarize_trials(self.trials)
 
 
