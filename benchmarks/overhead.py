@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,17 @@ def perfgate_trial(name: str, config: str, threads: int, scratch: Path) -> dict[
     from perfgate.trial import TrialSpec
 
     spec = TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads)
-    record = run_trial_process(spec, scratch, timeout_s=600)
+    return _figures(run_trial_process(spec, scratch, timeout_s=600))
+
+
+def _figures(record: dict[str, Any]) -> dict[str, float]:
+    """perfgate's reported samples/s, the wall-clock figure, and the median step, from a trial record."""
     if record.get("status") != "ok":
         raise SystemExit(f"perfgate trial failed: {record.get('message')}")
     return {
-        "reported": float(record["samples_per_sec"]),  # type: ignore[arg-type]
-        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),  # type: ignore[arg-type]
-        "step_s": statistics.median(record["step_s"]),  # type: ignore[arg-type]
+        "reported": float(record["samples_per_sec"]),
+        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),
+        "step_s": statistics.median(record["step_s"]),
     }
 
 
@@ -126,14 +131,7 @@ def perfgate_in_process(name: str, config: str, threads: int) -> dict[str, float
     """The same trial code, run in this process: separates the loop's cost from process start-up."""
     from perfgate.trial import TrialSpec, run_trial
 
-    record = run_trial(TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads))
-    if record.get("status") != "ok":
-        raise SystemExit(f"perfgate trial failed: {record.get('message')}")
-    return {
-        "reported": float(record["samples_per_sec"]),
-        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),
-        "step_s": statistics.median(record["step_s"]),
-    }
+    return _figures(run_trial(TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads)))
 
 
 def bare_process(name: str, config: str, threads: int) -> float:
@@ -153,19 +151,17 @@ def measure_pair(
     name: str, args: argparse.Namespace, threads: int, scratch: Path, perfgate_first: bool
 ) -> tuple[dict[str, float], float]:
     """One round: perfgate's figure and the bare loop's, in the order asked."""
-    results: dict[str, Any] = {}
-    for which in ("perfgate", "bare") if perfgate_first else ("bare", "perfgate"):
-        if which == "perfgate":
-            results[which] = (
-                perfgate_in_process(name, args.config, threads)
-                if args.in_process
-                else perfgate_trial(name, args.config, threads, scratch)
-            )
-        else:
-            results[which] = (
-                bare_loop(name, args.config) if args.in_process else bare_process(name, args.config, threads)
-            )
-    return results["perfgate"], results["bare"]
+    if args.in_process:
+        run_perfgate = partial(perfgate_in_process, name, args.config, threads)
+        run_bare = partial(bare_loop, name, args.config)
+    else:
+        run_perfgate = partial(perfgate_trial, name, args.config, threads, scratch)
+        run_bare = partial(bare_process, name, args.config, threads)
+    if perfgate_first:
+        measured = run_perfgate()
+        return measured, run_bare()
+    bare = run_bare()
+    return run_perfgate(), bare
 
 
 def main() -> None:
