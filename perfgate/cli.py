@@ -6,15 +6,27 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import perfgate
+from perfgate.baseline import DEFAULT_BASELINE_DIR
 from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
+from perfgate.gate import DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S
 from perfgate.runner import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
+from perfgate.stats import DEFAULT_ALPHA
+
+if TYPE_CHECKING:
+    from perfgate.gate import GateSettings
+    from perfgate.references import Reference
+    from perfgate.results import RunResult
+    from perfgate.runner import ProgressCallback, RunSettings
+
 
 EXIT_NO_MEASUREMENT = 4
+DEFAULT_UPDATE_TRIALS = 5  # a baseline is measured once and compared many times: more trials, more sensitive checks
 EXIT_INTERRUPTED = 130
 
 
@@ -45,7 +57,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
+def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TRIALS) -> None:
     """Options shared by every command that runs the lab."""
     parser.add_argument(
         "workloads",
@@ -63,8 +75,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--trials",
         type=_positive_int,
-        default=DEFAULT_TRIALS,
-        help=f"trials per config, each in a fresh process (default: {DEFAULT_TRIALS})",
+        default=trials,
+        help=f"trials per config, each in a fresh process (default: {trials})",
     )
     group.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available, else cpu"
@@ -83,6 +95,63 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 1) to PATH"
     )
     group.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _fraction(option: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        from perfgate.project import parse_fraction
+
+        try:
+            return parse_fraction(text, option)
+        except PerfgateError as error:
+            raise argparse.ArgumentTypeError(f"{error.what}; {error.hint}") from None
+
+    return parse
+
+
+def add_baseline_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--baseline-dir",
+        type=Path,
+        default=DEFAULT_BASELINE_DIR,
+        metavar="DIR",
+        help=f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)",
+    )
+
+
+def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> None:
+    """Options of the commands that judge results against baselines."""
+    group = parser.add_argument_group("gate")
+    group.add_argument(
+        "--threshold",
+        type=_fraction("--threshold"),
+        default=None,
+        metavar="PCT",
+        help="samples/s regression threshold, e.g. 5%% (default: [tool.perfgate] threshold, else 5%%)",
+    )
+    group.add_argument(
+        "--alpha",
+        type=_fraction("--alpha"),
+        default=None,
+        help=f"significance level of a check, one-sided (default: {DEFAULT_ALPHA:g})",
+    )
+    group.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when a verdict stays inconclusive")
+    if measuring:
+        group.add_argument(
+            "--max-trials",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help=f"add trials to inconclusive configs up to N per config (default: {DEFAULT_MAX_TRIALS})",
+        )
+        group.add_argument(
+            "--time-budget",
+            type=_positive_float,
+            default=DEFAULT_TIME_BUDGET_S,
+            metavar="SECONDS",
+            help=f"stop adding trials once the check has run this long (default: {DEFAULT_TIME_BUDGET_S:g})",
+        )
+    add_baseline_option(group)
 
 
 def check_writable(path: Path, option: str) -> None:
@@ -108,16 +177,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     add_run_options(run)
+    check = commands.add_parser(
+        "check",
+        help="measure and compare with the stored baselines; exit 1 on a supported regression",
+        description="Run the lab and compare each config with its baseline: exit 0 no regression, "
+        "1 regression, 2 usage or input error, 3 no comparable baseline.",
+    )
+    check.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    add_run_options(check)
+    add_gate_options(check, measuring=True)
+    update = commands.add_parser(
+        "update",
+        help="measure and write the baselines for this machine",
+        description="Run the lab and store its results as this machine's baselines (one YAML file per workload).",
+    )
+    update.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    add_run_options(update, trials=DEFAULT_UPDATE_TRIALS)
+    add_baseline_option(update)
+    update.add_argument(
+        "--allow-dirty", action="store_true", help="measure even with uncommitted changes to tracked files"
+    )
+    compare = commands.add_parser(
+        "compare",
+        help="compare saved results with the baselines (or with other saved results); runs nothing",
+        description="Judge a results file written by --json against the stored baselines, or, given two files, "
+        "the second against the first.",
+    )
+    compare.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    compare.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="[BASELINE.json] CANDIDATE.json")
+    add_gate_options(compare, measuring=False)
     return parser
 
 
-def command_run(args: argparse.Namespace) -> int:
+def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSettings]:
     from perfgate.device import select_device
     from perfgate.environment import available_cpus
-    from perfgate.progress import Progress
     from perfgate.references import resolve_references
-    from perfgate.report import format_run
-    from perfgate.runner import RunSettings, run_lab
+    from perfgate.runner import RunSettings
 
     configs = parse_configs(args.configs)
     if args.json is not None:
@@ -131,17 +227,161 @@ def command_run(args: argparse.Namespace) -> int:
         threads=args.threads or available_cpus(),
         timeout_s=args.timeout,
     )
-    progress = None if args.quiet else Progress(settings.trials)
-    result = run_lab(references, settings, progress)
+    return references, settings
+
+
+def _progress(args: argparse.Namespace) -> ProgressCallback | None:
+    from perfgate.progress import Progress
+
+    return None if args.quiet else Progress(args.trials)
+
+
+def _write_json(result: RunResult, path: Path | None) -> None:
+    if path is not None:
+        result.write_json(path)
+        sys.stdout.write(f"results written to {path}\n")
+
+
+def _measured(result: RunResult) -> bool:
+    if any(t.ok for w in result.workloads for c in w.configs.values() for t in c.trials):
+        return True
+    sys.stderr.write("error: no trial produced a measurement; see the failures above\n")
+    return False
+
+
+def command_run(args: argparse.Namespace) -> int:
+    from perfgate.report import format_run
+    from perfgate.runner import run_lab
+
+    references, settings = _run_settings(args)
+    result = run_lab(references, settings, _progress(args))
     sys.stdout.write(format_run(result))
-    if args.json is not None:
-        result.write_json(args.json)
-        sys.stdout.write(f"results written to {args.json}\n")
-    measured = any(t.ok for w in result.workloads for c in w.configs.values() for t in c.trials)
-    if not measured:
-        sys.stderr.write("error: no trial produced a measurement; see the failures above\n")
+    _write_json(result, args.json)
+    return 0 if _measured(result) else EXIT_NO_MEASUREMENT
+
+
+def _gate_settings(args: argparse.Namespace, trials: int) -> GateSettings:
+    from perfgate.gate import GateSettings
+    from perfgate.project import load_project_config
+
+    project = load_project_config()
+    max_trials = getattr(args, "max_trials", None)
+    if max_trials is not None and max_trials < trials:
+        raise UsageError(
+            f"--max-trials {max_trials} is below --trials {trials}",
+            hint="give --max-trials at least as large as --trials (or equal, for no extra trials)",
+        )
+    if max_trials is None:
+        max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
+    alpha = args.alpha if args.alpha is not None else project.alpha if project.alpha is not None else DEFAULT_ALPHA
+    return GateSettings(
+        project=project,
+        threshold=args.threshold,
+        alpha=alpha,
+        trials=trials,
+        max_trials=max_trials,
+        time_budget_s=getattr(args, "time_budget", DEFAULT_TIME_BUDGET_S),
+        fail_on_inconclusive=args.fail_on_inconclusive,
+    )
+
+
+def _notify(args: argparse.Namespace) -> Callable[[str], None] | None:
+    if args.quiet:
+        return None
+    return lambda message: print(message, file=sys.stderr, flush=True)
+
+
+def command_check(args: argparse.Namespace) -> int:
+    from perfgate.baseline import BaselineStore
+    from perfgate.gate import run_check
+    from perfgate.report import format_gate, format_run
+
+    references, run_settings = _run_settings(args)
+    gate_settings = _gate_settings(args, run_settings.trials)
+    result = run_check(
+        references, run_settings, gate_settings, BaselineStore(args.baseline_dir), _progress(args), _notify(args)
+    )
+    if result.run is not None:
+        sys.stdout.write(format_run(result.run) + "\n")
+        _write_json(result.run, args.json)
+        if not _measured(result.run):
+            return EXIT_NO_MEASUREMENT
+    sys.stdout.write(format_gate(result))
+    return result.exit_code
+
+
+def command_update(args: argparse.Namespace) -> int:
+    from perfgate.baseline import BaselineStore, entries_from_results
+    from perfgate.environment import dirty_paths
+    from perfgate.report import format_run, format_update
+    from perfgate.runner import run_lab
+
+    references, settings = _run_settings(args)
+    store = BaselineStore(args.baseline_dir)
+    dirty = dirty_paths(Path.cwd(), ignore=args.baseline_dir)
+    if dirty and not args.allow_dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise UsageError(
+            f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
+            hint="commit or stash them, or pass --allow-dirty",
+        )
+    result = run_lab(references, settings, _progress(args))
+    sys.stdout.write(format_run(result) + "\n")
+    _write_json(result, args.json)
+    if not _measured(result):
         return EXIT_NO_MEASUREMENT
+    changes = []
+    for entry in entries_from_results(result):
+        if not entry.configs:
+            changes.append(f"{entry.workload}: every config failed; baseline not written")
+            continue
+        previous, stored = store.write(entry)
+        changes.append(format_update(entry, previous, stored, store.path_for(entry.workload)))
+    sys.stdout.write("\n".join(changes) + "\n")
     return 0
+
+
+def command_compare(args: argparse.Namespace) -> int:
+    from perfgate.baseline import BaselineStore, entries_from_results
+    from perfgate.environment import machine_fingerprint
+    from perfgate.gate import compare_run, missing_baseline
+    from perfgate.report import format_gate
+    from perfgate.results import load_results
+
+    if len(args.results) > 2:
+        raise UsageError(
+            "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
+        )
+    candidate = load_results(args.results[-1])
+    trials = max((w.settings.get("trials", 1) for w in candidate.workloads), default=1)
+    settings = _gate_settings(args, trials)
+    problems: dict[str, str] = {}
+    if len(args.results) == 2:
+        baselines = {entry.workload: entry for entry in entries_from_results(load_results(args.results[0]))}
+        for workload in candidate.workloads:
+            if workload.name not in baselines:
+                problems[workload.name] = f"{args.results[0]} has no results for {workload.name}"
+    else:
+        store = BaselineStore(args.baseline_dir)
+        fingerprint = machine_fingerprint(candidate.environment)
+        baselines = {}
+        for workload in candidate.workloads:
+            entry = store.find(workload.name, fingerprint)
+            if entry is None:
+                problems[workload.name] = missing_baseline(workload.name, store, fingerprint)
+            else:
+                baselines[workload.name] = entry
+    result = compare_run(candidate, baselines, settings, problems)
+    sys.stdout.write(format_gate(result))
+    return result.exit_code
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": command_run,
+    "check": command_check,
+    "update": command_update,
+    "compare": command_compare,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return EXIT_USAGE
-        return command_run(args)
+        return COMMANDS[args.command](args)
     except PerfgateError as error:
         if debug:
             traceback.print_exc()

@@ -82,3 +82,64 @@ def _cpu_capability() -> str | None:
         return str(torch.backends.cpu.get_cpu_capability())
     except AttributeError:
         return None
+
+
+FINGERPRINT_FIELDS = ("device_type", "device_name", "device_count", "cuda", "torch", "cpu_model", "threads")
+
+
+def machine_fingerprint(environment: dict[str, Any]) -> dict[str, Any]:
+    """The stable fields that decide which baseline a run may be compared with.
+
+    Device model and count, CUDA and torch versions; for CPU runs the CPU model and the thread count.
+    Never clock speeds, hostnames or anything else that changes between two runs on one machine type.
+    """
+    device = environment.get("device") or {}
+    on_cpu = device.get("type", "cpu") == "cpu"
+    return {
+        "device_type": device.get("type", "cpu"),
+        "device_name": None if on_cpu else device.get("name"),
+        "device_count": device.get("count", 1),
+        "cuda": None if on_cpu else environment.get("cuda"),
+        "torch": str(environment.get("torch")),
+        "cpu_model": (environment.get("cpu") or {}).get("model") if on_cpu else None,
+        "threads": environment.get("threads") if on_cpu else None,
+    }
+
+
+def fingerprint_key(fingerprint: dict[str, Any]) -> str:
+    """A readable key naming the machine type, used to file its baseline entries."""
+    if fingerprint.get("device_type") == "cpu":
+        threads = fingerprint.get("threads")
+        return f"cpu {fingerprint.get('cpu_model')}, {threads} threads, torch {fingerprint.get('torch')}"
+    return (
+        f"{fingerprint.get('device_count')}x {fingerprint.get('device_name')}, cuda {fingerprint.get('cuda')}, "
+        f"torch {fingerprint.get('torch')}"
+    )
+
+
+def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
+    """Tracked files with uncommitted changes in the repository holding `path` (None outside one).
+
+    Changes under `ignore` (the baseline folder) do not count: an earlier update's uncommitted
+    baselines must not block the next.
+    """
+    try:
+        import git
+    except ImportError:
+        return None
+    try:
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    with repo:
+        try:
+            status = repo.git.status("--porcelain", "--untracked-files=no", "-z")
+        except git.GitCommandError:
+            return None
+        root = Path(repo.working_tree_dir or path).resolve()
+    skip = None
+    if ignore is not None:
+        resolved = (path / ignore).resolve() if not ignore.is_absolute() else ignore.resolve()
+        skip = resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
+    paths = [entry[3:] for entry in status.split("\0") if len(entry) > 3]
+    return [p for p in paths if not (skip and (p == skip or p.startswith(skip + "/")))]

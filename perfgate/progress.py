@@ -23,10 +23,8 @@ class Progress:
 
     def __call__(self, event: TrialEvent) -> None:
         planned = event.planned
-        label = (
-            f"[{planned.index + 1}/{event.total}] {planned.workload} {planned.config} "
-            f"trial {planned.trial + 1}/{self.trials}"
-        )
+        of = f"/{self.trials}" if planned.trial < self.trials else " (extra)"
+        label = f"[{planned.index + 1}/{event.total}] {planned.workload} {planned.config} trial {planned.trial + 1}{of}"
         elapsed = time.perf_counter() - self.started
         if event.finished is None:
             if self.interactive:

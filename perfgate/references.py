@@ -6,12 +6,11 @@ import importlib
 import importlib.util
 import inspect
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
+from perfgate.errors import WorkloadError, WorkloadReferenceError
 from perfgate.workload import Workload
 
 DEFAULT_REFERENCES: tuple[str, ...] = ("lm", "vision")
@@ -112,26 +111,13 @@ def parse_reference(text: str, *, base_dir: Path | None = None) -> Reference:
 
 
 def configured_references(project_dir: Path | None = None) -> tuple[list[str], Path] | None:
-    """Read `[tool.perfgate] workloads` from pyproject.toml in the project directory, if present."""
-    directory = project_dir or Path.cwd()
-    pyproject = directory / "pyproject.toml"
-    if not pyproject.is_file():
+    """`workloads` from the project configuration (`[tool.perfgate]` or perfgate.yaml), if it lists any."""
+    from perfgate.project import load_project_config
+
+    project = load_project_config(project_dir)
+    if project.workloads is None:
         return None
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot parse pyproject.toml: {exc}", where=str(pyproject)) from exc
-    section = data.get("tool", {}).get("perfgate", {})
-    workloads = section.get("workloads") if isinstance(section, dict) else None
-    if workloads is None:
-        return None
-    if not isinstance(workloads, list) or not all(isinstance(w, str) for w in workloads):
-        raise UsageError(
-            "[tool.perfgate] workloads must be a list of strings",
-            where=str(pyproject),
-            hint='write workloads = ["perf/workloads.py:gpt_small"]',
-        )
-    return workloads, directory
+    return project.workloads, project.base_dir
 
 
 def resolve_references(texts: list[str]) -> list[Reference]:

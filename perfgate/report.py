@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+from pathlib import Path
+
+from perfgate.baseline import BaselineEntry
+from perfgate.gate import GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.results import RunResult, WorkloadResult
 from perfgate.summary import PHASES
@@ -105,3 +111,120 @@ def _table(rows: list[list[str]]) -> list[str]:
         if index == 0:
             out.append("  " + "  ".join("-" * w for w in widths))
     return out
+
+
+_STATUS_LABELS = {
+    "regression": "REGRESSION",
+    "failed": "FAILED",
+    "improvement": "improvement",
+    "no change": "no change",
+    "inconclusive": "inconclusive",
+    "not comparable": "NOT COMPARABLE",
+    "no baseline": "NO BASELINE",
+}
+
+
+def format_gate(result: GateResult) -> str:
+    """The gate's report: per workload a table of baseline against current, then the verdict line."""
+    blocks = [_format_gate_workload(w, result) for w in result.workloads]
+    return "\n\n".join(blocks + [format_gate_summary(result)]) + "\n"
+
+
+def format_gate_summary(result: GateResult) -> str:
+    """One line for the build log: what failed or stayed open, and the exit code."""
+    parts = []
+    for status in Status:
+        names = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == status]
+        if status == Status.NO_BASELINE:
+            names += [w.workload for w in result.workloads if w.problem and not w.problem.startswith("not comparable")]
+        if status == Status.NOT_COMPARABLE:
+            names += [w.workload for w in result.workloads if w.problem and w.problem.startswith("not comparable")]
+        if names:
+            listed = f" ({', '.join(names)})" if status not in (Status.NO_CHANGE, Status.IMPROVEMENT) else ""
+            parts.append(f"{len(names)} {status.value}{listed}")
+    code = result.exit_code
+    meaning = {0: "pass", 1: "fail", 3: "no comparable baseline"}[code]
+    line = f"perfgate check: {'; '.join(parts) or 'nothing compared'}. Exit {code} ({meaning})."
+    if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
+        line += " Inconclusive verdicts do not fail the build (--fail-on-inconclusive makes them)."
+    if result.stopped_because and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
+        line += f" Extra trials stopped: {result.stopped_because}."
+    return line
+
+
+def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
+    lines = [f"gate: {workload.workload}" + _baseline_note(workload)]
+    if workload.problem:
+        lines.append(f"  ! {workload.problem}")
+        return "\n".join(lines)
+    rows = [["config", "baseline s/s", "current s/s", "ratio", "95% CI", "p", "peak mem", "trials", "verdict"]]
+    for verdict in workload.configs:
+        t, m = verdict.throughput, verdict.memory
+        if t is None or m is None:
+            rows.append([verdict.config, "-", "-", "-", "-", "-", "-", "-", _STATUS_LABELS[verdict.status.value]])
+            continue
+        memory = "-" if m.change is None else f"{100 * m.change:+.1f}%"
+        rows.append(
+            [
+                verdict.config,
+                f"{t.baseline_median:,.1f}",
+                f"{t.candidate_median:,.1f}",
+                f"{t.ratio:.3f}x",
+                "-" if math.isnan(t.ci_low) else f"{t.ci_low:.3f}-{t.ci_high:.3f}",
+                "-" if math.isnan(t.p_slower) else _p_value(min(t.p_slower, t.p_faster)),
+                memory,
+                f"{t.n_baseline}+{t.n_candidate}",
+                _STATUS_LABELS[verdict.status.value],
+            ]
+        )
+    lines.extend(_table(rows))
+    settings = result.settings
+    limits = sorted({(v.limits.throughput, v.limits.memory) for v in workload.configs})
+    limit_text = ", ".join(f"samples/s {100 * a:g}%, peak memory {100 * b:g}%" for a, b in limits)
+    lines.append(
+        f"  samples/s: medians over trials; ratio: of geometric means, current/baseline; thresholds: {limit_text}; "
+        f"alpha {settings.alpha:g} "
+        f"one-sided ({settings.alpha_per_look:.2g} per look)"
+    )
+    for verdict in workload.configs:
+        if verdict.status != Status.NO_CHANGE:
+            lines.append(f"  {'!' if verdict.status != Status.IMPROVEMENT else '+'} {verdict.config}: {verdict.reason}")
+    return "\n".join(lines)
+
+
+def _baseline_note(workload: WorkloadVerdict) -> str:
+    entry = workload.baseline
+    if entry is None:
+        return ""
+    commit = f"commit {entry.commit[:10]}" if entry.commit else "no git commit"
+    return f"  (baseline measured {entry.measured_at} at {commit}; {entry.key})"
+
+
+def _p_value(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: BaselineEntry, path: Path) -> str:
+    """What `perfgate update` changed in one workload's baseline file (`entry` is what was measured)."""
+    if previous is None:
+        head = f"{path}: new baseline for {entry.workload} on {entry.key}"
+    else:
+        head = f"{path}: updated {entry.workload} on {entry.key} (was measured {previous.measured_at})"
+    lines = [head]
+    for name, config in entry.configs.items():
+        new_sps = statistics.median(config.samples_per_sec)
+        new_peak = int(statistics.median(config.peak_bytes))
+        old = previous.configs.get(name) if previous else None
+        if old is None:
+            lines.append(f"  {name}: {new_sps:,.1f} samples/s, peak mem {format_bytes(new_peak)} (new)")
+            continue
+        old_sps = statistics.median(old.samples_per_sec)
+        old_peak = int(statistics.median(old.peak_bytes))
+        lines.append(
+            f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({100 * (new_sps / old_sps - 1):+.1f}%), "
+            f"peak mem {format_bytes(old_peak)} -> {format_bytes(new_peak)}"
+        )
+    dropped = sorted(set(previous.configs) - set(stored.configs)) if previous else []
+    if dropped:
+        lines.append(f"  removed: {', '.join(dropped)} (not measured with these settings)")
+    return "\n".join(lines)

@@ -150,3 +150,49 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def load_results(path: Path) -> RunResult:
+    """Read a results file written by `--json` (schema_version 1) back into a RunResult."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"results file {path} not found", hint="write one with --json PATH") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}", hint="give a results file written by --json") from exc
+    if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
+        found = document.get("schema_version") if isinstance(document, dict) else None
+        raise ResultsError(
+            f"{path} has schema_version {found!r}; this perfgate reads {SCHEMA_VERSION}",
+            hint="give a results file written by perfgate --json",
+        )
+    try:
+        workloads = [
+            WorkloadResult(
+                name=w["name"],
+                reference=w["reference"],
+                settings=w["settings"],
+                data_checksum=w["data_checksum"],
+                first_losses=w["first_losses"],
+                configs={
+                    name: ConfigResult(
+                        name,
+                        [TrialResult(**{k: v for k, v in t.items() if k in _TRIAL_FIELDS}) for t in c["trials"]],
+                        c.get("failure"),
+                    )
+                    for name, c in w["configs"].items()
+                },
+                warnings=w.get("warnings", []),
+            )
+            for w in document["workloads"]
+        ]
+        return RunResult(document["perfgate_version"], document["created_at"], document["environment"], workloads)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ResultsError(
+            f"{path} is not a complete results file ({type(exc).__name__}: {exc})",
+            hint="give a results file written by perfgate --json",
+        ) from exc
+
+
+_TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)

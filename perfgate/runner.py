@@ -110,24 +110,74 @@ def run_lab(
     progress: ProgressCallback | None = None,
 ) -> RunResult:
     """Run every trial of every workload and config, each in a fresh process, and collect them."""
-    from perfgate.environment import collect_environment
+    with LabSession(references, settings, progress) as session:
+        session.run_trials(settings.trials)
+        return session.result()
 
-    loaded = load_workloads(references, settings)
-    by_name = {workload.name: (reference, workload) for reference, workload in loaded}
-    plan = plan_trials(list(by_name), settings.configs, settings.trials)
-    trials: dict[tuple[str, str], list[TrialResult]] = {
-        (name, config): [] for name in by_name for config in settings.configs
-    }
-    config_failures: dict[tuple[str, str], str] = {}
-    environment = collect_environment(settings.device, settings.threads)
-    with tempfile.TemporaryDirectory(prefix="perfgate-") as scratch:
+
+class LabSession:
+    """Workloads loaded once, trials run in rounds, results collected: a lab that can ask for more.
+
+    `run_lab` runs the planned trials once; a power-aware check calls `run_more` for the configs
+    whose verdict is still open.
+    """
+
+    def __init__(
+        self,
+        references: Sequence[Reference],
+        settings: RunSettings,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        from perfgate.environment import collect_environment
+
+        self.loaded = load_workloads(references, settings)
+        self.settings = settings
+        self.progress = progress
+        self.keep([workload.name for _, workload in self.loaded])
+        self.config_failures: dict[tuple[str, str], str] = {}
+        self.environment = collect_environment(settings.device, settings.threads)
+        self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
+
+    def __enter__(self) -> LabSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scratch.cleanup()
+
+    def keep(self, names: Sequence[str]) -> None:
+        """Measure only these workloads (before any trial runs)."""
+        self.loaded = [(reference, workload) for reference, workload in self.loaded if workload.name in names]
+        self.by_name = {workload.name: (reference, workload) for reference, workload in self.loaded}
+        self.trials: dict[tuple[str, str], list[TrialResult]] = {
+            (name, config): [] for name in self.by_name for config in self.settings.configs
+        }
+
+    @property
+    def workload_names(self) -> list[str]:
+        return list(self.by_name)
+
+    def run_trials(self, trials: int) -> None:
+        """The planned lab: `trials` rounds over every workload and config."""
+        self._run(plan_trials(self.workload_names, self.settings.configs, trials))
+
+    def run_more(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """One more trial of each (workload, config) pair, interleaved, numbered after the trials so far."""
+        plan: list[PlannedTrial] = []
+        for workload, config in pairs:
+            if (workload, config) in self.config_failures:
+                continue
+            plan.append(PlannedTrial(len(plan), workload, config, len(self.trials[(workload, config)])))
+        self._run(plan)
+
+    def _run(self, plan: Sequence[PlannedTrial]) -> None:
+        settings = self.settings
         for planned in plan:
             key = (planned.workload, planned.config)
-            if key in config_failures:
+            if key in self.config_failures:
                 continue
-            if progress:
-                progress(TrialEvent(planned, len(plan)))
-            reference, _ = by_name[planned.workload]
+            if self.progress:
+                self.progress(TrialEvent(planned, len(plan)))
+            reference, _ = self.by_name[planned.workload]
             spec = TrialSpec(
                 reference_text=reference.text,
                 reference_target=reference.target,
@@ -136,7 +186,7 @@ def run_lab(
                 device=settings.device,
                 threads=settings.threads,
             )
-            record = run_trial_process(spec, Path(scratch), settings.timeout_s)
+            record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s)
             if record.get("status") == "error" and record.get("kind") == "workload":
                 raise WorkloadError(
                     str(record.get("message")),
@@ -146,19 +196,23 @@ def run_lab(
                 )
             result = TrialResult.from_record(record)
             if record.get("status") == "error" and record.get("kind") == "config":
-                config_failures[key] = result.failure or "failed"
-            trials[key].append(result)
-            if progress:
-                progress(TrialEvent(planned, len(plan), finished=result))
-    workloads = [
-        _collect_workload(reference, workload, settings, trials, config_failures) for reference, workload in loaded
-    ]
-    return RunResult(
-        perfgate_version=perfgate.__version__,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        environment=environment,
-        workloads=workloads,
-    )
+                self.config_failures[key] = result.failure or "failed"
+            self.trials[key].append(result)
+            if self.progress:
+                self.progress(TrialEvent(planned, len(plan), finished=result))
+
+    def result(self) -> RunResult:
+        """Everything measured so far."""
+        workloads = [
+            _collect_workload(reference, workload, self.settings, self.trials, self.config_failures)
+            for reference, workload in self.loaded
+        ]
+        return RunResult(
+            perfgate_version=perfgate.__version__,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            environment=self.environment,
+            workloads=workloads,
+        )
 
 
 def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float) -> dict[str, object]:
@@ -246,7 +300,7 @@ def _collect_workload(
             "steps": workload.steps,
             "warmup_steps": workload.warmup_steps,
             "seed": workload.seed,
-            "trials": settings.trials,
+            "trials": max((len(config.trials) for config in configs.values()), default=0),
             "threads": settings.threads,
             "device": settings.device,
             "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},

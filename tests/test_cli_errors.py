@@ -102,7 +102,7 @@ def test_unknown_builtin_size():
 def test_bad_workload_in_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nworkloads = "lm"\n')
     result = run_cli("run", cwd=tmp_path)
-    assert_one_line_error(result, "[tool.perfgate] workloads must be a list of strings")
+    assert_one_line_error(result, "workloads must be a list of strings", "[tool.perfgate]")
 
 
 def test_debug_shows_the_traceback():

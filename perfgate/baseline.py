@@ -1,0 +1,371 @@
+"""The baseline store: one YAML file per workload under `baselines/`, entries keyed by machine type.
+
+A file holds, per machine fingerprint, the per-trial values of every config, their summary, the
+environment, the git commit, the data-slice checksum and first-step losses, and the settings used.
+Files are read with `yaml.safe_load` only (never a loader that constructs Python objects) and written
+atomically with a stable key order, so an update reads well as a pull-request diff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfgate.configs import CONFIG_NAMES
+from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key, machine_fingerprint
+from perfgate.errors import PerfgateError
+from perfgate.results import RunResult, WorkloadResult, write_text_atomic
+from perfgate.summary import PHASES
+
+BASELINE_SCHEMA_VERSION = 1
+DEFAULT_BASELINE_DIR = Path("baselines")
+_HEADER = (
+    "# perfgate baseline, written by `perfgate update`: review changes like code.\n"
+    "# One entry per machine type; samples_per_sec and peak_bytes per trial are what `perfgate check` compares.\n"
+)
+
+
+class BaselineError(PerfgateError):
+    """A baseline file that cannot be read or written."""
+
+
+@dataclass(frozen=True)
+class TrialEntry:
+    """The per-trial values a baseline keeps (not every step time: the summary of each phase)."""
+
+    samples_per_sec: float
+    peak_bytes: int
+    reserved_bytes: int | None = None
+    step_p50_s: float | None = None
+    step_p95_s: float | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)  # total seconds per phase over the timed steps
+    compile_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config's trials and its first-step losses (the pinned slice's fingerprint for this config)."""
+
+    first_losses: list[float]
+    trials: list[TrialEntry]
+
+    @property
+    def samples_per_sec(self) -> list[float]:
+        return [t.samples_per_sec for t in self.trials]
+
+    @property
+    def peak_bytes(self) -> list[int]:
+        return [t.peak_bytes for t in self.trials]
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One workload measured on one machine type."""
+
+    workload: str
+    fingerprint: dict[str, Any]
+    measured_at: str
+    perfgate_version: str
+    git: dict[str, Any] | None
+    reference: str
+    settings: dict[str, Any]
+    data_checksum: str | None
+    configs: dict[str, ConfigEntry]
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return fingerprint_key(self.fingerprint)
+
+    @property
+    def commit(self) -> str | None:
+        return (self.git or {}).get("sha")
+
+
+def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEntry:
+    """The baseline entry for one workload of a run: every config with at least one successful trial."""
+    configs: dict[str, ConfigEntry] = {}
+    for name, config in workload.configs.items():
+        trials = [
+            TrialEntry(
+                samples_per_sec=t.samples_per_sec,
+                peak_bytes=int(t.memory.get("peak_bytes", 0)),
+                reserved_bytes=t.memory.get("reserved_bytes"),
+                step_p50_s=statistics.median(t.step_s) if t.step_s else None,
+                step_p95_s=_p95(t.step_s),
+                phase_s={p: sum(t.phases_s.get(p, [])) for p in PHASES},
+                compile_s=t.compile_s,
+            )
+            for t in config.trials
+            if t.ok
+        ]
+        if trials:
+            configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials)
+    return BaselineEntry(
+        workload=workload.name,
+        fingerprint=machine_fingerprint(run.environment),
+        measured_at=run.created_at,
+        perfgate_version=run.perfgate_version,
+        git=run.environment.get("git"),
+        reference=workload.reference,
+        settings=dict(workload.settings),
+        data_checksum=workload.data_checksum,
+        configs=configs,
+        environment=run.environment,
+    )
+
+
+def entries_from_results(run: RunResult) -> list[BaselineEntry]:
+    return [entry_from_workload(run, workload) for workload in run.workloads]
+
+
+def merge_entries(old: BaselineEntry | None, new: BaselineEntry) -> BaselineEntry:
+    """Update `old` with `new`'s configs; configs measured only before are kept if the workload is unchanged."""
+    if old is None or old.data_checksum != new.data_checksum or _comparable_settings(old) != _comparable_settings(new):
+        return new
+    configs = {**old.configs, **new.configs}
+    return replace(new, configs={name: configs[name] for name in CONFIG_NAMES if name in configs})
+
+
+def fingerprint_differences(wanted: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    """`field: stored != wanted` for each fingerprint field that differs."""
+    return [
+        f"{name} {stored.get(name)!r} (this machine: {wanted.get(name)!r})"
+        for name in FINGERPRINT_FIELDS
+        if stored.get(name) != wanted.get(name)
+    ]
+
+
+class BaselineStore:
+    """The baseline files of one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path_for(self, workload: str) -> Path:
+        return self.directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', workload)}.yaml"
+
+    def load(self, workload: str) -> dict[str, BaselineEntry]:
+        """Every machine's entry for `workload` (empty when there is no file yet)."""
+        path = self.path_for(workload)
+        if not path.is_file():
+            return {}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(f"cannot read {path}: {exc}", hint="check the file") from exc
+        return parse_baseline(text, source=str(path), workload=workload)
+
+    def find(self, workload: str, fingerprint: Mapping[str, Any]) -> BaselineEntry | None:
+        return self.load(workload).get(fingerprint_key(dict(fingerprint)))
+
+    def write(self, entry: BaselineEntry) -> tuple[BaselineEntry | None, BaselineEntry]:
+        """Store `entry` (merged with this machine's previous one); other machines' entries are untouched.
+
+        Returns this machine's previous entry, if any, and the entry as stored.
+        """
+        entries = self.load(entry.workload)
+        previous = entries.get(entry.key)
+        stored = entries[entry.key] = merge_entries(previous, entry)
+        write_text_atomic(self.path_for(entry.workload), render_baseline(entry.workload, entries.values()))
+        return previous, stored
+
+
+def render_baseline(workload: str, entries: Iterable[BaselineEntry]) -> str:
+    """The YAML text of one workload's baseline file: machines sorted by key, fields in a fixed order."""
+    machines = {entry.key: _entry_to_dict(entry) for entry in sorted(entries, key=lambda e: e.key)}
+    document = {"schema_version": BASELINE_SCHEMA_VERSION, "workload": workload, "machines": machines}
+    # Plain types only (torch's version string is a str subclass that safe_dump refuses); no NaN.
+    document = json.loads(json.dumps(document, allow_nan=False, default=str))
+    return _HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+
+
+def parse_baseline(text: str, *, source: str, workload: str | None = None) -> dict[str, BaselineEntry]:
+    """Parse a baseline file's text into entries keyed by machine; BaselineError on anything malformed."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BaselineError(
+            f"invalid YAML: {' '.join(str(exc).split())}",
+            where=source,
+            hint="fix the file or restore it from git, then run perfgate update",
+        ) from exc
+    reader = _Reader(source)
+    document = reader.mapping(document, "the file")
+    version = document.get("schema_version")
+    if version != BASELINE_SCHEMA_VERSION:
+        raise BaselineError(
+            f"unsupported schema_version {version!r} (this perfgate reads {BASELINE_SCHEMA_VERSION})",
+            where=source,
+            hint="use the perfgate version that wrote it, or run perfgate update to rewrite it",
+        )
+    name = reader.get(document, "workload", str, "the file")
+    if workload is not None and name != workload:
+        raise BaselineError(
+            f"the file is for workload {name!r}, not {workload!r}",
+            where=source,
+            hint="rename or remove it, then run perfgate update",
+        )
+    machines = reader.mapping(document.get("machines"), "machines")
+    entries = {}
+    for key, raw in machines.items():
+        entry = reader.entry(name, raw, f"machines[{key!r}]")
+        entries[entry.key] = entry
+    return entries
+
+
+def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
+    configs = {}
+    for name, config in entry.configs.items():
+        trials = [
+            {
+                "samples_per_sec": _round(t.samples_per_sec),
+                "peak_bytes": t.peak_bytes,
+                "reserved_bytes": t.reserved_bytes,
+                "step_p50_s": _round(t.step_p50_s),
+                "step_p95_s": _round(t.step_p95_s),
+                "compile_s": _round(t.compile_s),
+                "phase_s": {p: _round(v) for p, v in t.phase_s.items()},
+            }
+            for t in config.trials
+        ]
+        sps = config.samples_per_sec
+        configs[name] = {
+            "summary": {
+                "samples_per_sec_median": _round(statistics.median(sps)),
+                "samples_per_sec_spread_pct": _round(100 * (max(sps) - min(sps)) / 2 / statistics.median(sps)),
+                "peak_bytes_median": int(statistics.median(config.peak_bytes)),
+                "trials": len(trials),
+            },
+            "first_losses": [_round(v, 9) for v in config.first_losses],
+            "trials": trials,
+        }
+    return {
+        "fingerprint": dict(entry.fingerprint),
+        "measured_at": entry.measured_at,
+        "perfgate_version": entry.perfgate_version,
+        "git": entry.git,
+        "reference": entry.reference,
+        "settings": entry.settings,
+        "data_checksum": entry.data_checksum,
+        "configs": configs,
+        "environment": entry.environment,
+    }
+
+
+class _Reader:
+    """Checks the shape of parsed YAML and names the place of the first thing that is wrong."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, what: str) -> BaselineError:
+        hint = "fix the file or restore it from git, then run perfgate update"
+        return BaselineError(what, where=self.source, hint=hint)
+
+    def mapping(self, value: Any, where: str) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(f"{where} must be a mapping, got {_type_name(value)}")
+        return value
+
+    def get(self, mapping: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+        if key not in mapping:
+            raise self.fail(f"{where} has no {key!r}")
+        value = mapping[key]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            raise self.fail(f"{where}.{key} has the wrong type ({_type_name(value)})")
+        return value
+
+    def number(self, mapping: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
+        value = mapping.get(key)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(f"{where}.{key} must be a number, got {_type_name(value)}")
+        if not math.isfinite(value) or value < 0:
+            raise self.fail(f"{where}.{key} must be finite and not negative, got {value}")
+        return float(value)
+
+    def entry(self, workload: str, raw: Any, where: str) -> BaselineEntry:
+        raw = self.mapping(raw, where)
+        fingerprint = self.mapping(raw.get("fingerprint"), f"{where}.fingerprint")
+        configs: dict[str, ConfigEntry] = {}
+        for name, config in self.mapping(raw.get("configs"), f"{where}.configs").items():
+            if name not in CONFIG_NAMES:
+                raise self.fail(f"{where}.configs has unknown config {name!r} (known: {', '.join(CONFIG_NAMES)})")
+            configs[name] = self.config(config, f"{where}.configs.{name}")
+        git = raw.get("git")
+        return BaselineEntry(
+            workload=workload,
+            fingerprint={k: fingerprint.get(k) for k in FINGERPRINT_FIELDS},
+            measured_at=str(raw.get("measured_at", "")),
+            perfgate_version=str(raw.get("perfgate_version", "")),
+            git=git if isinstance(git, dict) else None,
+            reference=str(raw.get("reference", "")),
+            settings=self.mapping(raw.get("settings", {}), f"{where}.settings"),
+            data_checksum=raw.get("data_checksum") if isinstance(raw.get("data_checksum"), str) else None,
+            configs=configs,
+            environment=raw.get("environment") if isinstance(raw.get("environment"), dict) else {},
+        )
+
+    def config(self, raw: Any, where: str) -> ConfigEntry:
+        raw = self.mapping(raw, where)
+        losses = raw.get("first_losses", [])
+        if not isinstance(losses, list) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in losses
+        ):
+            raise self.fail(f"{where}.first_losses must be a list of numbers")
+        trials_raw = raw.get("trials")
+        if not isinstance(trials_raw, list) or not trials_raw:
+            raise self.fail(f"{where}.trials must be a non-empty list")
+        trials = []
+        for index, trial in enumerate(trials_raw):
+            here = f"{where}.trials[{index}]"
+            trial = self.mapping(trial, here)
+            samples_per_sec = self.number(trial, "samples_per_sec", here)
+            if not samples_per_sec:
+                raise self.fail(f"{here}.samples_per_sec must be positive")
+            phase_s = self.mapping(trial.get("phase_s", {}), f"{here}.phase_s")
+            trials.append(
+                TrialEntry(
+                    samples_per_sec=samples_per_sec,
+                    peak_bytes=int(self.number(trial, "peak_bytes", here) or 0),
+                    reserved_bytes=_int_or_none(self.number(trial, "reserved_bytes", here, optional=True)),
+                    step_p50_s=self.number(trial, "step_p50_s", here, optional=True),
+                    step_p95_s=self.number(trial, "step_p95_s", here, optional=True),
+                    phase_s={str(p): float(self.number(phase_s, p, f"{here}.phase_s") or 0.0) for p in phase_s},
+                    compile_s=self.number(trial, "compile_s", here, optional=True),
+                )
+            )
+        return ConfigEntry([float(v) for v in losses], trials)
+
+
+def _comparable_settings(entry: BaselineEntry) -> dict[str, Any]:
+    return {k: v for k, v in entry.settings.items() if k != "trials"}
+
+
+def _p95(values: list[float]) -> float | None:
+    from perfgate.summary import percentile
+
+    return percentile(values, 95) if values else None
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    """Six significant digits: enough for any comparison, short enough for a readable diff."""
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _type_name(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__

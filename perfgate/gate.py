@@ -1,0 +1,375 @@
+"""The verdict: measured configs against their baselines, decided once for every front end.
+
+`compare_run` judges results that exist; `run_check` measures, judges, and runs more trials for the
+configs whose verdict is still inconclusive (interleaved, up to `max_trials` or a time budget).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from perfgate.baseline import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload, fingerprint_differences
+from perfgate.environment import fingerprint_key, machine_fingerprint
+from perfgate.project import Limits, ProjectConfig
+from perfgate.references import Reference
+from perfgate.results import RunResult
+from perfgate.runner import LabSession, ProgressCallback, RunSettings
+from perfgate.stats import (
+    DEFAULT_ALPHA,
+    MemoryComparison,
+    ThroughputComparison,
+    Verdict,
+    compare_memory,
+    compare_throughput,
+    per_look_alpha,
+)
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_NO_BASELINE = 3
+DEFAULT_MAX_TRIALS = 8
+DEFAULT_TIME_BUDGET_S = 600.0
+LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
+
+
+class Status(StrEnum):
+    """A config's outcome: the four statistical verdicts, and the reasons there is none."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
+    NOT_COMPARABLE = "not comparable"
+    FAILED = "failed"
+    NO_BASELINE = "no baseline"
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """How a check decides: thresholds (global and per workload/config), alpha and the trial budget."""
+
+    project: ProjectConfig = field(default_factory=ProjectConfig)
+    threshold: float | None = None  # from the command line; overrides the project's global threshold
+    alpha: float = DEFAULT_ALPHA
+    trials: int = 3
+    max_trials: int = DEFAULT_MAX_TRIALS
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    fail_on_inconclusive: bool = False
+
+    @property
+    def alpha_per_look(self) -> float:
+        return per_look_alpha(self.alpha, self.trials, max(self.trials, self.max_trials))
+
+    def limits(self, workload: str, config: str) -> Limits:
+        return self.project.limits(workload, config, threshold=self.threshold)
+
+
+@dataclass(frozen=True)
+class ConfigVerdict:
+    workload: str
+    config: str
+    status: Status
+    reason: str  # one line that makes sense without the table
+    limits: Limits
+    throughput: ThroughputComparison | None = None
+    memory: MemoryComparison | None = None
+    trials_failed: int = 0
+
+
+@dataclass(frozen=True)
+class WorkloadVerdict:
+    workload: str
+    configs: list[ConfigVerdict]
+    baseline: BaselineEntry | None = None
+    problem: str | None = None  # why the workload as a whole could not be compared
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Every workload's verdicts; `exit_code` is the build's answer."""
+
+    workloads: list[WorkloadVerdict]
+    settings: GateSettings
+    run: RunResult | None = None
+    extra_rounds: int = 0
+    stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
+
+    @property
+    def verdicts(self) -> list[ConfigVerdict]:
+        return [c for w in self.workloads for c in w.configs]
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {v.status for v in self.verdicts}
+        if statuses & {Status.REGRESSION, Status.FAILED}:
+            return EXIT_REGRESSION
+        if statuses & {Status.NOT_COMPARABLE, Status.NO_BASELINE} or any(w.problem for w in self.workloads):
+            return EXIT_NO_BASELINE
+        if Status.INCONCLUSIVE in statuses and self.settings.fail_on_inconclusive:
+            return EXIT_REGRESSION
+        return EXIT_OK
+
+
+def missing_baseline(workload: str, store: BaselineStore, fingerprint: Mapping[str, object]) -> str:
+    """The problem line for a workload with no entry for this machine: what differs, what to run."""
+    entries = store.load(workload)
+    command = f"perfgate update (writes {store.path_for(workload)}; commit it)"
+    if not entries:
+        return f"no baseline for {workload} in {store.directory}/; run {command}"
+    closest = min(entries.values(), key=lambda e: len(fingerprint_differences(dict(fingerprint), e.fingerprint)))
+    differences = "; ".join(fingerprint_differences(dict(fingerprint), closest.fingerprint))
+    return (
+        f"no baseline for {workload} on this machine ({fingerprint_key(dict(fingerprint))}); the closest stored one "
+        f"differs in {differences}; run {command}"
+    )
+
+
+def compare_entries(
+    baseline: BaselineEntry,
+    candidate: BaselineEntry,
+    settings: GateSettings,
+    *,
+    configs: Sequence[str] | None = None,
+    failures: Mapping[str, str] | None = None,
+    failed_trials: Mapping[str, int] | None = None,
+) -> WorkloadVerdict:
+    """Judge one workload: comparability first, then each config's throughput and memory.
+
+    `configs` are the configs the candidate ran (default: those it measured); `failures` gives the
+    reason for each that produced no measurement, `failed_trials` how many trials of each failed.
+    """
+    name = candidate.workload
+    changed = _workload_changes(baseline, candidate)
+    if changed:
+        return WorkloadVerdict(
+            name,
+            [],
+            baseline,
+            problem=f"not comparable: the workload changed ({'; '.join(changed)}); if that was intended, "
+            "run perfgate update and commit the new baseline",
+        )
+    verdicts = []
+    for config in configs or list(candidate.configs):
+        reason = (failures or {}).get(config)
+        if reason is not None and config in baseline.configs:
+            limits = settings.limits(name, config)
+            verdicts.append(ConfigVerdict(name, config, Status.FAILED, f"the config failed: {reason}", limits))
+            continue
+        verdict = _compare_config(name, config, baseline.configs.get(config), candidate, settings)
+        verdicts.append(_with_failed_trials(verdict, (failed_trials or {}).get(config, 0)))
+    return WorkloadVerdict(name, verdicts, baseline)
+
+
+def compare_run(
+    run: RunResult,
+    baselines: Mapping[str, BaselineEntry],
+    settings: GateSettings,
+    problems: Mapping[str, str] | None = None,
+) -> GateResult:
+    """Judge every workload of `run` that has a baseline; `problems` are workloads that had none."""
+    workloads = [WorkloadVerdict(name, [], None, problem=text) for name, text in (problems or {}).items()]
+    for workload in run.workloads:
+        if workload.name not in baselines:
+            continue
+        failures = {
+            name: config.failure
+            or next((t.failure for t in config.trials if t.failure), None)
+            or "no trial produced a measurement"
+            for name, config in workload.configs.items()
+            if not any(t.ok for t in config.trials)
+        }
+        workloads.append(
+            compare_entries(
+                baselines[workload.name],
+                entry_from_workload(run, workload),
+                settings,
+                configs=list(workload.configs),
+                failures=failures,
+                failed_trials={name: sum(1 for t in c.trials if not t.ok) for name, c in workload.configs.items()},
+            )
+        )
+    return GateResult(workloads, settings, run)
+
+
+def run_check(
+    references: Sequence[Reference],
+    run_settings: RunSettings,
+    settings: GateSettings,
+    store: BaselineStore,
+    progress: ProgressCallback | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> GateResult:
+    """Measure, compare with the stored baselines, and add trials where the verdict is still open."""
+    started = time.monotonic()
+    with LabSession(references, run_settings, progress) as session:
+        fingerprint = machine_fingerprint(session.environment)
+        baselines: dict[str, BaselineEntry] = {}
+        problems: dict[str, str] = {}
+        for name in session.workload_names:
+            entry = store.find(name, fingerprint)
+            if entry is None:
+                problems[name] = missing_baseline(name, store, fingerprint)
+            else:
+                baselines[name] = entry
+        session.keep(list(baselines))
+        if not baselines:
+            return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
+        session.run_trials(settings.trials)
+        rounds = 0
+        stopped = None
+        while True:
+            result = compare_run(session.result(), baselines, settings, problems)
+            pending = [
+                (v.workload, v.config)
+                for v in result.verdicts
+                if v.status == Status.INCONCLUSIVE and len(session.trials[(v.workload, v.config)]) < settings.max_trials
+            ]
+            if not pending:
+                open_verdicts = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
+                if open_verdicts and settings.max_trials > settings.trials:
+                    stopped = f"--max-trials {settings.max_trials} reached"
+                break
+            round_s = sum(_mean_process_s(session.trials[pair]) for pair in pending)
+            if time.monotonic() - started + round_s > settings.time_budget_s:
+                stopped = f"--time-budget {settings.time_budget_s:g} s reached"
+                break
+            if notify:
+                notify(
+                    f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more trial of each"
+                )
+            session.run_more(pending)
+            rounds += 1
+        return GateResult(result.workloads, settings, result.run, rounds, stopped)
+
+
+def _compare_config(
+    workload: str, config: str, base: ConfigEntry | None, candidate: BaselineEntry, settings: GateSettings
+) -> ConfigVerdict:
+    limits = settings.limits(workload, config)
+    measured = candidate.configs.get(config)
+    if base is None:
+        return ConfigVerdict(
+            workload, config, Status.NO_BASELINE, f"no baseline for config {config}; run perfgate update", limits
+        )
+    if measured is None:
+        reason = "the config failed: no trial produced a measurement"
+        return ConfigVerdict(workload, config, Status.FAILED, reason, limits)
+    if not _losses_match(base.first_losses, measured.first_losses):
+        return ConfigVerdict(
+            workload,
+            config,
+            Status.NOT_COMPARABLE,
+            f"first-step losses changed ({_losses(base.first_losses)} -> {_losses(measured.first_losses)}): the model, "
+            "loss or data changed; if that was intended, run perfgate update",
+            limits,
+        )
+    throughput = compare_throughput(
+        base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, alpha=settings.alpha_per_look
+    )
+    memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory)
+    verdicts = {throughput.verdict, memory.verdict}
+    if Verdict.REGRESSION in verdicts:
+        status = Status.REGRESSION
+    elif Verdict.INCONCLUSIVE in verdicts:
+        status = Status.INCONCLUSIVE
+    elif Verdict.IMPROVEMENT in verdicts:
+        status = Status.IMPROVEMENT
+    else:
+        status = Status.NO_CHANGE
+    reason = "; ".join(part for part in (_throughput_reason(throughput), _memory_reason(memory)) if part)
+    return ConfigVerdict(workload, config, status, reason, limits, throughput, memory)
+
+
+def _throughput_reason(t: ThroughputComparison) -> str:
+    change = f"samples/s {_signed_pct(t.change)} ({t.ratio:.3f}x"
+    if math.isnan(t.ci_low):
+        change += ", one trial a side: no estimate of noise)"
+    else:
+        change += f", {100 * 0.95:.0f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={_p(min(t.p_slower, t.p_faster))})"
+    threshold = f"{100 * t.threshold:g}%"
+    if t.verdict == Verdict.REGRESSION:
+        return f"{change}: a regression beyond the {threshold} threshold (p < {_p(t.alpha)})"
+    if t.verdict == Verdict.IMPROVEMENT:
+        return f"{change}: an improvement beyond {threshold}"
+    if t.verdict == Verdict.NO_CHANGE:
+        return f"{change}: no regression beyond {threshold}"
+    detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
+    noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
+    return (
+        f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} trial-to-trial "
+        f"noise and {t.n_baseline}+{t.n_candidate} trials it could detect slowdowns of {detectable}"
+    )
+
+
+def _memory_reason(m: MemoryComparison) -> str:
+    if m.verdict == Verdict.NO_CHANGE:
+        return ""
+    change = _signed_pct(m.change) if m.change is not None else "from zero"
+    text = f"peak memory {_mib(m.baseline_bytes)} -> {_mib(m.candidate_bytes)} ({change}"
+    text += f", tolerance {100 * m.tolerance:g}%)"
+    if m.verdict == Verdict.REGRESSION:
+        return f"{text}: a memory regression in every trial"
+    if m.verdict == Verdict.IMPROVEMENT:
+        return f"{text}: less memory in every trial"
+    return f"{text}: inconclusive, the trials' ranges overlap"
+
+
+def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:
+    if not failed or verdict.status == Status.FAILED:
+        return verdict
+    return ConfigVerdict(
+        verdict.workload,
+        verdict.config,
+        verdict.status,
+        f"{verdict.reason} ({failed} trial{'s' if failed > 1 else ''} failed and not counted)",
+        verdict.limits,
+        verdict.throughput,
+        verdict.memory,
+        failed,
+    )
+
+
+def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list[str]:
+    changes = []
+    for key in ("batch_size", "steps", "warmup_steps", "seed"):
+        old, new = baseline.settings.get(key), candidate.settings.get(key)
+        if old is not None and old != new:
+            changes.append(f"{key} {old} -> {new}")
+    if baseline.data_checksum and candidate.data_checksum and baseline.data_checksum != candidate.data_checksum:
+        changes.append(f"data-slice checksum {baseline.data_checksum[:12]} -> {candidate.data_checksum[:12]}")
+    return changes
+
+
+def _losses_match(old: Sequence[float], new: Sequence[float]) -> bool:
+    if not old or not new:
+        return True  # nothing recorded on one side: the checksum is the only evidence
+    return len(old) == len(new) and all(
+        math.isclose(a, b, rel_tol=LOSS_TOLERANCE, abs_tol=1e-6) for a, b in zip(old, new, strict=True)
+    )
+
+
+def _mean_process_s(trials: Sequence[object]) -> float:
+    times = [t.process_s for t in trials if getattr(t, "process_s", None)]  # type: ignore[attr-defined]
+    return sum(times) / len(times) if times else 10.0
+
+
+def _losses(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.4g}" for v in values)
+
+
+def _signed_pct(fraction: float) -> str:
+    return f"{100 * fraction:+.1f}%"
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
+
+
+def _mib(count: int) -> str:
+    from perfgate.report import format_bytes
+
+    return format_bytes(count)

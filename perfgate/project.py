@@ -1,0 +1,196 @@
+"""Project configuration: `[tool.perfgate]` in pyproject.toml, or `perfgate.yaml`, in the current folder.
+
+```toml
+[tool.perfgate]
+workloads = ["perf/workloads.py:gpt_small", "vision"]
+threshold = "5%"            # throughput regression threshold
+memory_threshold = "5%"     # peak-memory tolerance
+alpha = 0.01                # significance level of a check
+max_trials = 8              # power-aware checks stop adding trials here
+
+[tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
+"vision-small" = { throughput = "10%" }
+"*/bf16-compile" = { memory = "10%" }
+"lm-small/bf16-compile" = { throughput = "8%", memory = "10%" }
+```
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfgate.configs import CONFIG_NAMES
+from perfgate.errors import UsageError
+from perfgate.stats import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
+
+KEYS = ("workloads", "threshold", "memory_threshold", "alpha", "max_trials", "thresholds")
+METRICS = ("throughput", "memory")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The thresholds that apply to one workload and config."""
+
+    throughput: float = DEFAULT_THRESHOLD
+    memory: float = DEFAULT_MEMORY_TOLERANCE
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """What the project file says; None where it says nothing."""
+
+    source: str | None = None
+    base_dir: Path = field(default_factory=Path.cwd)
+    workloads: list[str] | None = None
+    threshold: float | None = None
+    memory_threshold: float | None = None
+    alpha: float | None = None
+    max_trials: int | None = None
+    thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def limits(self, workload: str, config: str, *, threshold: float | None = None) -> Limits:
+        """Thresholds for one workload and config: per-config override, then per-workload, then global.
+
+        `threshold` (from the command line) replaces the global throughput threshold, not the overrides.
+        """
+        throughput = threshold if threshold is not None else self.threshold
+        memory = self.memory_threshold
+        values = {"throughput": throughput, "memory": memory}
+        for key in (workload, f"*/{config}", f"{workload}/{config}"):  # least specific first
+            values.update(self.thresholds.get(key, {}))
+        return Limits(
+            throughput=values["throughput"] if values["throughput"] is not None else DEFAULT_THRESHOLD,
+            memory=values["memory"] if values["memory"] is not None else DEFAULT_MEMORY_TOLERANCE,
+        )
+
+
+def parse_fraction(value: Any, where: str) -> float:
+    """`"5%"` or `0.05` to 0.05; anything ambiguous or out of range is a UsageError."""
+    hint = 'write a percentage such as "5%" (or the fraction 0.05)'
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.endswith("%"):
+            try:
+                number = float(text)
+            except ValueError:
+                raise UsageError(f"{value!r} is not a percentage", where=where, hint=hint) from None
+            return _fraction(number, value, where, hint)
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            raise UsageError(f"{value!r} is not a percentage", where=where, hint=hint) from None
+        if not 0 < percent < 100:
+            raise UsageError(f"{value!r} must be between 0% and 100%", where=where, hint=hint)
+        return percent / 100
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _fraction(float(value), value, where, hint)
+    raise UsageError(f"{value!r} is not a percentage", where=where, hint=hint)
+
+
+def _fraction(number: float, original: Any, where: str, hint: str) -> float:
+    if 0 < number < 1:
+        return number
+    if number >= 1:
+        raise UsageError(f"{original!r} is ambiguous: a fraction must be below 1", where=where, hint=hint)
+    raise UsageError(f"{original!r} must be positive", where=where, hint=hint)
+
+
+def load_project_config(directory: Path | None = None) -> ProjectConfig:
+    """Read `[tool.perfgate]` from pyproject.toml, else `perfgate.yaml`, in `directory` (default: cwd)."""
+    directory = directory or Path.cwd()
+    pyproject = directory / "pyproject.toml"
+    section: Any = None
+    source = None
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot parse pyproject.toml: {exc}", where=str(pyproject)) from exc
+        section = data.get("tool", {}).get("perfgate")
+        source = f"{pyproject} [tool.perfgate]"
+    perfgate_yaml = directory / "perfgate.yaml"
+    if section is None and perfgate_yaml.is_file():
+        try:
+            section = yaml.safe_load(perfgate_yaml.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"cannot parse perfgate.yaml: {' '.join(str(exc).split())}", where=str(perfgate_yaml)
+            ) from exc
+        source = str(perfgate_yaml)
+    if section is None:
+        return ProjectConfig(base_dir=directory)
+    assert source is not None
+    if not isinstance(section, dict):
+        raise UsageError("the perfgate settings must be a table of keys", where=source)
+    return _parse(section, source, directory)
+
+
+def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConfig:
+    for key in section:
+        if key not in KEYS:
+            raise UsageError(f"unknown key {key!r}", where=source, hint=_suggest(str(key), KEYS))
+    workloads = section.get("workloads")
+    if workloads is not None and (not isinstance(workloads, list) or not all(isinstance(w, str) for w in workloads)):
+        hint = 'write workloads = ["perf/workloads.py:gpt_small"]'
+        raise UsageError("workloads must be a list of strings", where=source, hint=hint)
+    alpha = section.get("alpha")
+    if alpha is not None:
+        alpha = parse_fraction(alpha, f"{source} alpha")
+    max_trials = section.get("max_trials")
+    if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
+        raise UsageError(f"max_trials must be a whole number of at least 1, got {max_trials!r}", where=source)
+    thresholds: dict[str, dict[str, float]] = {}
+    raw_thresholds = section.get("thresholds", {})
+    if not isinstance(raw_thresholds, dict):
+        raise UsageError(
+            "thresholds must be a table", where=source, hint='write "vision-small" = { throughput = "10%" }'
+        )
+    for key, values in raw_thresholds.items():
+        where = f"{source} thresholds.{key}"
+        _check_threshold_key(str(key), where)
+        if not isinstance(values, dict):
+            hint = 'write { throughput = "10%", memory = "5%" }'
+            raise UsageError("must be a table of metrics", where=where, hint=hint)
+        parsed = {}
+        for metric, value in values.items():
+            if metric not in METRICS:
+                raise UsageError(f"unknown metric {metric!r}", where=where, hint=_suggest(str(metric), METRICS))
+            parsed[metric] = parse_fraction(value, f"{where}.{metric}")
+        thresholds[str(key)] = parsed
+    return ProjectConfig(
+        source=source,
+        base_dir=directory,
+        workloads=workloads,
+        threshold=_optional_fraction(section, "threshold", source),
+        memory_threshold=_optional_fraction(section, "memory_threshold", source),
+        alpha=alpha,
+        max_trials=max_trials,
+        thresholds=thresholds,
+    )
+
+
+def _check_threshold_key(key: str, where: str) -> None:
+    workload, slash, config = key.partition("/")
+    if not workload or (slash and config not in CONFIG_NAMES):
+        raise UsageError(
+            f"bad key {key!r}",
+            where=where,
+            hint=f'use "WORKLOAD", "WORKLOAD/CONFIG" or "*/CONFIG" with CONFIG one of {", ".join(CONFIG_NAMES)}',
+        )
+
+
+def _optional_fraction(section: dict[str, Any], key: str, source: str) -> float | None:
+    return None if section.get(key) is None else parse_fraction(section[key], f"{source} {key}")
+
+
+def _suggest(word: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"known keys: {', '.join(choices)}"

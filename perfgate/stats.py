@@ -1,0 +1,244 @@
+"""The gate's statistics: throughput ratios with intervals and significance, memory tolerance, verdicts.
+
+Pure functions over sequences of numbers that return frozen dataclasses; this is the only module that
+imports scipy. Throughput is compared with Welch's t-test on log samples/sec: the log makes a ratio
+of geometric means the estimate (a slowdown is multiplicative), and unlike an exact Mann-Whitney U
+test it can reach significance with three trials a side (Mann-Whitney's smallest one-sided p for 3
+vs 3 is 1/20 = 0.05, so it could never fail a build at alpha 0.01; see `smallest_mann_whitney_p`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy import stats as _scipy_stats
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+DEFAULT_MEMORY_TOLERANCE = 0.05
+DEFAULT_MEMORY_FLOOR_BYTES = 2 << 20  # a CPU process's peak RSS jitters by pages
+CONFIDENCE = 0.95  # of the interval shown next to the ratio
+DETECTION_POWER = 0.8  # the power at which the minimum detectable effect is quoted
+
+
+class Verdict(StrEnum):
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class ThroughputComparison:
+    """Candidate against baseline samples/sec: ratio of geometric means, interval, tests and verdict."""
+
+    baseline_median: float  # samples/sec, median over trials
+    candidate_median: float
+    ratio: float  # candidate / baseline, of geometric means; below 1 is slower
+    ci_low: float  # CONFIDENCE interval of the ratio (nan when noise cannot be estimated)
+    ci_high: float
+    p_slower: float  # one-sided p-value of "the candidate is not slower"
+    p_faster: float  # one-sided p-value of "the candidate is not faster"
+    n_baseline: int
+    n_candidate: int
+    noise: float  # per-trial standard deviation of log throughput (about the relative noise); nan if unknown
+    detectable_slowdown: float  # slowdown (as a fraction of throughput) detectable at alpha with 80% power
+    threshold: float
+    alpha: float
+    verdict: Verdict
+
+    @property
+    def change(self) -> float:
+        """Relative change of samples/sec: -0.1 is 10% fewer samples per second."""
+        return self.ratio - 1.0
+
+
+@dataclass(frozen=True)
+class MemoryComparison:
+    """Candidate against baseline peak memory (medians over trials) with a relative tolerance."""
+
+    baseline_bytes: int
+    candidate_bytes: int
+    tolerance: float
+    floor_bytes: int
+    verdict: Verdict
+
+    @property
+    def change_bytes(self) -> int:
+        return self.candidate_bytes - self.baseline_bytes
+
+    @property
+    def change(self) -> float | None:
+        """Relative change; None when the baseline is zero (the change is then only in bytes)."""
+        if self.baseline_bytes == 0:
+            return 0.0 if self.candidate_bytes == 0 else None
+        return self.change_bytes / self.baseline_bytes
+
+
+def slowdown_bound(threshold: float) -> float:
+    """The throughput ratio below which a change counts as a regression beyond `threshold`.
+
+    A 5% regression means 5% more time per sample, that is samples/sec below 1/1.05 of the baseline;
+    defining it on this log-symmetric scale makes swapping baseline and candidate turn a regression
+    into an improvement exactly.
+    """
+    return 1.0 / (1.0 + threshold)
+
+
+def compare_throughput(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> ThroughputComparison:
+    """Compare per-trial samples/sec of a candidate with a baseline and decide.
+
+    - regression: the estimated ratio is below 1/(1+threshold) and the slowdown is significant
+      (one-sided p below `alpha`);
+    - improvement: the mirror image;
+    - no change: the interval's lower end is above 1/(1+threshold), so the data rule out a regression
+      beyond the threshold;
+    - inconclusive: anything else, including too few trials to estimate the noise.
+    """
+    _check_level(threshold, "threshold")
+    _check_level(alpha, "alpha")
+    log_b = _logs(baseline, "baseline")
+    log_c = _logs(candidate, "candidate")
+    difference = statistics.fmean(log_c) - statistics.fmean(log_b)
+    se, df, noise = _standard_error(log_b, log_c)
+    ratio = math.exp(difference)
+    if se is None:  # one trial a side: no estimate of noise at all
+        p_slower = p_faster = ci_low = ci_high = detectable = math.nan
+    elif se == 0.0:  # identical trials on each side: the difference is exact
+        p_slower = 0.0 if difference < 0 else 1.0
+        p_faster = 0.0 if difference > 0 else 1.0
+        ci_low = ci_high = ratio
+        detectable = 0.0
+    else:
+        t_statistic = difference / se
+        p_slower = float(_scipy_stats.t.cdf(t_statistic, df))
+        p_faster = float(_scipy_stats.t.sf(t_statistic, df))
+        half_width = float(_scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+        ci_low, ci_high = math.exp(difference - half_width), math.exp(difference + half_width)
+        detectable_log = (
+            float(_scipy_stats.t.ppf(1 - alpha, df)) + float(_scipy_stats.t.ppf(DETECTION_POWER, df))
+        ) * se
+        detectable = 1.0 - math.exp(-detectable_log)
+    bound = slowdown_bound(threshold)
+    if ratio < bound and p_slower < alpha:
+        verdict = Verdict.REGRESSION
+    elif ratio > 1 / bound and p_faster < alpha:
+        verdict = Verdict.IMPROVEMENT
+    elif ci_low >= bound:  # False for nan: no noise estimate is never "no change"
+        verdict = Verdict.NO_CHANGE
+    else:
+        verdict = Verdict.INCONCLUSIVE
+    return ThroughputComparison(
+        baseline_median=statistics.median(baseline),
+        candidate_median=statistics.median(candidate),
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_slower=p_slower,
+        p_faster=p_faster,
+        n_baseline=len(log_b),
+        n_candidate=len(log_c),
+        noise=noise,
+        detectable_slowdown=detectable,
+        threshold=threshold,
+        alpha=alpha,
+        verdict=verdict,
+    )
+
+
+def compare_memory(
+    baseline: Sequence[int],
+    candidate: Sequence[int],
+    *,
+    tolerance: float = DEFAULT_MEMORY_TOLERANCE,
+    floor_bytes: int = DEFAULT_MEMORY_FLOOR_BYTES,
+) -> MemoryComparison:
+    """Compare peak memory: medians with a relative tolerance, checked against the trials' ranges.
+
+    A change counts when the medians differ by more than both `tolerance` of the baseline and
+    `floor_bytes` (so allocator jitter on a tiny footprint, or a zero baseline, never fails a build),
+    and the data support it: every candidate trial lies beyond every baseline trial. A change beyond
+    the tolerance whose trials overlap is inconclusive. On CUDA, peak allocated memory repeats to the
+    byte and the ranges never overlap; a CPU process's peak RSS varies by a few MiB between trials.
+    """
+    _check_level(tolerance, "memory tolerance")
+    if floor_bytes < 0:
+        raise ValueError(f"floor_bytes must be >= 0, got {floor_bytes}")
+    if not baseline or not candidate:
+        raise ValueError("compare_memory needs at least one value on each side")
+    if any(v < 0 for v in (*baseline, *candidate)):
+        raise ValueError("peak memory cannot be negative")
+    base = int(statistics.median(baseline))
+    cand = int(statistics.median(candidate))
+    allowed = max(tolerance * base, floor_bytes)
+    if cand - base > allowed:
+        verdict = Verdict.REGRESSION if min(candidate) > max(baseline) else Verdict.INCONCLUSIVE
+    elif base - cand > allowed:
+        verdict = Verdict.IMPROVEMENT if max(candidate) < min(baseline) else Verdict.INCONCLUSIVE
+    else:
+        verdict = Verdict.NO_CHANGE
+    return MemoryComparison(base, cand, tolerance, floor_bytes, verdict)
+
+
+def per_look_alpha(alpha: float, trials: int, max_trials: int) -> float:
+    """Split `alpha` evenly over the looks a power-aware check may take (Bonferroni).
+
+    A check tests after its first `trials` and again after every extra trial up to `max_trials`;
+    testing that often at the full alpha would raise the false-alarm rate with every look.
+    """
+    looks = max(1, max_trials - trials + 1)
+    return alpha / looks
+
+
+def smallest_mann_whitney_p(n_baseline: int, n_candidate: int) -> float:
+    """The smallest one-sided p-value an exact Mann-Whitney U test can give for these sample sizes."""
+    return 1.0 / math.comb(n_baseline + n_candidate, n_baseline)
+
+
+def _standard_error(log_b: list[float], log_c: list[float]) -> tuple[float | None, float, float]:
+    """Standard error of the difference of log means, its degrees of freedom, and per-trial noise.
+
+    Welch's unequal-variance form when both sides have two or more trials; with one trial on a side,
+    that side borrows the other's variance (there is nothing else to go on).
+    """
+    n_b, n_c = len(log_b), len(log_c)
+    var_b = statistics.variance(log_b) if n_b > 1 else None
+    var_c = statistics.variance(log_c) if n_c > 1 else None
+    if var_b is None and var_c is None:
+        return None, math.nan, math.nan
+    if var_b is None or var_c is None:
+        variance = var_c if var_b is None else var_b
+        assert variance is not None
+        df = float((n_c if var_b is None else n_b) - 1)
+        return math.sqrt(variance * (1 / n_b + 1 / n_c)), df, math.sqrt(variance)
+    share_b, share_c = var_b / n_b, var_c / n_c
+    se_squared = share_b + share_c
+    noise = math.sqrt(((n_b - 1) * var_b + (n_c - 1) * var_c) / (n_b + n_c - 2))
+    if se_squared == 0.0:
+        return 0.0, float(n_b + n_c - 2), 0.0
+    # Welch-Satterthwaite degrees of freedom.
+    df = se_squared**2 / (share_b**2 / (n_b - 1) + share_c**2 / (n_c - 1))
+    return math.sqrt(se_squared), df, noise
+
+
+def _logs(values: Sequence[float], side: str) -> list[float]:
+    if not values:
+        raise ValueError(f"the {side} has no trials")
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"the {side}'s samples/sec must be positive and finite")
+    return [math.log(v) for v in values]
+
+
+def _check_level(value: float, name: str) -> None:
+    if not 0 < value < 1:
+        raise ValueError(f"{name} must be between 0 and 1, got {value}")
