@@ -110,7 +110,8 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     """A readable key naming the machine type, used to file its baseline entries."""
     if fingerprint.get("device_type") == "cpu":
         threads = fingerprint.get("threads")
-        return f"cpu {fingerprint.get('cpu_model')}, {threads} threads, torch {fingerprint.get('torch')}"
+        plural = "" if threads == 1 else "s"
+        return f"cpu {fingerprint.get('cpu_model')}, {threads} thread{plural}, torch {fingerprint.get('torch')}"
     return (
         f"{fingerprint.get('device_count')}x {fingerprint.get('device_name')}, cuda {fingerprint.get('cuda')}, "
         f"torch {fingerprint.get('torch')}"

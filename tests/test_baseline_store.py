@@ -1,0 +1,144 @@
+"""The baseline store: YAML round trip, one entry per machine, atomic writes, safe loading."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from perfgate.baseline import BaselineEntry, BaselineError, BaselineStore, ConfigEntry, TrialEntry, parse_baseline
+from perfgate.environment import fingerprint_key, machine_fingerprint
+
+FINGERPRINT = {
+    "device_type": "cpu",
+    "device_name": None,
+    "device_count": 1,
+    "cuda": None,
+    "torch": "2.13.0+cpu",
+    "cpu_model": "AMD EPYC",
+    "threads": 2,
+}
+
+
+def entry(*, cpu_model: str = "AMD EPYC", sps: tuple[float, ...] = (100.0, 101.0, 99.5), checksum: str = "sha256:ab"):
+    trials = [
+        TrialEntry(samples_per_sec=v, peak_bytes=1000 + i, phase_s={"data_wait": 0.01}) for i, v in enumerate(sps)
+    ]
+    return BaselineEntry(
+        workload="gpt-small",
+        fingerprint={**FINGERPRINT, "cpu_model": cpu_model},
+        measured_at="2026-11-22T10:00:00+00:00",
+        perfgate_version="0.1.0",
+        git={"sha": "0123456789abcdef", "branch": "main", "dirty": False},
+        reference="perf.py:gpt_small",
+        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0, "trials": 3},
+        data_checksum=checksum,
+        configs={"fp32": ConfigEntry([2.5, 2.4, 2.3], trials)},
+    )
+
+
+def test_an_entry_survives_the_round_trip_through_yaml(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(entry())
+    loaded = store.find("gpt-small", FINGERPRINT)
+    assert loaded is not None
+    assert loaded.configs["fp32"].samples_per_sec == [100.0, 101.0, 99.5]
+    assert loaded.configs["fp32"].peak_bytes == [1000, 1001, 1002]
+    assert loaded.configs["fp32"].first_losses == [2.5, 2.4, 2.3]
+    assert loaded.commit == "0123456789abcdef"
+    assert loaded.data_checksum == "sha256:ab"
+
+
+def test_updating_one_machine_never_touches_another(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(entry(cpu_model="Intel Xeon", sps=(50.0, 51.0)))
+    before = store.load("gpt-small")
+    store.write(entry())
+    store.write(entry(sps=(200.0, 201.0)))
+    after = store.load("gpt-small")
+    intel = fingerprint_key({**FINGERPRINT, "cpu_model": "Intel Xeon"})
+    assert after[intel] == before[intel]
+    assert after[fingerprint_key(FINGERPRINT)].configs["fp32"].samples_per_sec == [200.0, 201.0]
+
+
+def test_the_file_is_stable_so_a_rewrite_is_an_empty_diff(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(entry())
+    first = store.path_for("gpt-small").read_text()
+    store.write(entry())
+    assert store.path_for("gpt-small").read_text() == first
+    assert first.index("schema_version") < first.index("workload") < first.index("machines")
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    store = BaselineStore(tmp_path)
+    store.write(entry())
+    old = store.path_for("gpt-small").read_text()
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.write(entry(sps=(1.0, 2.0)))
+    assert store.path_for("gpt-small").read_text() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt-small.yaml"]
+
+
+def test_a_yaml_tag_that_would_run_code_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "gpt-small.yaml"
+    path.write_text(
+        f'schema_version: 1\nworkload: !!python/object/apply:os.system ["touch {marker}"]\nmachines: {{}}\n'
+    )
+    with pytest.raises(BaselineError, match="invalid YAML"):
+        BaselineStore(tmp_path).load("gpt-small")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("schema_version: 1\nworkload: [unclosed\n", "invalid YAML"),
+        ("", "the file must be a mapping, got nothing"),
+        ("schema_version: 99\nworkload: gpt-small\nmachines: {}\n", "unsupported schema_version 99"),
+        ("schema_version: 1\nworkload: other\nmachines: {}\n", "the file is for workload 'other', not 'gpt-small'"),
+        ("schema_version: 1\nworkload: gpt-small\nmachines: []\n", "machines must be a mapping"),
+    ],
+)
+def test_malformed_baseline_files_name_what_is_wrong(tmp_path, text, message):
+    (tmp_path / "gpt-small.yaml").write_text(text)
+    with pytest.raises(BaselineError) as raised:
+        BaselineStore(tmp_path).load("gpt-small")
+    assert message in raised.value.one_line()
+    assert str(tmp_path / "gpt-small.yaml") in raised.value.one_line()
+
+
+def test_negative_or_missing_trial_values_are_refused(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(entry())
+    path = store.path_for("gpt-small")
+    path.write_text(path.read_text().replace("samples_per_sec: 101.0", "samples_per_sec: -101.0"))
+    with pytest.raises(BaselineError, match=r"trials\[1\]\.samples_per_sec must be finite and not negative"):
+        parse_baseline(path.read_text(), source=str(path))
+
+
+def test_the_fingerprint_keeps_stable_fields_only():
+    environment = {
+        "torch": "2.13.0+cpu",
+        "cuda": None,
+        "device": {"type": "cpu", "name": "AMD EPYC", "count": 1},
+        "cpu": {"model": "AMD EPYC", "logical_cores": 2, "available_cores": 2},
+        "threads": 2,
+        "python": "3.11.7",
+        "git": {"sha": "abc"},
+        "platform": "Linux-6.1-x86_64",
+    }
+    assert machine_fingerprint(environment) == FINGERPRINT
+    gpu = {**environment, "cuda": "12.4", "device": {"type": "cuda", "name": "NVIDIA H100", "count": 8}}
+    assert fingerprint_key(machine_fingerprint(gpu)) == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
+
+
+def test_the_path_of_a_workload_name_stays_inside_the_folder(tmp_path):
+    assert BaselineStore(tmp_path).path_for("../../etc/passwd").parent == Path(tmp_path)

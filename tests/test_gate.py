@@ -1,0 +1,171 @@
+"""`perfgate update`, `check` and `compare` end to end: real trials, real baseline files, real git."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import WORKLOADS, run_cli
+
+GATED = f"{WORKLOADS / 'gated.py'}:gated"
+# One config, three trials, no extra trials: each check is three trial processes. One thread: on a busy
+# 2-core machine, two OpenMP threads stall on each other's barriers and a trial of tiny ops can take 40x longer.
+CHECK = ("check", GATED, "--configs", "fp32", "--trials", "3", "--max-trials", "3", "--threads", "1", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A project folder whose baselines/ holds the gated workload measured on this machine."""
+    folder = tmp_path_factory.mktemp("project")
+    result = run_cli("update", GATED, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "baselines/gated.yaml: new baseline for gated on cpu " in result.stdout
+    return folder
+
+
+def test_update_writes_a_reviewable_baseline_for_this_machine(project):
+    document = yaml.safe_load((project / "baselines" / "gated.yaml").read_text())
+    assert document["schema_version"] == 1 and document["workload"] == "gated"
+    (entry,) = document["machines"].values()
+    assert entry["fingerprint"]["device_type"] == "cpu"
+    assert entry["settings"]["steps"] == 8 and entry["settings"]["trials"] == 3
+    assert entry["data_checksum"].startswith("sha256:")
+    fp32 = entry["configs"]["fp32"]
+    assert len(fp32["trials"]) == 3 and len(fp32["first_losses"]) == 3
+    assert set(fp32["trials"][0]["phase_s"]) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
+
+
+def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
+    """Exit 0 for the same code. alpha 0.001 keeps this test's own false-alarm chance negligible; the
+    false-alarm rate at the default alpha is measured by benchmarks/power.py, not here."""
+    results = tmp_path / "results.json"
+    result = run_cli(*CHECK, "--alpha", "0.001", "--json", str(results), cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "gate: gated  (baseline measured " in result.stdout
+    assert "REGRESSION" not in result.stdout
+    assert "Exit 0 (pass)." in result.stdout
+    compared = run_cli("compare", str(results), "--alpha", "0.001", cwd=project)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    gate_lines = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "x " in line]
+    assert gate_lines and gate_lines[-1] in compared.stdout  # the same verdict row, measured once
+
+
+def test_check_fails_when_each_step_does_clearly_more_work(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "slow"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 regression (gated fp32)" in result.stdout
+    assert "! fp32: samples/s -" in result.stdout
+    assert "a regression beyond the 5% threshold" in result.stdout
+
+
+def test_check_fails_when_peak_memory_grows(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "memory"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 regression (gated fp32)" in result.stdout
+    assert "a memory regression in every trial" in result.stdout
+
+
+def test_a_changed_data_slice_is_not_comparable_rather_than_a_regression(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "data"})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "not comparable: the workload changed (data-slice checksum " in result.stdout
+    assert "run perfgate update and commit the new baseline" in result.stdout
+    assert "regression" not in result.stdout.lower().replace("performance-regression", "")
+
+
+def test_a_missing_baseline_exits_3_naming_the_differing_fields(project, tmp_path):
+    other = tmp_path / "baselines"
+    other.mkdir()
+    text = (project / "baselines" / "gated.yaml").read_text()
+    document = yaml.safe_load(text)
+    (entry,) = document["machines"].values()
+    entry["fingerprint"]["threads"] = 64
+    document["machines"] = {"another machine": entry}
+    (other / "gated.yaml").write_text(yaml.safe_dump(document))
+    result = run_cli(*CHECK, "--baseline-dir", str(other), cwd=project)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "no baseline for gated on this machine" in result.stdout
+    assert "differs in threads 64 (this machine: " in result.stdout
+    assert f"run perfgate update (writes {other / 'gated.yaml'}; commit it)" in result.stdout
+    assert "[1/" not in result.stderr  # nothing was measured
+
+
+def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
+    result = run_cli(*CHECK, cwd=tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "no baseline for gated in baselines/; run perfgate update (writes baselines/gated.yaml; commit it)" in (
+        result.stdout
+    )
+
+
+def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    shutil.copy(WORKLOADS / "tiny.py", tmp_path / "work.py")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "start")
+    git("add", "work.py")
+    result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: the working tree has uncommitted changes (work.py): a baseline must match a commit; "
+        "commit them or stash them, or pass --allow-dirty\n"
+    ).replace("commit them or stash them", "commit or stash them")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "work")
+    (tmp_path / "baselines").mkdir()
+    result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    stored = yaml.safe_load((tmp_path / "baselines" / "tiny.yaml").read_text())
+    (entry,) = stored["machines"].values()
+    assert entry["git"]["dirty"] is False and len(entry["git"]["sha"]) == 40
+
+
+def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_path):
+    base = {
+        "schema_version": 1,
+        "perfgate_version": "0.1.0",
+        "created_at": "2026-11-22T00:00:00+00:00",
+        "environment": {"device": {"type": "cpu", "count": 1}, "threads": 2, "torch": "2.13.0"},
+        "workloads": [
+            {
+                "name": "w",
+                "reference": "w.py:w",
+                "settings": {"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0, "trials": 4},
+                "data_checksum": "sha256:00",
+                "first_losses": {"fp32": [1.0]},
+                "configs": {
+                    "fp32": {
+                        "config": "fp32",
+                        "failure": None,
+                        "trials": [
+                            {
+                                "config": "fp32",
+                                "trial": i,
+                                "status": "ok",
+                                "samples_per_sec": sps,
+                                "memory": {"peak_bytes": 1 << 20},
+                                "first_losses": [1.0],
+                            }
+                            for i, sps in enumerate((1000, 1010, 990, 1005))
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+    slower = json.loads(json.dumps(base))
+    for trial in slower["workloads"][0]["configs"]["fp32"]["trials"]:
+        trial["samples_per_sec"] *= 0.8
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "slow.json").write_text(json.dumps(slower))
+    result = run_cli("compare", "base.json", "slow.json", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "samples/s -20.0% (0.800x" in result.stdout
+    same = run_cli("compare", "base.json", "base.json", cwd=tmp_path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "1 no change" in same.stdout
