@@ -56,7 +56,7 @@ from perfgate.stats import (
     DEFAULT_THRESHOLD,
     Verdict,
     compare_throughput,
-    per_look_alpha,
+    looks,
     smallest_mann_whitney_p,
 )
 
@@ -69,7 +69,7 @@ LAB_COMPARISONS = 6  # the default lab: 2 workloads x 3 configs
 PYTEST_BENCHMARK_LIMIT = 0.05  # --benchmark-compare-fail=median:5%
 ASV_FACTOR = 1.1  # asv continuous / compare default --factor
 ASV_ALPHA = 0.05  # as briefed; asv's own is_different() defaults to p_threshold=0.002 (see the notes printed)
-VERDICT_ORDER = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.NO_CHANGE, Verdict.IMPROVEMENT)
+NOISY_BASELINE = 0.20  # real: warn when a baseline's trials differ by more than this (max/min - 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,11 +104,13 @@ def perfgate_sequential(
 
     Returns the final verdict, the candidate trials used, and the verdict at the first look.
     """
-    alpha_per_look = per_look_alpha(alpha, trials, max(trials, max_trials))
+    checks = looks(trials, max(trials, max_trials))
     used = trials
     first: Verdict | None = None
     while True:
-        verdict = compare_throughput(baseline, candidate_pool[:used], threshold=threshold, alpha=alpha_per_look).verdict
+        verdict = compare_throughput(
+            baseline, candidate_pool[:used], threshold=threshold, alpha=alpha, looks=checks
+        ).verdict
         first = first or verdict
         if verdict != Verdict.INCONCLUSIVE or used >= max_trials:
             return verdict, used, first
@@ -171,7 +173,7 @@ def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def command_simulate(args: argparse.Namespace) -> int:
     started = time.monotonic()
     trials, max_trials = DEFAULT_TRIALS, DEFAULT_MAX_TRIALS
-    looks = max(1, max_trials - trials + 1)
+    n_looks = looks(trials, max_trials)
     cells: dict[tuple[float, str], CellResult] = {}
     for noise_index, noise in enumerate(NOISE_LEVELS):
         for scenario_index, (scenario, slowdown) in enumerate(SCENARIOS):
@@ -193,7 +195,8 @@ def command_simulate(args: argparse.Namespace) -> int:
         f"throughput; an X% slowdown: factor = 1/(1+X)",
         f"- perfgate: baseline {DEFAULT_UPDATE_TRIALS} trials, candidate {trials} trials adding one at a time "
         f"while inconclusive up to {max_trials}; threshold {DEFAULT_THRESHOLD:g}, alpha {DEFAULT_ALPHA:g} "
-        f"split over {looks} looks = {per_look_alpha(DEFAULT_ALPHA, trials, max_trials):.4g} per look "
+        f"and the no-change interval's 2.5% split over {n_looks} looks = {DEFAULT_ALPHA / n_looks:.4g} and "
+        f"{0.025 / n_looks:.4g} per look; trials more than 2x off their side's median left out "
         "(perfgate.stats.compare_throughput; throughput only, no memory verdict)",
         f"- pytest-benchmark: one run a side, fail if time_new > time_old x {1 + PYTEST_BENCHMARK_LIMIT:g}",
         f"- asv: {DEFAULT_UPDATE_TRIALS} baseline vs {trials} candidate trials; median time ratio > {ASV_FACTOR:g} "
@@ -380,8 +383,22 @@ def _cli(arguments: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess
     )
 
 
-def _baseline_step_times(baseline_dir: Path) -> tuple[str, dict[str, float], dict[str, float]]:
-    """The workload name, and per config the median step_p50_s and the expected slow/base throughput ratio."""
+@dataclass(frozen=True)
+class BaselineInfo:
+    """What the real run needs from the baseline it wrote: per config, step times and trial throughputs."""
+
+    workload: str
+    step_p50_s: dict[str, float]  # median over trials of each trial's median step time
+    mean_step_s: dict[str, float]  # median over trials of batch / samples_per_sec (the mean step)
+    samples_per_sec: dict[str, list[float]]
+
+    def spread(self, config: str) -> float:
+        values = self.samples_per_sec[config]
+        return max(values) / min(values) - 1.0
+
+
+def read_baseline(baseline_dir: Path) -> BaselineInfo:
+    """The single workload's single machine entry of the baseline folder `perfgate update` wrote."""
     import yaml
 
     files = sorted(baseline_dir.glob("*.yaml"))
@@ -393,12 +410,12 @@ def _baseline_step_times(baseline_dir: Path) -> tuple[str, dict[str, float], dic
         raise SystemExit(f"expected one machine in {files[0]}, found {len(machines)}")
     (entry,) = machines.values()
     batch_size = entry["settings"]["batch_size"]
-    step_p50: dict[str, float] = {}
-    mean_step: dict[str, float] = {}
+    info = BaselineInfo(str(document["workload"]), {}, {}, {})
     for config, data in entry["configs"].items():
-        step_p50[config] = statistics.median(t["step_p50_s"] for t in data["trials"])
-        mean_step[config] = statistics.median(batch_size / t["samples_per_sec"] for t in data["trials"])
-    return str(document["workload"]), step_p50, mean_step
+        info.step_p50_s[config] = statistics.median(t["step_p50_s"] for t in data["trials"])
+        info.mean_step_s[config] = statistics.median(batch_size / t["samples_per_sec"] for t in data["trials"])
+        info.samples_per_sec[config] = [float(t["samples_per_sec"]) for t in data["trials"]]
+    return info
 
 
 def command_real(args: argparse.Namespace) -> int:
@@ -440,10 +457,16 @@ def _real(args: argparse.Namespace, work: Path, started: float) -> int:
     if update.returncode != 0:
         print(update.stdout + update.stderr, file=sys.stderr)
         raise SystemExit(f"perfgate update failed with exit code {update.returncode}")
-    workload_name, step_p50, mean_step = _baseline_step_times(baselines)
-    step_env = ",".join(f"{config}={seconds:.6g}" for config, seconds in step_p50.items())
-    expected = {c: mean_step[c] / (mean_step[c] + args.slowdown * step_p50[c]) for c in step_p50}
-    progress(f"baseline written for {workload_name}; median step {step_env}")
+    baseline = read_baseline(baselines)
+    step_env = ",".join(f"{config}={seconds:.6g}" for config, seconds in baseline.step_p50_s.items())
+    progress(f"baseline written for {baseline.workload}; median step {step_env}")
+    for config, values in baseline.samples_per_sec.items():
+        progress(f"baseline {config} samples/s per trial: {', '.join(f'{v:.1f}' for v in values)}")
+        if baseline.spread(config) > NOISY_BASELINE:
+            progress(
+                f"warning: the {config} baseline's trials differ by {_pct(baseline.spread(config), 0)} "
+                "(max/min - 1): every check is judged against it; consider rerunning on a quieter machine"
+            )
 
     records: list[CheckRecord] = []
     for index in range(2 * args.checks):
@@ -485,7 +508,7 @@ def _real(args: argparse.Namespace, work: Path, started: float) -> int:
             if check.stderr.strip():
                 progress("  " + check.stderr.strip().splitlines()[-1])
 
-    print(_real_report(args, reference, workload_name, step_p50, expected, records, time.monotonic() - started))
+    print(_real_report(args, reference, baseline, records, time.monotonic() - started))
     if args.out is not None:
         (work / "summary.json").write_text(
             json.dumps([record.__dict__ for record in records], indent=2) + "\n", encoding="utf-8"
@@ -496,19 +519,24 @@ def _real(args: argparse.Namespace, work: Path, started: float) -> int:
 def _real_report(
     args: argparse.Namespace,
     reference: str,
-    workload_name: str,
-    step_p50: dict[str, float],
-    expected: dict[str, float],
+    baseline: BaselineInfo,
     records: list[CheckRecord],
     elapsed: float,
 ) -> str:
+    step_p50, mean_step = baseline.step_p50_s, baseline.mean_step_s
+    expected = {c: mean_step[c] / (mean_step[c] + args.slowdown * step_p50[c]) for c in step_p50}
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     out = [
         "# perfgate on this machine: A/A checks and a planted slowdown",
         "",
-        f"- date: {now}; workload {workload_name} ({reference}); configs {args.configs}",
-        f"- baseline: perfgate update, {DEFAULT_UPDATE_TRIALS} trials; checks: --trials {args.trials} "
-        f"--max-trials {args.max_trials}; {args.checks} A/A and {args.checks} slow checks, alternating",
+        f"- date: {now}; workload {baseline.workload} ({reference}); configs {args.configs}",
+        f"- baseline: perfgate update, {DEFAULT_UPDATE_TRIALS} trials; samples/s per trial: "
+        + "; ".join(
+            f"{c} {', '.join(f'{v:.1f}' for v in values)} (max/min {_pct(baseline.spread(c), 0)})"
+            for c, values in baseline.samples_per_sec.items()
+        ),
+        f"- checks: --trials {args.trials} --max-trials {args.max_trials}; {args.checks} A/A and {args.checks} "
+        "slow checks, alternating",
         f"- planted: sleep {args.slowdown:g} x the baseline's median step time in every step ("
         + ", ".join(f"{c} {1000 * s:.2f} ms" for c, s in step_p50.items())
         + "); expected slow/baseline ratio "

@@ -16,17 +16,19 @@ from perfgate.baseline import BaselineEntry, BaselineStore, ConfigEntry, entry_f
 from perfgate.environment import fingerprint_key, machine_fingerprint
 from perfgate.project import Limits, ProjectConfig
 from perfgate.references import Reference
-from perfgate.results import RunResult
+from perfgate.results import RunResult, TrialResult
 from perfgate.runner import LabSession, ProgressCallback, RunSettings
 from perfgate.stats import (
     DEFAULT_ALPHA,
+    OUTLIER_FACTOR,
     MemoryComparison,
     ThroughputComparison,
     Verdict,
     compare_memory,
     compare_throughput,
-    per_look_alpha,
+    looks,
 )
+from perfgate.units import format_bytes, format_p_value, format_signed_pct
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -61,8 +63,9 @@ class GateSettings:
     fail_on_inconclusive: bool = False
 
     @property
-    def alpha_per_look(self) -> float:
-        return per_look_alpha(self.alpha, self.trials, max(self.trials, self.max_trials))
+    def looks(self) -> int:
+        """How often the check may test each config (its error rates are split over them)."""
+        return looks(self.trials, max(self.trials, self.max_trials))
 
     def limits(self, workload: str, config: str) -> Limits:
         return self.project.limits(workload, config, threshold=self.threshold)
@@ -268,7 +271,11 @@ def _compare_config(
             limits,
         )
     throughput = compare_throughput(
-        base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, alpha=settings.alpha_per_look
+        base.samples_per_sec,
+        measured.samples_per_sec,
+        threshold=limits.throughput,
+        alpha=settings.alpha,
+        looks=settings.looks,
     )
     memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory)
     verdicts = {throughput.verdict, memory.verdict}
@@ -285,14 +292,30 @@ def _compare_config(
 
 
 def _throughput_reason(t: ThroughputComparison) -> str:
-    change = f"samples/s {_signed_pct(t.change)} ({t.ratio:.3f}x"
+    reason = _throughput_verdict_reason(t)
+    left_out = [
+        f"{n} {side} trial{'s' if n > 1 else ''}"
+        for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
+        if n
+    ]
+    if left_out:
+        reason += (
+            f" (left out {' and '.join(left_out)} more than {OUTLIER_FACTOR:g}x off the median: interference "
+            "from another job, most likely)"
+        )
+    return reason
+
+
+def _throughput_verdict_reason(t: ThroughputComparison) -> str:
+    change = f"samples/s {format_signed_pct(t.change)} ({t.ratio:.3f}x"
     if math.isnan(t.ci_low):
         change += ", one trial a side: no estimate of noise)"
     else:
-        change += f", {100 * 0.95:.0f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={_p(min(t.p_slower, t.p_faster))})"
+        p_value = format_p_value(min(t.p_slower, t.p_faster))
+        change += f", {100 * t.confidence:.1f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={p_value})"
     threshold = f"{100 * t.threshold:g}%"
     if t.verdict == Verdict.REGRESSION:
-        return f"{change}: a regression beyond the {threshold} threshold (p < {_p(t.alpha)})"
+        return f"{change}: a regression beyond the {threshold} threshold (p < {format_p_value(t.alpha)})"
     if t.verdict == Verdict.IMPROVEMENT:
         return f"{change}: an improvement beyond {threshold}"
     if t.verdict == Verdict.NO_CHANGE:
@@ -308,8 +331,8 @@ def _throughput_reason(t: ThroughputComparison) -> str:
 def _memory_reason(m: MemoryComparison) -> str:
     if m.verdict == Verdict.NO_CHANGE:
         return ""
-    change = _signed_pct(m.change) if m.change is not None else "from zero"
-    text = f"peak memory {_mib(m.baseline_bytes)} -> {_mib(m.candidate_bytes)} ({change}"
+    change = format_signed_pct(m.change) if m.change is not None else "from zero"
+    text = f"peak memory {format_bytes(m.baseline_bytes)} -> {format_bytes(m.candidate_bytes)} ({change}"
     text += f", tolerance {100 * m.tolerance:g}%)"
     if m.verdict == Verdict.REGRESSION:
         return f"{text}: a memory regression in every trial"
@@ -352,24 +375,11 @@ def _losses_match(old: Sequence[float], new: Sequence[float]) -> bool:
     )
 
 
-def _mean_process_s(trials: Sequence[object]) -> float:
-    times = [t.process_s for t in trials if getattr(t, "process_s", None)]  # type: ignore[attr-defined]
+def _mean_process_s(trials: Sequence[TrialResult]) -> float:
+    """How long one more trial of this config should take, from the trials so far."""
+    times = [t.process_s for t in trials if t.process_s]
     return sum(times) / len(times) if times else 10.0
 
 
 def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
-
-
-def _signed_pct(fraction: float) -> str:
-    return f"{100 * fraction:+.1f}%"
-
-
-def _p(value: float) -> str:
-    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
-
-
-def _mib(count: int) -> str:
-    from perfgate.report import format_bytes
-
-    return format_bytes(count)

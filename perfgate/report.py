@@ -10,7 +10,9 @@ from perfgate.baseline import BaselineEntry
 from perfgate.gate import GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.results import RunResult, WorkloadResult
+from perfgate.stats import OUTLIER_FACTOR, drop_outliers
 from perfgate.summary import PHASES
+from perfgate.units import format_bytes, format_p_value
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -20,17 +22,6 @@ MEMORY_NOTES = {
     ),
     "cuda-max-allocated": "peak mem = torch.cuda.max_memory_allocated (reserved by the caching allocator in brackets)",
 }
-
-
-def format_bytes(count: int | None) -> str:
-    if count is None:
-        return "-"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def format_run(result: RunResult) -> str:
@@ -157,7 +148,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     if workload.problem:
         lines.append(f"  ! {workload.problem}")
         return "\n".join(lines)
-    rows = [["config", "baseline s/s", "current s/s", "ratio", "95% CI", "p", "peak mem", "trials", "verdict"]]
+    rows = [["config", "baseline s/s", "current s/s", "ratio", "CI", "p", "peak mem", "trials", "verdict"]]
     for verdict in workload.configs:
         t, m = verdict.throughput, verdict.memory
         if t is None or m is None:
@@ -171,7 +162,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
                 f"{t.candidate_median:,.1f}",
                 f"{t.ratio:.3f}x",
                 "-" if math.isnan(t.ci_low) else f"{t.ci_low:.3f}-{t.ci_high:.3f}",
-                "-" if math.isnan(t.p_slower) else _p_value(min(t.p_slower, t.p_faster)),
+                "-" if math.isnan(t.p_slower) else format_p_value(min(t.p_slower, t.p_faster)),
                 memory,
                 f"{t.n_baseline}+{t.n_candidate}",
                 _STATUS_LABELS[verdict.status.value],
@@ -183,8 +174,12 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     limit_text = ", ".join(f"samples/s {100 * a:g}%, peak memory {100 * b:g}%" for a, b in limits)
     lines.append(
         f"  samples/s: medians over trials; ratio: of geometric means, current/baseline; thresholds: {limit_text}; "
-        f"alpha {settings.alpha:g} "
-        f"one-sided ({settings.alpha_per_look:.2g} per look)"
+        f"alpha {settings.alpha:g} one-sided; CI: 95%"
+        + (
+            f", widened to {100 * (1 - 0.05 / settings.looks):.1f}% for {settings.looks} looks"
+            if settings.looks > 1
+            else ""
+        )
     )
     for verdict in workload.configs:
         if verdict.status != Status.NO_CHANGE:
@@ -200,10 +195,6 @@ def _baseline_note(workload: WorkloadVerdict) -> str:
     return f"  (baseline measured {entry.measured_at} at {commit}; {entry.key})"
 
 
-def _p_value(value: float) -> str:
-    return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
-
-
 def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: BaselineEntry, path: Path) -> str:
     """What `perfgate update` changed in one workload's baseline file (`entry` is what was measured)."""
     if previous is None:
@@ -217,13 +208,20 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
         old = previous.configs.get(name) if previous else None
         if old is None:
             lines.append(f"  {name}: {new_sps:,.1f} samples/s, peak mem {format_bytes(new_peak)} (new)")
-            continue
-        old_sps = statistics.median(old.samples_per_sec)
-        old_peak = int(statistics.median(old.peak_bytes))
-        lines.append(
-            f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({100 * (new_sps / old_sps - 1):+.1f}%), "
-            f"peak mem {format_bytes(old_peak)} -> {format_bytes(new_peak)}"
-        )
+        else:
+            old_sps = statistics.median(old.samples_per_sec)
+            old_peak = int(statistics.median(old.peak_bytes))
+            lines.append(
+                f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({100 * (new_sps / old_sps - 1):+.1f}%), "
+                f"peak mem {format_bytes(old_peak)} -> {format_bytes(new_peak)}"
+            )
+        _, outliers = drop_outliers([math.log(v) for v in config.samples_per_sec])
+        if outliers:
+            lines.append(
+                f"  ! {name}: {outliers} trial{'s' if outliers > 1 else ''} more than {OUTLIER_FACTOR:g}x off the "
+                "median (another job on the machine?): checks leave such trials out; rerunning perfgate update "
+                "when the machine is quieter gives a better baseline"
+            )
     dropped = sorted(set(previous.configs) - set(stored.configs)) if previous else []
     if dropped:
         lines.append(f"  removed: {', '.join(dropped)} (not measured with these settings)")

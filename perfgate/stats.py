@@ -21,8 +21,9 @@ DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 DEFAULT_MEMORY_TOLERANCE = 0.05
 DEFAULT_MEMORY_FLOOR_BYTES = 2 << 20  # a CPU process's peak RSS jitters by pages
-CONFIDENCE = 0.95  # of the interval shown next to the ratio
+PASS_ERROR = 0.025  # chance of calling "no change" on a regression exactly at the threshold, over all looks
 DETECTION_POWER = 0.8  # the power at which the minimum detectable effect is quoted
+OUTLIER_FACTOR = 2.0  # a trial this many times off its side's median is interference, not signal
 
 
 class Verdict(StrEnum):
@@ -39,8 +40,9 @@ class ThroughputComparison:
     baseline_median: float  # samples/sec, median over trials
     candidate_median: float
     ratio: float  # candidate / baseline, of geometric means; below 1 is slower
-    ci_low: float  # CONFIDENCE interval of the ratio (nan when noise cannot be estimated)
+    ci_low: float  # the interval of the ratio the verdict uses (nan when noise cannot be estimated)
     ci_high: float
+    confidence: float  # of that interval: 95%, widened for repeated looks
     p_slower: float  # one-sided p-value of "the candidate is not slower"
     p_faster: float  # one-sided p-value of "the candidate is not faster"
     n_baseline: int
@@ -48,8 +50,9 @@ class ThroughputComparison:
     noise: float  # per-trial standard deviation of log throughput (about the relative noise); nan if unknown
     detectable_slowdown: float  # slowdown (as a fraction of throughput) detectable at alpha with 80% power
     threshold: float
-    alpha: float
+    alpha: float  # per look
     verdict: Verdict
+    outliers: tuple[int, int] = (0, 0)  # trials left out of (baseline, candidate) as interference
 
     @property
     def change(self) -> float:
@@ -95,20 +98,32 @@ def compare_throughput(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
+    looks: int = 1,
 ) -> ThroughputComparison:
     """Compare per-trial samples/sec of a candidate with a baseline and decide.
 
     - regression: the estimated ratio is below 1/(1+threshold) and the slowdown is significant
-      (one-sided p below `alpha`);
+      (one-sided p below `alpha / looks`);
     - improvement: the mirror image;
     - no change: the interval's lower end is above 1/(1+threshold), so the data rule out a regression
       beyond the threshold;
-    - inconclusive: anything else, including too few trials to estimate the noise.
+    - inconclusive: anything else (the interval straddles the threshold), including too few trials to
+      estimate the noise.
+
+    `looks` is how often a sequential check may test: both error rates are split evenly over the
+    looks (Bonferroni), so testing after every extra trial raises neither. With one look the interval
+    is the usual two-sided 95% one. Trials more than OUTLIER_FACTOR off their side's median are left
+    out first: on a shared machine a trial that ran beside another job can take 20x longer, and one
+    such trial would otherwise swamp every later comparison.
     """
     _check_level(threshold, "threshold")
     _check_level(alpha, "alpha")
-    log_b = _logs(baseline, "baseline")
-    log_c = _logs(candidate, "candidate")
+    if looks < 1:
+        raise ValueError(f"looks must be at least 1, got {looks}")
+    alpha /= looks
+    pass_error = PASS_ERROR / looks
+    log_b, dropped_b = drop_outliers(_logs(baseline, "baseline"))
+    log_c, dropped_c = drop_outliers(_logs(candidate, "candidate"))
     difference = statistics.fmean(log_c) - statistics.fmean(log_b)
     se, df, noise = _standard_error(log_b, log_c)
     ratio = math.exp(difference)
@@ -123,7 +138,7 @@ def compare_throughput(
         t_statistic = difference / se
         p_slower = float(_scipy_stats.t.cdf(t_statistic, df))
         p_faster = float(_scipy_stats.t.sf(t_statistic, df))
-        half_width = float(_scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+        half_width = float(_scipy_stats.t.ppf(1 - pass_error, df)) * se
         ci_low, ci_high = math.exp(difference - half_width), math.exp(difference + half_width)
         detectable_log = (
             float(_scipy_stats.t.ppf(1 - alpha, df)) + float(_scipy_stats.t.ppf(DETECTION_POWER, df))
@@ -139,11 +154,12 @@ def compare_throughput(
     else:
         verdict = Verdict.INCONCLUSIVE
     return ThroughputComparison(
-        baseline_median=statistics.median(baseline),
-        candidate_median=statistics.median(candidate),
+        baseline_median=math.exp(statistics.median(log_b)),
+        candidate_median=math.exp(statistics.median(log_c)),
         ratio=ratio,
         ci_low=ci_low,
         ci_high=ci_high,
+        confidence=1 - 2 * pass_error,
         p_slower=p_slower,
         p_faster=p_faster,
         n_baseline=len(log_b),
@@ -153,6 +169,7 @@ def compare_throughput(
         threshold=threshold,
         alpha=alpha,
         verdict=verdict,
+        outliers=(dropped_b, dropped_c),
     )
 
 
@@ -190,14 +207,19 @@ def compare_memory(
     return MemoryComparison(base, cand, tolerance, floor_bytes, verdict)
 
 
-def per_look_alpha(alpha: float, trials: int, max_trials: int) -> float:
-    """Split `alpha` evenly over the looks a power-aware check may take (Bonferroni).
+def looks(trials: int, max_trials: int) -> int:
+    """How often a power-aware check tests: after its first `trials`, then after each extra trial."""
+    return max(1, max_trials - trials + 1)
 
-    A check tests after its first `trials` and again after every extra trial up to `max_trials`;
-    testing that often at the full alpha would raise the false-alarm rate with every look.
-    """
-    looks = max(1, max_trials - trials + 1)
-    return alpha / looks
+
+def drop_outliers(logs: Sequence[float]) -> tuple[list[float], int]:
+    """Leave out log values more than OUTLIER_FACTOR off the median (only with three or more)."""
+    if len(logs) < 3:
+        return list(logs), 0
+    center = statistics.median(logs)
+    limit = math.log(OUTLIER_FACTOR)
+    kept = [v for v in logs if abs(v - center) <= limit]
+    return kept, len(logs) - len(kept)
 
 
 def smallest_mann_whitney_p(n_baseline: int, n_candidate: int) -> float:

@@ -11,7 +11,8 @@ from perfgate.stats import (
     Verdict,
     compare_memory,
     compare_throughput,
-    per_look_alpha,
+    drop_outliers,
+    looks,
     slowdown_bound,
     smallest_mann_whitney_p,
 )
@@ -126,9 +127,36 @@ def test_the_threshold_is_symmetric_on_a_log_scale():
     assert (exact_improvement.verdict, exact_regression.verdict) == (Verdict.IMPROVEMENT, Verdict.REGRESSION)
 
 
-def test_alpha_is_split_over_the_looks_of_a_power_aware_check():
-    assert per_look_alpha(0.01, 3, 8) == pytest.approx(0.01 / 6)
-    assert per_look_alpha(0.01, 3, 3) == 0.01
+def test_error_rates_are_split_over_the_looks_of_a_power_aware_check():
+    assert (looks(3, 8), looks(3, 3)) == (6, 1)
+    base, cand = samples(5, seed=20, noise=0.03), samples(4, mean=900, seed=21, noise=0.03)
+    once, six = compare_throughput(base, cand), compare_throughput(base, cand, looks=6)
+    assert six.alpha == pytest.approx(0.01 / 6)
+    assert (once.confidence, six.confidence) == (pytest.approx(0.95), pytest.approx(1 - 0.05 / 6))
+    assert six.ci_low < once.ci_low < once.ci_high < six.ci_high
+    assert six.p_slower == pytest.approx(once.p_slower)
+
+
+def test_an_interval_just_clear_of_the_threshold_at_one_look_is_inconclusive_over_six():
+    base, cand = samples(5, seed=22, noise=0.015), samples(4, mean=1000, seed=23, noise=0.015)
+    assert compare_throughput(base, cand).verdict == Verdict.NO_CHANGE
+    assert compare_throughput(base, cand, looks=6).verdict == Verdict.INCONCLUSIVE
+
+
+def test_a_trial_slowed_twentyfold_by_another_job_is_left_out():
+    base = samples(5, seed=24, noise=0.03)
+    polluted = [*base[:4], base[4] / 20]
+    result = compare_throughput(polluted, samples(3, mean=800, seed=25, noise=0.03))
+    assert result.outliers == (1, 0)
+    assert result.n_baseline == 4
+    assert result.verdict == Verdict.REGRESSION
+    assert result.baseline_median == pytest.approx(sorted(base[:4])[1] ** 0.5 * sorted(base[:4])[2] ** 0.5)
+
+
+def test_outliers_need_three_trials_and_a_factor_of_two():
+    assert drop_outliers([0.0, 5.0]) == ([0.0, 5.0], 0)
+    assert drop_outliers([0.0, 0.1, 0.69]) == ([0.0, 0.1, 0.69], 0)
+    assert drop_outliers([0.0, 0.1, 0.8]) == ([0.0, 0.1], 1)
 
 
 def test_mann_whitney_cannot_reach_one_percent_with_three_trials_a_side():
