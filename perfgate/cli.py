@@ -260,12 +260,13 @@ def command_run(args: argparse.Namespace) -> int:
     return 0 if _measured(result) else EXIT_NO_MEASUREMENT
 
 
-def _gate_settings(args: argparse.Namespace, trials: int) -> GateSettings:
+def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool = False) -> GateSettings:
+    """Gate settings from the options and [tool.perfgate]; `single_look` for a judgement that adds no trials."""
     from perfgate.gate import GateSettings
     from perfgate.project import load_project_config
 
     project = load_project_config()
-    max_trials = getattr(args, "max_trials", None)
+    max_trials = trials if single_look else getattr(args, "max_trials", None)
     if max_trials is not None and max_trials < trials:
         raise UsageError(
             f"--max-trials {max_trials} is below --trials {trials}",
@@ -353,8 +354,8 @@ def command_compare(args: argparse.Namespace) -> int:
             "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
         )
     candidate = load_results(args.results[-1])
-    trials = max((w.settings.get("trials", 1) for w in candidate.workloads), default=1)
-    settings = _gate_settings(args, trials)
+    # compare runs nothing, so it decides once: one look, with the whole alpha.
+    settings = _gate_settings(args, 1, single_look=True)
     problems: dict[str, str] = {}
     if len(args.results) == 2:
         baselines = {entry.workload: entry for entry in entries_from_results(load_results(args.results[0]))}
