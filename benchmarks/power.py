@@ -9,8 +9,9 @@ for 5% and 10% slowdowns (each step takes that much longer: candidate throughput
 
 - perfgate at its defaults, exactly as `perfgate check` decides: a baseline of 5 trials (`perfgate
   update`), 3 candidate trials, then one more at a time while the verdict is inconclusive, up to 8,
-  each look tested by `perfgate.stats.compare_throughput` at the per-look alpha (0.01 split evenly
-  over the looks): verdict rates and the mean number of candidate trials;
+  each look tested by `perfgate.stats.compare_throughput` with the check's number of looks (alpha 0.01
+  and the no-change interval's 2.5% error split evenly over them): verdict rates and the mean number
+  of candidate trials;
 - pytest-benchmark's `--benchmark-compare-fail=median:5%`: one stored run against one new run (a run
   modelled as one trial), fail when the new time exceeds the stored time by more than 5%;
 - asv's comparison rule: median time ratio above the factor 1.1 and a two-sided exact Mann-Whitney U
