@@ -178,13 +178,7 @@ def compare_run(
     for workload in run.workloads:
         if workload.name not in baselines:
             continue
-        failures = {
-            name: config.failure
-            or next((t.failure for t in config.trials if t.failure), None)
-            or "no trial produced a measurement"
-            for name, config in workload.configs.items()
-            if not any(t.ok for t in config.trials)
-        }
+        failures = {name: c.failure_reason for name, c in workload.configs.items() if not any(t.ok for t in c.trials)}
         workloads.append(
             compare_entries(
                 baselines[workload.name],

@@ -51,9 +51,8 @@ def format_workload(workload: WorkloadResult) -> str:
     for name, config in workload.configs.items():
         summary = config.summary
         if summary is None:
-            reason = config.failure or next((t.failure for t in config.trials if t.failure), "no trial ran")
             rows.append([name, _FAILED])
-            failures.append(f"{name} failed: {reason}")
+            failures.append(f"{name} failed: {config.failure_reason}")
             continue
         memory_kinds.update(str(t.memory.get("kind")) for t in config.trials if t.ok)
         sps = summary.samples_per_sec

@@ -70,6 +70,15 @@ class ConfigResult:
     trials: list[TrialResult]
     failure: str | None = None
 
+    @property
+    def failure_reason(self) -> str:
+        """Why the config has no measurement: its own failure, else its first failed trial's."""
+        return (
+            self.failure
+            or next((t.failure for t in self.trials if t.failure), None)
+            or "no trial produced a measurement"
+        )
+
     @cached_property
     def summary(self) -> ConfigSummary | None:
         """The table's figures for this config (None when no trial succeeded); computed once."""

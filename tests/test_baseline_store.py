@@ -142,3 +142,16 @@ def test_the_fingerprint_keeps_stable_fields_only():
 
 def test_the_path_of_a_workload_name_stays_inside_the_folder(tmp_path):
     assert BaselineStore(tmp_path).path_for("../../etc/passwd").parent == Path(tmp_path)
+
+
+def test_updating_one_config_keeps_the_others_unless_the_workload_changed(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(entry())
+    bf16_only = entry(sps=(80.0, 81.0))
+    bf16_only = BaselineEntry(**{**bf16_only.__dict__, "configs": {"bf16": bf16_only.configs["fp32"]}})
+    _, stored = store.write(bf16_only)
+    assert list(stored.configs) == ["fp32", "bf16"]
+    changed = BaselineEntry(**{**bf16_only.__dict__, "data_checksum": "sha256:cd"})
+    previous, stored = store.write(changed)
+    assert previous is not None and list(previous.configs) == ["fp32", "bf16"]
+    assert list(stored.configs) == ["bf16"]
