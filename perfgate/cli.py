@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import perfgate
 from perfgate.baseline import DEFAULT_BASELINE_DIR
@@ -165,45 +165,52 @@ def check_writable(path: Path, option: str) -> None:
         raise UsageError(f"cannot write {path}: {ancestor} is not a writable folder", where=option)
 
 
+def _add_command(commands: Any, name: str, **kwargs: str) -> argparse.ArgumentParser:
+    """A subcommand that also takes --debug after its name."""
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="perfgate", description="Performance-regression gate for PyTorch training code.")
     parser.add_argument("--version", action="version", version=f"perfgate {perfgate.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
-    run = commands.add_parser(
+    run = _add_command(
+        commands,
         "run",
         help="run the three-run lab and print the table",
         description="Run the three-run lab (fp32, bf16, bf16-compile) on each workload.",
     )
-    run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     add_run_options(run)
-    check = commands.add_parser(
+    check = _add_command(
+        commands,
         "check",
         help="measure and compare with the stored baselines; exit 1 on a supported regression",
         description="Run the lab and compare each config with its baseline: exit 0 no regression, "
         "1 regression, 2 usage or input error, 3 no comparable baseline.",
     )
-    check.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     add_run_options(check)
     add_gate_options(check, measuring=True)
-    update = commands.add_parser(
+    update = _add_command(
+        commands,
         "update",
         help="measure and write the baselines for this machine",
         description="Run the lab and store its results as this machine's baselines (one YAML file per workload).",
     )
-    update.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     add_run_options(update, trials=DEFAULT_UPDATE_TRIALS)
     add_baseline_option(update)
     update.add_argument(
         "--allow-dirty", action="store_true", help="measure even with uncommitted changes to tracked files"
     )
-    compare = commands.add_parser(
+    compare = _add_command(
+        commands,
         "compare",
         help="compare saved results with the baselines (or with other saved results); runs nothing",
         description="Judge a results file written by --json against the stored baselines, or, given two files, "
         "the second against the first.",
     )
-    compare.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     compare.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="[BASELINE.json] CANDIDATE.json")
     add_gate_options(compare, measuring=False)
     return parser

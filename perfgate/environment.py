@@ -43,16 +43,25 @@ def collect_environment(device_type: str, threads: int, cwd: Path | None = None)
     }
 
 
-def git_state(path: Path) -> dict[str, Any] | None:
-    """Commit sha, branch and dirty flag of the repository holding `path`, or None outside one."""
+def _open_repo(path: Path) -> Any:
+    """The git repository holding `path` (a gitpython Repo, to be closed), or None outside one."""
     try:
         import git
     except ImportError:  # gitpython is installed, but raises ImportError when no git binary exists
         return None
     try:
-        repo = git.Repo(path, search_parent_directories=True)
+        return git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
+
+
+def git_state(path: Path) -> dict[str, Any] | None:
+    """Commit sha, branch and dirty flag of the repository holding `path`, or None outside one."""
+    repo = _open_repo(path)
+    if repo is None:
+        return None
+    import git
+
     with repo:
         try:
             sha: str | None = repo.head.commit.hexsha
@@ -124,14 +133,11 @@ def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
     Changes under `ignore` (the baseline folder) do not count: an earlier update's uncommitted
     baselines must not block the next.
     """
-    try:
-        import git
-    except ImportError:
+    repo = _open_repo(path)
+    if repo is None:
         return None
-    try:
-        repo = git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
+    import git
+
     with repo:
         try:
             status = repo.git.status("--porcelain", "--untracked-files=no", "-z")
