@@ -19,7 +19,7 @@ from perfgate.runner import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from perfgate.stats import DEFAULT_ALPHA
 
 if TYPE_CHECKING:
-    from perfgate.gate import GateSettings
+    from perfgate.gate import GateResult, GateSettings
     from perfgate.references import Reference
     from perfgate.results import RunResult
     from perfgate.runner import ProgressCallback, RunSettings
@@ -302,7 +302,7 @@ def _notify(args: argparse.Namespace) -> Callable[[str], None] | None:
 def command_check(args: argparse.Namespace) -> int:
     from perfgate.baseline import BaselineStore
     from perfgate.gate import run_check
-    from perfgate.report import format_gate, format_run
+    from perfgate.report import format_run
 
     references, run_settings = _run_settings(args)
     gate_settings = _gate_settings(args, run_settings.trials)
@@ -314,8 +314,7 @@ def command_check(args: argparse.Namespace) -> int:
         _write_json(result.run, args.json)
         if not _measured(result.run):
             return EXIT_NO_MEASUREMENT
-    sys.stdout.write(format_gate(result))
-    return result.exit_code
+    return _report_gate(result)
 
 
 def command_update(args: argparse.Namespace) -> int:
@@ -353,7 +352,6 @@ def command_compare(args: argparse.Namespace) -> int:
     from perfgate.baseline import BaselineStore, entries_from_results
     from perfgate.environment import machine_fingerprint
     from perfgate.gate import compare_run, missing_baseline
-    from perfgate.report import format_gate
     from perfgate.results import load_results
 
     if len(args.results) > 2:
@@ -380,7 +378,18 @@ def command_compare(args: argparse.Namespace) -> int:
             else:
                 baselines[workload.name] = entry
     result = compare_run(candidate, baselines, settings, problems)
+    return _report_gate(result)
+
+
+def _report_gate(result: GateResult) -> int:
+    """Print the gate's report; inconclusive verdicts that pass also get a warning on stderr."""
+    from perfgate.gate import Status
+    from perfgate.report import format_gate
+
     sys.stdout.write(format_gate(result))
+    open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
+    if open_verdicts and result.exit_code == 0:
+        sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
     return result.exit_code
 
 

@@ -120,3 +120,50 @@ def test_json_path_that_cannot_be_written_is_refused_before_measuring(tmp_path):
     assert_one_line_error(result, f"cannot write {blocker / 'results.json'}: {blocker} is not a writable folder")
     result = run_cli("run", "--json", str(tmp_path), f"{TINY}:tiny")
     assert_one_line_error(result, f"{tmp_path} is a directory (--json); give a file name")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("check", "--threshold", "5"),
+            "error: argument --threshold: '5' is ambiguous: a fraction must be below 1; "
+            'write a percentage such as "5%" (or the fraction 0.05); see \'perfgate check --help\'',
+        ),
+        (
+            ("check", "--threshold", "150%"),
+            "error: argument --threshold: '150%' must be between 0% and 100%; "
+            'write a percentage such as "5%" (or the fraction 0.05); see \'perfgate check --help\'',
+        ),
+        (
+            ("check", f"{TINY}:tiny", "--trials", "4", "--max-trials", "3"),
+            "error: --max-trials 3 is below --trials 4; "
+            "give --max-trials at least as large as --trials (or equal, for no extra trials)",
+        ),
+        (
+            ("compare", "a.json", "b.json", "c.json"),
+            "error: compare takes one or two results files; perfgate compare [BASELINE.json] CANDIDATE.json",
+        ),
+        (
+            ("compare", "missing.json"),
+            "error: results file missing.json not found; write one with --json PATH",
+        ),
+    ],
+)
+def test_bad_gate_options_say_what_to_do(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stderr == message + "\n"
+
+
+def test_a_results_file_of_another_version_is_refused(tmp_path):
+    (tmp_path / "old.json").write_text('{"schema_version": 0}')
+    result = run_cli("compare", "old.json", cwd=tmp_path)
+    assert_one_line_error(result, "old.json has schema_version 0; this perfgate reads 1")
+
+
+def test_a_broken_baseline_file_stops_the_check_before_measuring(tmp_path):
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "tiny.yaml").write_text("schema_version: 1\nworkload: [unclosed\n")
+    result = run_cli("check", f"{TINY}:tiny", "--quiet", cwd=tmp_path)
+    assert_one_line_error(result, "invalid YAML", "tiny.yaml", "restore it from git, then run perfgate update")

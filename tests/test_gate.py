@@ -169,3 +169,14 @@ def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_pa
     same = run_cli("compare", "base.json", "base.json", cwd=tmp_path)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "1 no change" in same.stdout
+    assert same.stderr == ""
+    noisy = json.loads(json.dumps(base))
+    for trial, sps in zip(noisy["workloads"][0]["configs"]["fp32"]["trials"], (1000, 700, 1300, 900), strict=True):
+        trial["samples_per_sec"] = sps
+    (tmp_path / "noisy.json").write_text(json.dumps(noisy))
+    unsure = run_cli("compare", "base.json", "noisy.json", cwd=tmp_path)
+    assert unsure.returncode == 0, unsure.stdout + unsure.stderr
+    assert "could detect slowdowns of" in unsure.stdout
+    assert unsure.stderr == "warning: inconclusive, not failing the build: w fp32\n"
+    strict = run_cli("compare", "base.json", "noisy.json", "--fail-on-inconclusive", cwd=tmp_path)
+    assert strict.returncode == 1
