@@ -128,12 +128,12 @@ def test_json_path_that_cannot_be_written_is_refused_before_measuring(tmp_path):
         (
             ("check", "--threshold", "5"),
             "error: argument --threshold: '5' is ambiguous: a fraction must be below 1; "
-            'write a percentage such as "5%" (or the fraction 0.05); see \'perfgate check --help\'',
+            "write a percentage such as \"5%\" (or the fraction 0.05); see 'perfgate check --help'",
         ),
         (
             ("check", "--threshold", "150%"),
             "error: argument --threshold: '150%' must be between 0% and 100%; "
-            'write a percentage such as "5%" (or the fraction 0.05); see \'perfgate check --help\'',
+            "write a percentage such as \"5%\" (or the fraction 0.05); see 'perfgate check --help'",
         ),
         (
             ("check", f"{TINY}:tiny", "--trials", "4", "--max-trials", "3"),
