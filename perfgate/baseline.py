@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from perfgate.configs import CONFIG_NAMES
-from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key, machine_fingerprint
-from perfgate.errors import PerfgateError
+from perfgate.environment import FINGERPRINT_FIELDS, dirty_paths, fingerprint_key, machine_fingerprint
+from perfgate.errors import PerfgateError, UsageError
 from perfgate.results import RunResult, WorkloadResult, write_text_atomic
 from perfgate.summary import PHASES
 
@@ -88,6 +88,15 @@ class BaselineEntry:
     @property
     def commit(self) -> str | None:
         return (self.git or {}).get("sha")
+
+
+@dataclass(frozen=True)
+class StoredUpdate:
+    """One workload's update: the entry measured, this machine's previous one, and what was written."""
+
+    measured: BaselineEntry
+    previous: BaselineEntry | None
+    stored: BaselineEntry | None  # None when every config failed and nothing was written
 
 
 def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEntry:
@@ -177,6 +186,28 @@ class BaselineStore:
         stored = entries[entry.key] = merge_entries(previous, entry)
         write_text_atomic(self.path_for(entry.workload), render_baseline(entry.workload, entries.values()))
         return previous, stored
+
+    def write_run(self, run: RunResult) -> list[StoredUpdate]:
+        """Store every workload of `run` that measured something; what was measured, replaced and kept."""
+        updates = []
+        for entry in entries_from_results(run):
+            if entry.configs:
+                previous, stored = self.write(entry)
+                updates.append(StoredUpdate(entry, previous, stored))
+            else:
+                updates.append(StoredUpdate(entry, None, None))
+        return updates
+
+
+def require_clean_tree(directory: Path, baseline_dir: Path) -> None:
+    """Refuse to measure a baseline on uncommitted changes to tracked files (the baselines' own excepted)."""
+    dirty = dirty_paths(directory, ignore=baseline_dir)
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise UsageError(
+            f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
+            hint="commit or stash them, or pass --allow-dirty",
+        )
 
 
 def render_baseline(workload: str, entries: Iterable[BaselineEntry]) -> str:

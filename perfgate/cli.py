@@ -133,7 +133,7 @@ def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> Non
         "--alpha",
         type=_fraction("--alpha"),
         default=None,
-        help=f"significance level of a check, one-sided (default: {DEFAULT_ALPHA:g})",
+        help=f"significance level per config, one-sided, over all its looks (default: {DEFAULT_ALPHA:g})",
     )
     group.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when a verdict stays inconclusive")
     if measuring:
@@ -318,40 +318,26 @@ def command_check(args: argparse.Namespace) -> int:
 
 
 def command_update(args: argparse.Namespace) -> int:
-    from perfgate.baseline import BaselineStore, entries_from_results
-    from perfgate.environment import dirty_paths
-    from perfgate.report import format_run, format_update
+    from perfgate.baseline import BaselineStore, require_clean_tree
+    from perfgate.report import format_run, format_updates
     from perfgate.runner import run_lab
 
     references, settings = _run_settings(args)
     store = BaselineStore(args.baseline_dir)
-    dirty = dirty_paths(Path.cwd(), ignore=args.baseline_dir)
-    if dirty and not args.allow_dirty:
-        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
-        raise UsageError(
-            f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
-            hint="commit or stash them, or pass --allow-dirty",
-        )
+    if not args.allow_dirty:
+        require_clean_tree(Path.cwd(), store.directory)
     result = run_lab(references, settings, _progress(args))
     sys.stdout.write(format_run(result) + "\n")
     _write_json(result, args.json)
     if not _measured(result):
         return EXIT_NO_MEASUREMENT
-    changes = []
-    for entry in entries_from_results(result):
-        if not entry.configs:
-            changes.append(f"{entry.workload}: every config failed; baseline not written")
-            continue
-        previous, stored = store.write(entry)
-        changes.append(format_update(entry, previous, stored, store.path_for(entry.workload)))
-    sys.stdout.write("\n".join(changes) + "\n")
+    sys.stdout.write(format_updates(store.write_run(result), store))
     return 0
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from perfgate.baseline import BaselineStore, entries_from_results
-    from perfgate.environment import machine_fingerprint
-    from perfgate.gate import compare_run, missing_baseline
+    from perfgate.baseline import BaselineStore
+    from perfgate.gate import compare_results
     from perfgate.results import load_results
 
     if len(args.results) > 2:
@@ -359,26 +345,10 @@ def command_compare(args: argparse.Namespace) -> int:
             "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
         )
     candidate = load_results(args.results[-1])
+    baseline = load_results(args.results[0]) if len(args.results) == 2 else None
     # compare runs nothing, so it decides once: one look, with the whole alpha.
     settings = _gate_settings(args, 1, single_look=True)
-    problems: dict[str, str] = {}
-    if len(args.results) == 2:
-        baselines = {entry.workload: entry for entry in entries_from_results(load_results(args.results[0]))}
-        for workload in candidate.workloads:
-            if workload.name not in baselines:
-                problems[workload.name] = f"{args.results[0]} has no results for {workload.name}"
-    else:
-        store = BaselineStore(args.baseline_dir)
-        fingerprint = machine_fingerprint(candidate.environment)
-        baselines = {}
-        for workload in candidate.workloads:
-            entry = store.find(workload.name, fingerprint)
-            if entry is None:
-                problems[workload.name] = missing_baseline(workload.name, store, fingerprint)
-            else:
-                baselines[workload.name] = entry
-    result = compare_run(candidate, baselines, settings, problems)
-    return _report_gate(result)
+    return _report_gate(compare_results(candidate, settings, store=BaselineStore(args.baseline_dir), baseline=baseline))
 
 
 def _report_gate(result: GateResult) -> int:

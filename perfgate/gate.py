@@ -131,6 +131,39 @@ def missing_baseline(workload: str, store: BaselineStore, fingerprint: Mapping[s
     )
 
 
+def find_baselines(
+    store: BaselineStore, workloads: Sequence[str], fingerprint: Mapping[str, object]
+) -> tuple[dict[str, BaselineEntry], dict[str, str]]:
+    """This machine's baseline entry for each workload, and the problem line for each that has none."""
+    baselines: dict[str, BaselineEntry] = {}
+    problems: dict[str, str] = {}
+    for name in workloads:
+        entry = store.find(name, fingerprint)
+        if entry is None:
+            problems[name] = missing_baseline(name, store, fingerprint)
+        else:
+            baselines[name] = entry
+    return baselines, problems
+
+
+def compare_results(
+    candidate: RunResult,
+    settings: GateSettings,
+    *,
+    store: BaselineStore | None = None,
+    baseline: RunResult | None = None,
+) -> GateResult:
+    """Judge saved results against the stored baselines for their machine, or against other saved results."""
+    names = [w.name for w in candidate.workloads]
+    if baseline is None:
+        assert store is not None, "compare_results needs a store or a baseline run"
+        baselines, problems = find_baselines(store, names, machine_fingerprint(candidate.environment))
+    else:
+        baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
+        problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
+    return compare_run(candidate, baselines, settings, problems)
+
+
 def compare_entries(
     baseline: BaselineEntry,
     candidate: BaselineEntry,
@@ -204,14 +237,7 @@ def run_check(
     started = time.monotonic()
     with LabSession(references, run_settings, progress) as session:
         fingerprint = machine_fingerprint(session.environment)
-        baselines: dict[str, BaselineEntry] = {}
-        problems: dict[str, str] = {}
-        for name in session.workload_names:
-            entry = store.find(name, fingerprint)
-            if entry is None:
-                problems[name] = missing_baseline(name, store, fingerprint)
-            else:
-                baselines[name] = entry
+        baselines, problems = find_baselines(store, session.workload_names, fingerprint)
         session.keep(list(baselines))
         if not baselines:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)

@@ -6,7 +6,7 @@ import math
 import statistics
 from pathlib import Path
 
-from perfgate.baseline import BaselineEntry
+from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.gate import GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.results import RunResult, WorkloadResult
@@ -192,6 +192,18 @@ def _baseline_note(workload: WorkloadVerdict) -> str:
         return ""
     commit = f"commit {entry.commit[:10]}" if entry.commit else "no git commit"
     return f"  (baseline measured {entry.measured_at} at {commit}; {entry.key})"
+
+
+def format_updates(updates: list[StoredUpdate], store: BaselineStore) -> str:
+    """What `perfgate update` changed, one block per workload file."""
+    lines = []
+    for update in updates:
+        if update.stored is None:
+            lines.append(f"{update.measured.workload}: every config failed; baseline not written")
+        else:
+            path = store.path_for(update.measured.workload)
+            lines.append(format_update(update.measured, update.previous, update.stored, path))
+    return "\n".join(lines) + "\n"
 
 
 def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: BaselineEntry, path: Path) -> str:
