@@ -297,7 +297,9 @@ def _compare_config(
         alpha=settings.alpha,
         looks=settings.looks,
     )
-    memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory)
+    memory = compare_memory(
+        base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=settings.alpha, looks=settings.looks
+    )
     verdicts = {throughput.verdict, memory.verdict}
     if Verdict.REGRESSION in verdicts:
         status = Status.REGRESSION
@@ -353,12 +355,13 @@ def _memory_reason(m: MemoryComparison) -> str:
         return ""
     change = format_signed_pct(m.change) if m.change is not None else "from zero"
     text = f"peak memory {format_bytes(m.baseline_bytes)} -> {format_bytes(m.candidate_bytes)} ({change}"
-    text += f", tolerance {100 * m.tolerance:g}%)"
+    text += f", tolerance {100 * m.tolerance:g}%"
+    p_value = "no estimate of noise" if math.isnan(m.p_value) else f"p={format_p_value(m.p_value)}"
     if m.verdict == Verdict.REGRESSION:
-        return f"{text}: a memory regression in every trial"
+        return f"{text}, {p_value}): a memory regression"
     if m.verdict == Verdict.IMPROVEMENT:
-        return f"{text}: less memory in every trial"
-    return f"{text}: inconclusive, the trials' ranges overlap"
+        return f"{text}, {p_value}): less memory"
+    return f"{text}, {p_value}): inconclusive, trial-to-trial noise could explain it"
 
 
 def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:

@@ -69,6 +69,7 @@ class MemoryComparison:
     tolerance: float
     floor_bytes: int
     verdict: Verdict
+    p_value: float = math.nan  # one-sided, in the direction of the change (nan: no estimate of noise)
 
     @property
     def change_bytes(self) -> int:
@@ -179,32 +180,50 @@ def compare_memory(
     *,
     tolerance: float = DEFAULT_MEMORY_TOLERANCE,
     floor_bytes: int = DEFAULT_MEMORY_FLOOR_BYTES,
+    alpha: float = DEFAULT_ALPHA,
+    looks: int = 1,
 ) -> MemoryComparison:
-    """Compare peak memory: medians with a relative tolerance, checked against the trials' ranges.
+    """Compare peak memory: the change of medians against a tolerance, and Welch's t for support.
 
     A change counts when the medians differ by more than both `tolerance` of the baseline and
-    `floor_bytes` (so allocator jitter on a tiny footprint, or a zero baseline, never fails a build),
-    and the data support it: every candidate trial lies beyond every baseline trial. A change beyond
-    the tolerance whose trials overlap is inconclusive. On CUDA, peak allocated memory repeats to the
-    byte and the ranges never overlap; a CPU process's peak RSS varies by a few MiB between trials.
+    `floor_bytes` (so allocator jitter on a small footprint, or a zero baseline, never fails a build)
+    and the difference is significant (one-sided p below `alpha / looks`); a change beyond the
+    tolerance that noise could explain is inconclusive. On CUDA, peak allocated memory repeats to the
+    byte, so any change beyond the tolerance is significant; a CPU process's peak RSS varies by a few
+    MiB from trial to trial, and only a test tells a real 6% from that.
     """
     _check_level(tolerance, "memory tolerance")
+    _check_level(alpha, "alpha")
     if floor_bytes < 0:
         raise ValueError(f"floor_bytes must be >= 0, got {floor_bytes}")
     if not baseline or not candidate:
         raise ValueError("compare_memory needs at least one value on each side")
-    if any(v < 0 for v in (*baseline, *candidate)):
-        raise ValueError("peak memory cannot be negative")
+    if any(not math.isfinite(v) or v < 0 for v in (*baseline, *candidate)):
+        raise ValueError("peak memory must be finite and not negative")
     base = int(statistics.median(baseline))
     cand = int(statistics.median(candidate))
     allowed = max(tolerance * base, floor_bytes)
-    if cand - base > allowed:
-        verdict = Verdict.REGRESSION if min(candidate) > max(baseline) else Verdict.INCONCLUSIVE
-    elif base - cand > allowed:
-        verdict = Verdict.IMPROVEMENT if max(candidate) < min(baseline) else Verdict.INCONCLUSIVE
+    values_b, values_c = [float(v) for v in baseline], [float(v) for v in candidate]
+    difference = statistics.fmean(values_c) - statistics.fmean(values_b)
+    se, df, _ = _standard_error(values_b, values_c)
+    if se is None:
+        p_larger = p_smaller = math.nan
+    elif se == 0.0:
+        p_larger, p_smaller = (0.0 if difference > 0 else 1.0), (0.0 if difference < 0 else 1.0)
     else:
+        p_larger = float(_scipy_stats.t.sf(difference / se, df))
+        p_smaller = float(_scipy_stats.t.cdf(difference / se, df))
+    alpha /= max(1, looks)
+    if cand - base > allowed:
+        p_value = p_larger
+        verdict = Verdict.REGRESSION if p_larger < alpha else Verdict.INCONCLUSIVE
+    elif base - cand > allowed:
+        p_value = p_smaller
+        verdict = Verdict.IMPROVEMENT if p_smaller < alpha else Verdict.INCONCLUSIVE
+    else:
+        p_value = min(p_larger, p_smaller)
         verdict = Verdict.NO_CHANGE
-    return MemoryComparison(base, cand, tolerance, floor_bytes, verdict)
+    return MemoryComparison(base, cand, tolerance, floor_bytes, verdict, p_value)
 
 
 def looks(trials: int, max_trials: int) -> int:
