@@ -22,6 +22,7 @@ import yaml
 from perfgate.configs import CONFIG_NAMES
 from perfgate.environment import FINGERPRINT_FIELDS, dirty_paths, fingerprint_key, machine_fingerprint
 from perfgate.errors import PerfgateError, UsageError
+from perfgate.probe import combine
 from perfgate.results import RunResult, WorkloadResult, write_text_atomic
 from perfgate.summary import PHASES
 
@@ -48,6 +49,7 @@ class TrialEntry:
     step_p95_s: float | None = None
     phase_s: dict[str, float] = field(default_factory=dict)  # total seconds per phase over the timed steps
     compile_s: float | None = None
+    probe_steps_per_sec: float | None = None  # the machine probe's rate in this trial (perfgate/probe.py)
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ class ConfigEntry:
     @property
     def peak_bytes(self) -> list[int]:
         return [t.peak_bytes for t in self.trials]
+
+    @property
+    def probe_steps_per_sec(self) -> list[float] | None:
+        """The machine probe's rate per trial; None unless every trial has one."""
+        rates = [t.probe_steps_per_sec for t in self.trials]
+        return None if any(r is None for r in rates) else [r for r in rates if r is not None]
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 step_p95_s=_p95(t.step_s),
                 phase_s={p: sum(t.phases_s.get(p, [])) for p in PHASES},
                 compile_s=t.compile_s,
+                probe_steps_per_sec=combine(t.probe_steps_per_sec),
             )
             for t in config.trials
             if t.ok
@@ -264,6 +273,7 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "step_p50_s": _round(t.step_p50_s),
                 "step_p95_s": _round(t.step_p95_s),
                 "compile_s": _round(t.compile_s),
+                "probe_steps_per_sec": _round(t.probe_steps_per_sec),
                 "phase_s": {p: _round(v) for p, v in t.phase_s.items()},
             }
             for t in config.trials
@@ -374,6 +384,7 @@ class _Reader:
                     step_p95_s=self.number(trial, "step_p95_s", here, optional=True),
                     phase_s={str(p): float(self.number(phase_s, p, f"{here}.phase_s") or 0.0) for p in phase_s},
                     compile_s=self.number(trial, "compile_s", here, optional=True),
+                    probe_steps_per_sec=self.number(trial, "probe_steps_per_sec", here, optional=True) or None,
                 )
             )
         return ConfigEntry([float(v) for v in losses], trials)

@@ -24,6 +24,7 @@ from perfgate.stats import (
     MemoryComparison,
     ThroughputComparison,
     Verdict,
+    combine_verdicts,
     compare_memory,
     compare_throughput,
     looks,
@@ -81,6 +82,8 @@ class ConfigVerdict:
     throughput: ThroughputComparison | None = None
     memory: MemoryComparison | None = None
     trials_failed: int = 0
+    adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
+    machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
 
 
 @dataclass(frozen=True)
@@ -297,10 +300,23 @@ def _compare_config(
         alpha=settings.alpha,
         looks=settings.looks,
     )
+    adjusted = machine = None
+    throughput_verdict = throughput.verdict
+    base_probe, measured_probe = base.probe_steps_per_sec, measured.probe_steps_per_sec
+    if base_probe and measured_probe:
+        adjusted = compare_throughput(
+            [s / p for s, p in zip(base.samples_per_sec, base_probe, strict=True)],
+            [s / p for s, p in zip(measured.samples_per_sec, measured_probe, strict=True)],
+            threshold=limits.throughput,
+            alpha=settings.alpha,
+            looks=settings.looks,
+        )
+        machine = compare_throughput(base_probe, measured_probe, threshold=limits.throughput)
+        throughput_verdict = combine_verdicts(throughput.verdict, adjusted.verdict)
     memory = compare_memory(
         base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=settings.alpha, looks=settings.looks
     )
-    verdicts = {throughput.verdict, memory.verdict}
+    verdicts = {throughput_verdict, memory.verdict}
     if Verdict.REGRESSION in verdicts:
         status = Status.REGRESSION
     elif Verdict.INCONCLUSIVE in verdicts:
@@ -309,23 +325,42 @@ def _compare_config(
         status = Status.IMPROVEMENT
     else:
         status = Status.NO_CHANGE
-    reason = "; ".join(part for part in (_throughput_reason(throughput), _memory_reason(memory)) if part)
-    return ConfigVerdict(workload, config, status, reason, limits, throughput, memory)
+    reason = "; ".join(
+        part for part in (_throughput_reason(throughput, adjusted, machine), _memory_reason(memory)) if part
+    )
+    return ConfigVerdict(
+        workload, config, status, reason, limits, throughput, memory, adjusted=adjusted, machine=machine
+    )
 
 
-def _throughput_reason(t: ThroughputComparison) -> str:
-    reason = _throughput_verdict_reason(t)
+def _throughput_reason(
+    t: ThroughputComparison, adjusted: ThroughputComparison | None, machine: ThroughputComparison | None
+) -> str:
+    reason = _throughput_verdict_reason(t) + _outlier_note(t)
+    if adjusted is None or machine is None:
+        return reason
+    speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
+    if adjusted.verdict == t.verdict:
+        if abs(math.log(machine.ratio)) < math.log(1 + t.threshold):
+            return reason
+        return f"{reason}; {speed}, and adjusted for that the verdict is the same"
+    adjusted_text = _throughput_verdict_reason(adjusted).replace("samples/s", "samples/s per probe rate", 1)
+    final = combine_verdicts(t.verdict, adjusted.verdict)
+    return f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted)}; so {final.value}"
+
+
+def _outlier_note(t: ThroughputComparison) -> str:
     left_out = [
         f"{n} {side} trial{'s' if n > 1 else ''}"
         for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
         if n
     ]
-    if left_out:
-        reason += (
-            f" (left out {' and '.join(left_out)} more than {OUTLIER_FACTOR:g}x off the median: interference "
-            "from another job, most likely)"
-        )
-    return reason
+    if not left_out:
+        return ""
+    return (
+        f" (left out {' and '.join(left_out)} more than {OUTLIER_FACTOR:g}x off the median: interference "
+        "from another job, most likely)"
+    )
 
 
 def _throughput_verdict_reason(t: ThroughputComparison) -> str:

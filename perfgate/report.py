@@ -147,11 +147,11 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     if workload.problem:
         lines.append(f"  ! {workload.problem}")
         return "\n".join(lines)
-    rows = [["config", "baseline s/s", "current s/s", "ratio", "CI", "p", "peak mem", "trials", "verdict"]]
+    rows = [["config", "baseline s/s", "current s/s", "ratio", "CI", "p", "machine", "peak mem", "trials", "verdict"]]
     for verdict in workload.configs:
         t, m = verdict.throughput, verdict.memory
         if t is None or m is None:
-            rows.append([verdict.config, "-", "-", "-", "-", "-", "-", "-", _STATUS_LABELS[verdict.status.value]])
+            rows.append([verdict.config, *["-"] * 8, _STATUS_LABELS[verdict.status.value]])
             continue
         memory = "-" if m.change is None else f"{100 * m.change:+.1f}%"
         rows.append(
@@ -162,6 +162,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
                 f"{t.ratio:.3f}x",
                 "-" if math.isnan(t.ci_low) else f"{t.ci_low:.3f}-{t.ci_high:.3f}",
                 "-" if math.isnan(t.p_slower) else format_p_value(min(t.p_slower, t.p_faster)),
+                "-" if verdict.machine is None else f"{verdict.machine.ratio:.2f}x",
                 memory,
                 f"{t.n_baseline}+{t.n_candidate}",
                 _STATUS_LABELS[verdict.status.value],
@@ -172,7 +173,9 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     limits = sorted({(v.limits.throughput, v.limits.memory) for v in workload.configs})
     limit_text = ", ".join(f"samples/s {100 * a:g}%, peak memory {100 * b:g}%" for a, b in limits)
     lines.append(
-        f"  samples/s: medians over trials; ratio: of geometric means, current/baseline; thresholds: {limit_text}; "
+        f"  samples/s: medians over trials; ratio: of geometric means, current/baseline; machine: the same for "
+        "perfgate's fixed probe work, how fast the machine itself ran (verdicts need the raw and the machine-adjusted "
+        f"ratio to agree); thresholds: {limit_text}; "
         f"alpha {settings.alpha:g} one-sided; CI: 95%"
         + (
             f", widened to {100 * (1 - 0.05 / settings.looks):.1f}% for {settings.looks} looks"

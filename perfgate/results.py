@@ -41,6 +41,7 @@ class TrialResult:
     memory: dict[str, Any] = field(default_factory=dict)
     autocast: dict[str, Any] | None = None
     threads: int | None = None
+    probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after
     warnings: list[str] = field(default_factory=list)
 
     @property

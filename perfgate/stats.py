@@ -226,6 +226,20 @@ def compare_memory(
     return MemoryComparison(base, cand, tolerance, floor_bytes, verdict, p_value)
 
 
+def combine_verdicts(raw: Verdict, adjusted: Verdict) -> Verdict:
+    """One verdict from the raw comparison and the machine-adjusted one: decisive only when they agree.
+
+    A regression must show in both (the machine being slower today is not the code's fault), and so
+    must "no change" (a real slowdown hidden by a faster machine is not a pass); an improvement in one
+    and no change in the other is no change.
+    """
+    if raw == adjusted:
+        return raw
+    if {raw, adjusted} == {Verdict.NO_CHANGE, Verdict.IMPROVEMENT}:
+        return Verdict.NO_CHANGE
+    return Verdict.INCONCLUSIVE
+
+
 def looks(trials: int, max_trials: int) -> int:
     """How often a power-aware check tests: after its first `trials`, then after each extra trial."""
     return max(1, max_trials - trials + 1)

@@ -88,6 +88,9 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     if config.compile and workload.warmup_steps < 1:
         raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
 
+    from perfgate.probe import probe_steps_per_sec
+
+    probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
@@ -175,6 +178,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
     # training step runs between the timed pass's clock reads.
     data_checksum = _checksum_slice(workload, dataset, device.type)
+    probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
 
     step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
     timed_samples = workload.steps * workload.batch_size
@@ -202,6 +206,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "data_checksum": data_checksum,
         "memory": memory,
         "autocast": autocast_check,
+        "probe_steps_per_sec": probe_rates,
         "threads": torch.get_num_threads(),
         "warnings": warnings,
     }

@@ -37,6 +37,7 @@ def test_update_writes_a_reviewable_baseline_for_this_machine(project):
     fp32 = entry["configs"]["fp32"]
     assert len(fp32["trials"]) == 3 and len(fp32["first_losses"]) == 3
     assert set(fp32["trials"][0]["phase_s"]) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
+    assert all(trial["probe_steps_per_sec"] > 0 for trial in fp32["trials"])
 
 
 def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):

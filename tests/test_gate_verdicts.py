@@ -1,0 +1,80 @@
+"""The gate's verdict from stored entries: machine drift, agreement of raw and adjusted, exit codes."""
+
+from __future__ import annotations
+
+from perfgate.baseline import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.gate import GateResult, GateSettings, Status, compare_entries
+
+FINGERPRINT = {"device_type": "cpu", "device_count": 1, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "threads": 2}
+
+
+def entry(samples_per_sec, probe_steps_per_sec=None, peak_mib=50):
+    probes = probe_steps_per_sec or [None] * len(samples_per_sec)
+    trials = [
+        TrialEntry(samples_per_sec=s, peak_bytes=peak_mib << 20, probe_steps_per_sec=p)
+        for s, p in zip(samples_per_sec, probes, strict=True)
+    ]
+    return BaselineEntry(
+        workload="w",
+        fingerprint=FINGERPRINT,
+        measured_at="2026-11-22T10:00:00+00:00",
+        perfgate_version="0.1.0",
+        git=None,
+        reference="w.py:w",
+        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0},
+        data_checksum="sha256:00",
+        configs={"fp32": ConfigEntry([2.0], trials)},
+    )
+
+
+BASE = entry([500, 505, 495, 502, 498], [1000, 1010, 990, 1004, 996])
+SETTINGS = GateSettings(trials=3, max_trials=3)
+
+
+def verdict(candidate):
+    (config,) = compare_entries(BASE, candidate, SETTINGS).configs
+    return config
+
+
+def test_a_machine_running_slower_today_is_not_a_regression_of_the_code():
+    busy = verdict(entry([430, 432, 428], [860, 864, 856]))  # everything 14% slower, probe included
+    assert busy.throughput is not None and busy.throughput.verdict == "regression"  # the raw numbers alone
+    assert busy.adjusted is not None and busy.adjusted.verdict == "no change"
+    assert busy.status == Status.INCONCLUSIVE
+    assert "but the machine probe ran 0.860x as fast as when the baseline was measured" in busy.reason
+
+
+def test_a_slower_workload_on_an_unchanged_machine_is_a_regression():
+    slower = verdict(entry([430, 432, 428], [1000, 1002, 998]))
+    assert slower.status == Status.REGRESSION
+    assert slower.machine is not None and abs(slower.machine.ratio - 1) < 0.01
+
+
+def test_a_slowdown_hidden_by_a_faster_machine_is_never_no_change():
+    hidden = verdict(entry([500, 502, 498], [1160, 1165, 1156]))  # 14% faster machine, 14% slower code
+    assert hidden.throughput is not None and hidden.throughput.verdict == "no change"
+    assert hidden.status == Status.INCONCLUSIVE
+
+
+def test_entries_without_probe_rates_are_compared_raw():
+    old = entry([500, 505, 495, 502, 498])
+    (config,) = compare_entries(old, entry([430, 432, 428], [1000, 1002, 998]), SETTINGS).configs
+    assert config.adjusted is None and config.status == Status.REGRESSION
+
+
+def test_exit_codes_follow_the_worst_verdict():
+    def result(*statuses):
+        workloads = compare_entries(BASE, entry([500, 503, 498], [1000, 1003, 998]), SETTINGS)
+        configs = [
+            type(workloads.configs[0])(workloads.workload, f"c{i}", s, "", workloads.configs[0].limits)
+            for i, s in enumerate(statuses)
+        ]
+        return GateResult([type(workloads)(workloads.workload, configs)], SETTINGS)
+
+    assert result(Status.NO_CHANGE, Status.INCONCLUSIVE).exit_code == 0
+    assert result(Status.NO_CHANGE, Status.REGRESSION, Status.NOT_COMPARABLE).exit_code == 1
+    assert result(Status.FAILED).exit_code == 1
+    assert result(Status.NO_CHANGE, Status.NO_BASELINE).exit_code == 3
+    strict = GateSettings(trials=3, max_trials=3, fail_on_inconclusive=True)
+    inconclusive = result(Status.INCONCLUSIVE)
+    assert GateResult(inconclusive.workloads, strict).exit_code == 1
