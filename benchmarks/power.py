@@ -352,13 +352,14 @@ def parse_check_output(stdout: str) -> tuple[str, dict[str, str], dict[str, floa
     ratios: dict[str, float] = {}
     trials: dict[str, int] = {}
     in_table = False
+    header: list[str] = []
     for line in stdout.splitlines():
         if line.startswith("gate: "):
             in_table = False
             continue
         cells = _ROW_SPLIT.split(line.strip())
         if cells[:2] == ["config", "baseline s/s"]:
-            in_table = True
+            in_table, header = True, cells
             continue
         if not in_table:
             continue
@@ -367,14 +368,14 @@ def parse_check_output(stdout: str) -> tuple[str, dict[str, str], dict[str, floa
             continue
         if set(line.strip()) <= {"-", " "}:
             continue
-        if len(cells) == 9:
-            config, verdict = cells[0], cells[-1].lower()
-            verdicts[config] = verdict
-            ratio_text = cells[3].rstrip("x")
-            if ratio_text != "-":
-                ratios[config] = float(ratio_text)
-            if "+" in cells[7]:
-                trials[config] = int(cells[7].split("+")[1])
+        if len(cells) == len(header):
+            row = dict(zip(header, cells, strict=True))
+            config = row["config"]
+            verdicts[config] = row["verdict"].lower()
+            if row["ratio"] != "-":
+                ratios[config] = float(row["ratio"].rstrip("x"))
+            if "+" in row["trials"]:
+                trials[config] = int(row["trials"].split("+")[1])
     return summary, verdicts, ratios, trials
 
 
