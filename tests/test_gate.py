@@ -92,7 +92,7 @@ def test_a_missing_baseline_exits_3_naming_the_differing_fields(project, tmp_pat
     assert "no baseline for gated on this machine" in result.stdout
     assert "differs in threads 64 (this machine: " in result.stdout
     assert f"run perfgate update (writes {other / 'gated.yaml'}; commit it)" in result.stdout
-    assert "[1/" not in result.stderr  # nothing was measured
+    assert "step p50/p95/p99" not in result.stdout  # nothing was measured: no lab table
 
 
 def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
@@ -101,6 +101,7 @@ def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
     assert "no baseline for gated in baselines/; run perfgate update (writes baselines/gated.yaml; commit it)" in (
         result.stdout
     )
+    assert "step p50/p95/p99" not in result.stdout
 
 
 def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
