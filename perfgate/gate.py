@@ -92,6 +92,7 @@ class WorkloadVerdict:
     configs: list[ConfigVerdict]
     baseline: BaselineEntry | None = None
     problem: str | None = None  # why the workload as a whole could not be compared
+    problem_status: Status | None = None  # NO_BASELINE or NOT_COMPARABLE, with `problem`
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,6 @@ class GateResult:
     workloads: list[WorkloadVerdict]
     settings: GateSettings
     run: RunResult | None = None
-    extra_rounds: int = 0
     stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
 
     @property
@@ -120,9 +120,10 @@ class GateResult:
         return EXIT_OK
 
 
-def missing_baseline(workload: str, store: BaselineStore, fingerprint: Mapping[str, object]) -> str:
-    """The problem line for a workload with no entry for this machine: what differs, what to run."""
-    entries = store.load(workload)
+def missing_baseline(
+    workload: str, store: BaselineStore, fingerprint: Mapping[str, object], entries: Mapping[str, BaselineEntry]
+) -> str:
+    """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
     command = f"perfgate update (writes {store.path_for(workload)}; commit it)"
     if not entries:
         return f"no baseline for {workload} in {store.directory}/; run {command}"
@@ -140,12 +141,13 @@ def find_baselines(
     """This machine's baseline entry for each workload, and the problem line for each that has none."""
     baselines: dict[str, BaselineEntry] = {}
     problems: dict[str, str] = {}
+    key = fingerprint_key(dict(fingerprint))
     for name in workloads:
-        entry = store.find(name, fingerprint)
-        if entry is None:
-            problems[name] = missing_baseline(name, store, fingerprint)
+        entries = store.load(name)
+        if key in entries:
+            baselines[name] = entries[key]
         else:
-            baselines[name] = entry
+            problems[name] = missing_baseline(name, store, fingerprint, entries)
     return baselines, problems
 
 
@@ -190,6 +192,7 @@ def compare_entries(
             baseline,
             problem=f"not comparable: the workload changed ({'; '.join(changed)}); if that was intended, "
             "run perfgate update and commit the new baseline",
+            problem_status=Status.NOT_COMPARABLE,
         )
     verdicts = []
     for config in configs or list(candidate.configs):
@@ -210,7 +213,10 @@ def compare_run(
     problems: Mapping[str, str] | None = None,
 ) -> GateResult:
     """Judge every workload of `run` that has a baseline; `problems` are workloads that had none."""
-    workloads = [WorkloadVerdict(name, [], None, problem=text) for name, text in (problems or {}).items()]
+    workloads = [
+        WorkloadVerdict(name, [], None, problem=text, problem_status=Status.NO_BASELINE)
+        for name, text in (problems or {}).items()
+    ]
     for workload in run.workloads:
         if workload.name not in baselines:
             continue
@@ -245,7 +251,6 @@ def run_check(
         if not baselines:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
         session.run_trials(settings.trials)
-        rounds = 0
         stopped = None
         while True:
             result = compare_run(session.result(), baselines, settings, problems)
@@ -268,8 +273,7 @@ def run_check(
                     f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more trial of each"
                 )
             session.run_more(pending)
-            rounds += 1
-        return GateResult(result.workloads, settings, result.run, rounds, stopped)
+        return GateResult(result.workloads, settings, result.run, stopped)
 
 
 def _compare_config(

@@ -125,10 +125,7 @@ def format_gate_summary(result: GateResult) -> str:
     parts = []
     for status in Status:
         names = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == status]
-        if status == Status.NO_BASELINE:
-            names += [w.workload for w in result.workloads if w.problem and not w.problem.startswith("not comparable")]
-        if status == Status.NOT_COMPARABLE:
-            names += [w.workload for w in result.workloads if w.problem and w.problem.startswith("not comparable")]
+        names += [w.workload for w in result.workloads if w.problem_status == status]
         if names:
             listed = f" ({', '.join(names)})" if status not in (Status.NO_CHANGE, Status.IMPROVEMENT) else ""
             parts.append(f"{len(names)} {status.value}{listed}")
