@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from perfgate.cli import DEFAULT_UPDATE_TRIALS
+from perfgate.baseline import DEFAULT_UPDATE_TRIALS
 from perfgate.gate import DEFAULT_MAX_TRIALS
 from perfgate.runner import DEFAULT_TRIALS
 from perfgate.stats import (

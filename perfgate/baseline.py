@@ -28,6 +28,7 @@ from perfgate.summary import PHASES
 
 BASELINE_SCHEMA_VERSION = 1
 DEFAULT_BASELINE_DIR = Path("baselines")
+DEFAULT_UPDATE_TRIALS = 5  # a baseline is measured once and compared many times: more trials, more sensitive checks
 _HEADER = (
     "# perfgate baseline, written by `perfgate update`: review changes like code.\n"
     "# One entry per machine type; samples_per_sec and peak_bytes per trial are what `perfgate check` compares.\n"
@@ -223,22 +224,32 @@ def render_baseline(workload: str, entries: Iterable[BaselineEntry]) -> str:
     """The YAML text of one workload's baseline file: machines sorted by key, fields in a fixed order."""
     machines = {entry.key: _entry_to_dict(entry) for entry in sorted(entries, key=lambda e: e.key)}
     document = {"schema_version": BASELINE_SCHEMA_VERSION, "workload": workload, "machines": machines}
-    # Plain types only (torch's version string is a str subclass that safe_dump refuses); no NaN.
+    return dump_yaml(_HEADER, document)
+
+
+def dump_yaml(header: str, document: dict[str, Any]) -> str:
+    """A baseline document as YAML text: keys in the given order, plain types only, no NaN."""
+    # torch's version string is a str subclass that safe_dump refuses: round-trip through JSON.
     document = json.loads(json.dumps(document, allow_nan=False, default=str))
-    return _HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
+    return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
 
 
-def parse_baseline(text: str, *, source: str, workload: str | None = None) -> dict[str, BaselineEntry]:
-    """Parse a baseline file's text into entries keyed by machine; BaselineError on anything malformed."""
+def load_yaml(text: str, *, source: str, update_command: str = "perfgate update") -> Any:
+    """Parse YAML with the safe loader only: tags that would construct Python objects are errors."""
     try:
-        document = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BaselineError(
             f"invalid YAML: {' '.join(str(exc).split())}",
             where=source,
-            hint="fix the file or restore it from git, then run perfgate update",
+            hint=f"fix the file or restore it from git, then run {update_command}",
         ) from exc
-    reader = _Reader(source)
+
+
+def parse_baseline(text: str, *, source: str, workload: str | None = None) -> dict[str, BaselineEntry]:
+    """Parse a baseline file's text into entries keyed by machine; BaselineError on anything malformed."""
+    document = load_yaml(text, source=source)
+    reader = DocumentReader(source)
     document = reader.mapping(document, "the file")
     version = document.get("schema_version")
     if version != BASELINE_SCHEMA_VERSION:
@@ -267,26 +278,26 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
     for name, config in entry.configs.items():
         trials = [
             {
-                "samples_per_sec": _round(t.samples_per_sec),
+                "samples_per_sec": round_figure(t.samples_per_sec),
                 "peak_bytes": t.peak_bytes,
                 "reserved_bytes": t.reserved_bytes,
-                "step_p50_s": _round(t.step_p50_s),
-                "step_p95_s": _round(t.step_p95_s),
-                "compile_s": _round(t.compile_s),
-                "probe_steps_per_sec": _round(t.probe_steps_per_sec),
-                "phase_s": {p: _round(v) for p, v in t.phase_s.items()},
+                "step_p50_s": round_figure(t.step_p50_s),
+                "step_p95_s": round_figure(t.step_p95_s),
+                "compile_s": round_figure(t.compile_s),
+                "probe_steps_per_sec": round_figure(t.probe_steps_per_sec),
+                "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
             }
             for t in config.trials
         ]
         sps = config.samples_per_sec
         configs[name] = {
             "summary": {
-                "samples_per_sec_median": _round(statistics.median(sps)),
-                "samples_per_sec_spread_pct": _round(100 * (max(sps) - min(sps)) / 2 / statistics.median(sps)),
+                "samples_per_sec_median": round_figure(statistics.median(sps)),
+                "samples_per_sec_spread_pct": round_figure(100 * (max(sps) - min(sps)) / 2 / statistics.median(sps)),
                 "peak_bytes_median": int(statistics.median(config.peak_bytes)),
                 "trials": len(trials),
             },
-            "first_losses": [_round(v, 9) for v in config.first_losses],
+            "first_losses": [round_figure(v, 9) for v in config.first_losses],
             "trials": trials,
         }
     return {
@@ -302,14 +313,15 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
     }
 
 
-class _Reader:
+class DocumentReader:
     """Checks the shape of parsed YAML and names the place of the first thing that is wrong."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, update_command: str = "perfgate update") -> None:
         self.source = source
+        self.update_command = update_command
 
     def fail(self, what: str) -> BaselineError:
-        hint = "fix the file or restore it from git, then run perfgate update"
+        hint = f"fix the file or restore it from git, then run {self.update_command}"
         return BaselineError(what, where=self.source, hint=hint)
 
     def mapping(self, value: Any, where: str) -> dict[Any, Any]:
@@ -400,7 +412,7 @@ def _p95(values: list[float]) -> float | None:
     return percentile(values, 95) if values else None
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
+def round_figure(value: float | None, digits: int = 6) -> float | None:
     """Six significant digits: enough for any comparison, short enough for a readable diff."""
     return None if value is None else float(f"{value:.{digits}g}")
 

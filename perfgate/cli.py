@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import perfgate
-from perfgate.baseline import DEFAULT_BASELINE_DIR
+from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
 from perfgate.gate import DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 
 EXIT_NO_MEASUREMENT = 4
-DEFAULT_UPDATE_TRIALS = 5  # a baseline is measured once and compared many times: more trials, more sensitive checks
 EXIT_INTERRUPTED = 130
 
 
@@ -154,17 +152,6 @@ def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> Non
     add_baseline_option(group)
 
 
-def check_writable(path: Path, option: str) -> None:
-    """Refuse an output path that cannot be written before spending minutes measuring."""
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory", where=option, hint="give a file name, e.g. results.json")
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
-        raise UsageError(f"cannot write {path}: {ancestor} is not a writable folder", where=option)
-
-
 def _add_command(commands: Any, name: str, **kwargs: str) -> argparse.ArgumentParser:
     """A subcommand that also takes --debug after its name."""
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
@@ -220,6 +207,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
     from perfgate.device import select_device
     from perfgate.environment import available_cpus
     from perfgate.references import resolve_references
+    from perfgate.results import check_writable
     from perfgate.runner import RunSettings
 
     configs = parse_configs(args.configs)
@@ -272,22 +260,12 @@ def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool =
     from perfgate.gate import GateSettings
     from perfgate.project import load_project_config
 
-    project = load_project_config()
-    max_trials = trials if single_look else getattr(args, "max_trials", None)
-    if max_trials is not None and max_trials < trials:
-        raise UsageError(
-            f"--max-trials {max_trials} is below --trials {trials}",
-            hint="give --max-trials at least as large as --trials (or equal, for no extra trials)",
-        )
-    if max_trials is None:
-        max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
-    alpha = args.alpha if args.alpha is not None else project.alpha if project.alpha is not None else DEFAULT_ALPHA
-    return GateSettings(
-        project=project,
-        threshold=args.threshold,
-        alpha=alpha,
+    return GateSettings.from_options(
+        load_project_config(),
         trials=trials,
-        max_trials=max_trials,
+        threshold=args.threshold,
+        alpha=args.alpha,
+        max_trials=trials if single_look else getattr(args, "max_trials", None),
         time_budget_s=getattr(args, "time_budget", DEFAULT_TIME_BUDGET_S),
         fail_on_inconclusive=args.fail_on_inconclusive,
     )

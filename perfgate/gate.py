@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from perfgate.baseline import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload, fingerprint_differences
 from perfgate.environment import fingerprint_key, machine_fingerprint
+from perfgate.errors import UsageError
 from perfgate.project import Limits, ProjectConfig
 from perfgate.references import Reference
 from perfgate.results import RunResult, TrialResult
@@ -70,6 +71,39 @@ class GateSettings:
 
     def limits(self, workload: str, config: str) -> Limits:
         return self.project.limits(workload, config, threshold=self.threshold)
+
+    @classmethod
+    def from_options(
+        cls,
+        project: ProjectConfig,
+        *,
+        trials: int,
+        threshold: float | None = None,
+        alpha: float | None = None,
+        max_trials: int | None = None,
+        time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+        fail_on_inconclusive: bool = False,
+        prefix: str = "--",
+    ) -> GateSettings:
+        """Settings from a front end's options (None: not given) over the project's; `prefix` names them."""
+        if max_trials is not None and max_trials < trials:
+            raise UsageError(
+                f"{prefix}max-trials {max_trials} is below {prefix}trials {trials}",
+                hint=f"give {prefix}max-trials at least as large as {prefix}trials (or equal, for no extra trials)",
+            )
+        if max_trials is None:
+            max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
+        if alpha is None:
+            alpha = project.alpha if project.alpha is not None else DEFAULT_ALPHA
+        return cls(
+            project=project,
+            threshold=threshold,
+            alpha=alpha,
+            trials=trials,
+            max_trials=max_trials,
+            time_budget_s=time_budget_s,
+            fail_on_inconclusive=fail_on_inconclusive,
+        )
 
 
 @dataclass(frozen=True)
@@ -330,17 +364,21 @@ def _compare_config(
     else:
         status = Status.NO_CHANGE
     reason = "; ".join(
-        part for part in (_throughput_reason(throughput, adjusted, machine), _memory_reason(memory)) if part
+        part for part in (throughput_reason(throughput, adjusted, machine), _memory_reason(memory)) if part
     )
     return ConfigVerdict(
         workload, config, status, reason, limits, throughput, memory, adjusted=adjusted, machine=machine
     )
 
 
-def _throughput_reason(
-    t: ThroughputComparison, adjusted: ThroughputComparison | None, machine: ThroughputComparison | None
+def throughput_reason(
+    t: ThroughputComparison,
+    adjusted: ThroughputComparison | None,
+    machine: ThroughputComparison | None,
+    unit: str = "samples/s",
 ) -> str:
-    reason = _throughput_verdict_reason(t) + _outlier_note(t)
+    """One line on a throughput comparison, raw and (with the machine probe) adjusted for the machine's speed."""
+    reason = _throughput_verdict_reason(t, unit) + _outlier_note(t)
     if adjusted is None or machine is None:
         return reason
     speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
@@ -348,7 +386,7 @@ def _throughput_reason(
         if abs(math.log(machine.ratio)) < math.log(1 + t.threshold):
             return reason
         return f"{reason}; {speed}, and adjusted for that the verdict is the same"
-    adjusted_text = _throughput_verdict_reason(adjusted).replace("samples/s", "samples/s per probe rate", 1)
+    adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate")
     final = combine_verdicts(t.verdict, adjusted.verdict)
     return f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted)}; so {final.value}"
 
@@ -367,8 +405,8 @@ def _outlier_note(t: ThroughputComparison) -> str:
     )
 
 
-def _throughput_verdict_reason(t: ThroughputComparison) -> str:
-    change = f"samples/s {format_signed_pct(t.change)} ({t.ratio:.3f}x"
+def _throughput_verdict_reason(t: ThroughputComparison, unit: str) -> str:
+    change = f"{unit} {format_signed_pct(t.change)} ({t.ratio:.3f}x"
     if math.isnan(t.ci_low):
         change += ", one trial a side: no estimate of noise)"
     else:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Protocol
 
 from perfgate.runner import TrialEvent
+
+
+class Stream(Protocol):
+    def write(self, text: str, /) -> object: ...
+    def flush(self) -> None: ...
+    def isatty(self) -> bool: ...
 
 
 class Progress:
@@ -15,8 +21,8 @@ class Progress:
     On a terminal the running line is redrawn in place; in CI logs each finished trial is one line.
     """
 
-    def __init__(self, trials: int, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
+    def __init__(self, trials: int, stream: Stream | None = None) -> None:
+        self.stream: Stream = stream or sys.stderr
         self.trials = trials
         self.interactive = self.stream.isatty()
         self.started = time.perf_counter()

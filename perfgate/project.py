@@ -93,6 +93,17 @@ def parse_fraction(value: Any, where: str) -> float:
     raise UsageError(f"{value!r} is not a percentage", where=where, hint=hint)
 
 
+def parse_count(value: Any, where: str) -> int:
+    """A whole number of at least 1, from text or an int; anything else is a UsageError."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.lstrip("+").isdigit():
+        raise UsageError(f"expected a whole number, got {value!r}", where=where, hint="give a count such as 3")
+    count = int(text)
+    if count < 1:
+        raise UsageError(f"must be at least 1, got {count}", where=where, hint="give a count such as 3")
+    return count
+
+
 def _fraction(number: float, original: Any, where: str, hint: str) -> float:
     if 0 < number < 1:
         return number

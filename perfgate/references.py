@@ -110,6 +110,38 @@ def parse_reference(text: str, *, base_dir: Path | None = None) -> Reference:
     return Reference(text, f"module:{location}:{function_name}")
 
 
+def reference_for(target: object, *, base_dir: Path | None = None) -> Reference:
+    """A Reference from what a test hands over: a reference string, a workload function, or a Workload it built."""
+    if isinstance(target, str):
+        return parse_reference(target, base_dir=base_dir)
+    how = "pass the function itself, e.g. perfgate.check(gpt_small), or a reference string such as 'lm'"
+    if isinstance(target, Workload):
+        if target.origin is None:
+            raise WorkloadReferenceError(
+                f"cannot tell which function built workload {target.name!r}: trial processes must rebuild it",
+                hint=f"build it in a module-level function that takes no arguments and {how}",
+            )
+        location, name = target.origin
+    elif inspect.isfunction(target):
+        location = inspect.getsourcefile(target) or ""
+        name = target.__name__
+        if target.__qualname__ != name or not location:
+            raise WorkloadReferenceError(
+                f"{target.__qualname__} is not a module-level function in a file: trial processes cannot import it",
+                hint="define the workload function at the top level of a .py file",
+            )
+    else:
+        raise WorkloadReferenceError(
+            f"cannot measure a {type(target).__name__}", hint=f"{how}, or a Workload built by such a function"
+        )
+    path = Path(location).resolve()
+    try:
+        shown = path.relative_to((base_dir or Path.cwd()).resolve()).as_posix()
+    except ValueError:
+        shown = str(path)
+    return Reference(f"{shown}:{name}", f"file:{path}:{name}")
+
+
 def configured_references(project_dir: Path | None = None) -> tuple[list[str], Path] | None:
     """`workloads` from the project configuration (`[tool.perfgate]` or perfgate.yaml), if it lists any."""
     from perfgate.project import load_project_config

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
-from perfgate.gate import GateResult, Status, WorkloadVerdict
+from perfgate.gate import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
+from perfgate.microbench import MICRO_FILE, MicroBenchmark, MicroVerdict
 from perfgate.results import RunResult, WorkloadResult
-from perfgate.stats import OUTLIER_FACTOR, drop_outliers
+from perfgate.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers
 from perfgate.summary import PHASES
 from perfgate.units import format_bytes, format_p_value
 
@@ -237,3 +239,90 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
     if dropped:
         lines.append(f"  removed: {', '.join(dropped)} (not measured with these settings)")
     return "\n".join(lines)
+
+
+def format_pytest_summary(
+    *,
+    gates: Sequence[GateResult],
+    runs: Sequence[RunResult],
+    updates: Sequence[StoredUpdate],
+    store_dir: Path,
+    micro: Sequence[MicroVerdict] = (),
+    micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
+    micro_problem: str | None = None,
+) -> str:
+    """One summary for a pytest session: every verdict in one table, the lab reading, what was written."""
+    lines: list[str] = []
+    rows = [["workload", "config", "baseline s/s", "current s/s", "ratio (CI)", "peak mem", "verdict"]]
+    notes = []
+    for gate in gates:
+        for workload in gate.workloads:
+            if workload.problem:
+                status = workload.problem_status or Status.NO_BASELINE
+                rows.append([workload.workload, "-", "-", "-", "-", "-", _STATUS_LABELS[status.value]])
+                notes.append(f"! {workload.workload}: {workload.problem}")
+            for verdict in workload.configs:
+                t, m = verdict.throughput, verdict.memory
+                rows.append(
+                    [
+                        verdict.workload,
+                        verdict.config,
+                        "-" if t is None else f"{t.baseline_median:,.1f}",
+                        "-" if t is None else f"{t.candidate_median:,.1f}",
+                        "-" if t is None else _ratio_cell(t),
+                        "-" if m is None or m.change is None else f"{100 * m.change:+.1f}%",
+                        _STATUS_LABELS[verdict.status.value],
+                    ]
+                )
+                if verdict.status != Status.NO_CHANGE:
+                    notes.append(
+                        f"{'+' if verdict.status == Status.IMPROVEMENT else '!'} {_name(verdict)}: {verdict.reason}"
+                    )
+    if len(rows) > 1:
+        lines.extend(_table(rows))
+        lines.extend(f"  {note}" for note in notes)
+    for run in runs:
+        for measured in run.workloads:
+            reading = read_lab({name: config.summary for name, config in measured.configs.items()})
+            lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
+    if updates:
+        lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
+    if micro:
+        rows = [["pytest-benchmark test", "baseline calls/s", "current calls/s", "ratio (CI)", "machine", "verdict"]]
+        for v in micro:
+            t = v.throughput
+            rows.append(
+                [
+                    v.name,
+                    "-" if t is None else f"{t.baseline_median:,.4g}",
+                    "-" if t is None else f"{t.candidate_median:,.4g}",
+                    "-" if t is None else _ratio_cell(t),
+                    "-" if v.machine is None else f"{v.machine.ratio:.2f}x",
+                    _STATUS_LABELS[v.status.value],
+                ]
+            )
+        lines.extend(_table(rows))
+        lines.extend(f"  ! {v.name}: {v.reason}" for v in micro if v.status != Status.NO_CHANGE)
+    for timed, previous in micro_updates:
+        new = statistics.median(timed.block_calls_per_sec)
+        change = ""
+        if previous is not None:
+            old = statistics.median(previous.block_calls_per_sec)
+            change = f"{old:,.4g} -> "
+        lines.append(
+            f"{Path(store_dir) / MICRO_FILE}: {timed.name}: {change}{new:,.4g} calls/s "
+            f"({timed.rounds} rounds){' (new)' if previous is None else ''}"
+        )
+    if micro_problem:
+        lines.append(f"! pytest-benchmark results not judged: {micro_problem}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _ratio_cell(t: ThroughputComparison) -> str:
+    if math.isnan(t.ci_low):
+        return f"{t.ratio:.3f}x"
+    return f"{t.ratio:.3f}x ({t.ci_low:.3f}-{t.ci_high:.3f})"
+
+
+def _name(verdict: ConfigVerdict) -> str:
+    return f"{verdict.workload} {verdict.config}"

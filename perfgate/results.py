@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from perfgate.errors import ResultsError
+from perfgate.errors import ResultsError, UsageError
 from perfgate.summary import ConfigSummary, summarize_trials
 
 SCHEMA_VERSION = 1
@@ -128,6 +128,25 @@ class RunResult:
     def write_json(self, path: Path) -> None:
         """Write atomically: the file is either the old one or the complete new one."""
         write_text_atomic(path, json.dumps(_finite(self.to_dict()), indent=2, allow_nan=False) + "\n")
+
+
+def merge_runs(runs: list[RunResult]) -> RunResult:
+    """One results document from several runs on this machine (a later run of a workload replaces an earlier)."""
+    if not runs:
+        raise ValueError("merge_runs needs at least one run")
+    workloads = {w.name: w for run in runs for w in run.workloads}
+    return RunResult(runs[0].perfgate_version, runs[-1].created_at, runs[0].environment, list(workloads.values()))
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written before spending minutes measuring."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory", where=option, hint="give a file name, e.g. results.json")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
+        raise UsageError(f"cannot write {path}: {ancestor} is not a writable folder", where=option)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

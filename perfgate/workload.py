@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,7 @@ class Workload:
                 f"loader must be a dict of DataLoader arguments, got {type(self.loader).__name__}",
                 where=where,
             )
+        object.__setattr__(self, "_origin", _building_function(self))
         reserved = sorted(RESERVED_LOADER_KEYS & set(self.loader))
         if reserved:
             raise WorkloadError(
@@ -87,6 +89,39 @@ class Workload:
             )
 
     @property
+    def origin(self) -> tuple[str, str] | None:
+        """(file, function) of the module-level function, callable without arguments, that built this Workload.
+
+        A trial process rebuilds the workload by calling that function again; None when it was built
+        anywhere else (a nested function, a lambda, a method, or a function that needs arguments).
+        """
+        origin: tuple[str, str] | None = getattr(self, "_origin", None)
+        return origin
+
+    @property
     def slice_samples(self) -> int:
         """How many samples one trial consumes: (warm-up + timed steps) x batch size."""
         return (self.warmup_steps + self.steps) * self.batch_size
+
+
+def _building_function(workload: Workload) -> tuple[str, str] | None:
+    """The function that built `workload`: its caller, or the caller's caller when that was a helper."""
+    frame = inspect.currentframe()
+    # Step out of this module and the dataclass's generated __init__.
+    while frame is not None and (frame.f_code.co_filename == __file__ or frame.f_locals.get("self") is workload):
+        frame = frame.f_back
+    for _ in range(2):  # `def gpt_small(): return _gpt(layers=4)` names gpt_small
+        if frame is None:
+            return None
+        code = frame.f_code
+        module_file = frame.f_globals.get("__file__")
+        is_module_level = code.co_qualname == code.co_name and frame.f_globals.get(code.co_name) is not None
+        if is_module_level and getattr(frame.f_globals[code.co_name], "__code__", None) is code and module_file:
+            takes_arguments = code.co_argcount or code.co_kwonlyargcount or code.co_flags & _VARIADIC
+            if not takes_arguments:
+                return str(module_file), code.co_name
+        frame = frame.f_back
+    return None
+
+
+_VARIADIC = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS

@@ -1,0 +1,253 @@
+"""Micro-benchmarks timed by pytest-benchmark, judged with perfgate's statistics against stored baselines.
+
+pytest-benchmark times a function over many rounds inside one process and, by default, compares runs
+with a bare threshold on one statistic. perfgate reads its JSON (the raw per-round times) instead:
+
+- the rounds are cut into up to `MAX_BLOCKS` contiguous blocks and each block gives one figure, the
+  calls per second of its median round, so a burst of interference spoils one block, not the estimate;
+- blocks are compared with the same Welch test on log rates as the lab's trials, raw and divided by
+  the machine probe's rate measured in the same pytest session, and a verdict needs both to agree
+  (`stats.combine_verdicts`), so a machine that is slower today is not the code's fault.
+
+Blocks all come from one process, so they show noise within a run, not between runs; the probe
+covers the largest part of the rest (the machine's speed). `benchmarks/microbench.py` measures the
+false-alarm rate this leaves on a shared machine.
+
+Baselines live in one file, `baselines/pytest-benchmark.yaml`: per machine type, per benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate.baseline import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure
+from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key
+from perfgate.errors import ResultsError
+from perfgate.gate import Status, throughput_reason
+from perfgate.results import write_text_atomic
+from perfgate.stats import ThroughputComparison, Verdict, combine_verdicts, compare_throughput
+
+MICRO_SCHEMA_VERSION = 1
+MICRO_FILE = "pytest-benchmark.yaml"
+MAX_BLOCKS = 10
+UPDATE_COMMAND = "pytest --perfgate-update"
+_HEADER = (
+    "# perfgate baseline for pytest-benchmark tests, written by `pytest --perfgate-update`: review changes like code.\n"
+    "# Per machine type and benchmark: calls per second in blocks of rounds, and the machine probe's rate.\n"
+)
+_STATUS = {
+    Verdict.REGRESSION: Status.REGRESSION,
+    Verdict.IMPROVEMENT: Status.IMPROVEMENT,
+    Verdict.NO_CHANGE: Status.NO_CHANGE,
+    Verdict.INCONCLUSIVE: Status.INCONCLUSIVE,
+}
+
+
+@dataclass(frozen=True)
+class MicroBenchmark:
+    """One pytest-benchmark test as measured in one session."""
+
+    name: str  # pytest-benchmark's fullname, e.g. tests/test_augment.py::test_flip[224]
+    rounds: int
+    block_calls_per_sec: list[float]  # per contiguous block of rounds: 1 / its median seconds per call
+    median_s: float
+    min_s: float
+    probe_steps_per_sec: float | None = None  # the machine probe in the session that measured it
+    measured_at: str = ""
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class MicroMachine:
+    """One machine type's entry: its fingerprint and its benchmarks by name."""
+
+    fingerprint: dict[str, Any]
+    benchmarks: dict[str, MicroBenchmark]
+
+
+@dataclass(frozen=True)
+class MicroVerdict:
+    name: str
+    status: Status
+    reason: str
+    baseline: MicroBenchmark | None = None
+    current: MicroBenchmark | None = None
+    throughput: ThroughputComparison | None = None
+    adjusted: ThroughputComparison | None = None
+    machine: ThroughputComparison | None = None
+
+
+def block_rates(times: Sequence[float], max_blocks: int = MAX_BLOCKS) -> list[float]:
+    """Calls per second of each contiguous block's median round (as many blocks as rounds, up to max_blocks)."""
+    if not times:
+        raise ValueError("no rounds")
+    blocks = min(len(times), max_blocks)
+    edges = [round(i * len(times) / blocks) for i in range(blocks + 1)]
+    return [1.0 / statistics.median(times[edges[i] : edges[i + 1]]) for i in range(blocks)]
+
+
+def parse_pytest_benchmark(
+    document: Any, *, probe: float | None = None, measured_at: str = "", commit: str | None = None
+) -> list[MicroBenchmark]:
+    """The benchmarks of a pytest-benchmark JSON document (its `--benchmark-json` format, with raw data)."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("benchmarks"), list):
+        raise ResultsError("not a pytest-benchmark JSON document (no 'benchmarks' list)")
+    measured = []
+    for item in document["benchmarks"]:
+        name = item.get("fullname") if isinstance(item, Mapping) else None
+        stats = item.get("stats") if isinstance(item, Mapping) else None
+        data = stats.get("data") if isinstance(stats, Mapping) else None
+        if not isinstance(name, str) or not isinstance(data, list):
+            raise ResultsError(
+                f"pytest-benchmark result {name or '?'} has no raw round times",
+                hint="perfgate needs pytest-benchmark's JSON with its data (as --benchmark-json writes it)",
+            )
+        times = [float(t) for t in data if isinstance(t, int | float) and math.isfinite(t) and t > 0]
+        if not times:
+            continue  # pytest-benchmark disabled or the function never ran
+        measured.append(
+            MicroBenchmark(
+                name=name,
+                rounds=len(times),
+                block_calls_per_sec=block_rates(times),
+                median_s=statistics.median(times),
+                min_s=min(times),
+                probe_steps_per_sec=probe,
+                measured_at=measured_at,
+                commit=commit,
+            )
+        )
+    return measured
+
+
+class MicroStore:
+    """`pytest-benchmark.yaml` in the baseline directory: benchmarks per machine type."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / MICRO_FILE
+
+    def load(self) -> dict[str, MicroMachine]:
+        """Every machine type's entry, by key (empty when there is no file yet)."""
+        if not self.path.is_file():
+            return {}
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(f"cannot read {self.path}: {exc}", hint="check the file") from exc
+        return _parse(text, str(self.path))
+
+    def find(self, fingerprint: Mapping[str, Any]) -> dict[str, MicroBenchmark]:
+        machine = self.load().get(fingerprint_key(dict(fingerprint)))
+        return machine.benchmarks if machine else {}
+
+    def write(
+        self, fingerprint: Mapping[str, Any], measured: Sequence[MicroBenchmark]
+    ) -> dict[str, MicroBenchmark | None]:
+        """Store `measured` for this machine (other benchmarks and machines are kept); returns the previous ones."""
+        machines = self.load()
+        key = fingerprint_key(dict(fingerprint))
+        stored = dict(machines[key].benchmarks) if key in machines else {}
+        previous = {m.name: stored.get(m.name) for m in measured}
+        stored.update({m.name: m for m in measured})
+        machines[key] = MicroMachine({k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}, dict(sorted(stored.items())))
+        document = {
+            "schema_version": MICRO_SCHEMA_VERSION,
+            "machines": {
+                k: {
+                    "fingerprint": machines[k].fingerprint,
+                    "benchmarks": {name: _to_dict(b) for name, b in machines[k].benchmarks.items()},
+                }
+                for k in sorted(machines)
+            },
+        }
+        write_text_atomic(self.path, dump_yaml(_HEADER, document))
+        return previous
+
+
+def compare_micro(
+    baseline: Mapping[str, MicroBenchmark], measured: Sequence[MicroBenchmark], *, threshold: float, alpha: float
+) -> list[MicroVerdict]:
+    """Judge each measured benchmark against its baseline (one look: a pytest session measures once)."""
+    verdicts = []
+    for current in measured:
+        base = baseline.get(current.name)
+        if base is None:
+            reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {MICRO_FILE}"
+            verdicts.append(MicroVerdict(current.name, Status.NO_BASELINE, reason, current=current))
+            continue
+        raw = compare_throughput(
+            base.block_calls_per_sec, current.block_calls_per_sec, threshold=threshold, alpha=alpha
+        )
+        adjusted = machine = None
+        verdict = raw.verdict
+        if base.probe_steps_per_sec and current.probe_steps_per_sec:
+            b_probe, c_probe = base.probe_steps_per_sec, current.probe_steps_per_sec
+            adjusted = compare_throughput(
+                [r / b_probe for r in base.block_calls_per_sec],
+                [r / c_probe for r in current.block_calls_per_sec],
+                threshold=threshold,
+                alpha=alpha,
+            )
+            machine = compare_throughput([b_probe], [c_probe], threshold=threshold)
+            verdict = combine_verdicts(raw.verdict, adjusted.verdict)
+        reason = throughput_reason(raw, adjusted, machine, unit="calls/s")
+        verdicts.append(MicroVerdict(current.name, _STATUS[verdict], reason, base, current, raw, adjusted, machine))
+    return verdicts
+
+
+def _to_dict(b: MicroBenchmark) -> dict[str, Any]:
+    return {
+        "rounds": b.rounds,
+        "median_s": round_figure(b.median_s),
+        "min_s": round_figure(b.min_s),
+        "probe_steps_per_sec": round_figure(b.probe_steps_per_sec),
+        "measured_at": b.measured_at,
+        "commit": b.commit,
+        "block_calls_per_sec": [round_figure(r) for r in b.block_calls_per_sec],
+    }
+
+
+def _parse(text: str, source: str) -> dict[str, MicroMachine]:
+    reader = DocumentReader(source, UPDATE_COMMAND)
+    document = reader.mapping(load_yaml(text, source=source, update_command=UPDATE_COMMAND), "the file")
+    if document.get("schema_version") != MICRO_SCHEMA_VERSION:
+        raise BaselineError(
+            f"unsupported schema_version {document.get('schema_version')!r} (this perfgate reads "
+            f"{MICRO_SCHEMA_VERSION})",
+            where=source,
+            hint=f"use the perfgate version that wrote it, or run {UPDATE_COMMAND} to rewrite it",
+        )
+    machines: dict[str, MicroMachine] = {}
+    for key, machine in reader.mapping(document.get("machines"), "machines").items():
+        where = f"machines[{key!r}]"
+        machine = reader.mapping(machine, where)
+        fingerprint = reader.mapping(machine.get("fingerprint"), f"{where}.fingerprint")
+        benchmarks = {}
+        for name, raw in reader.mapping(machine.get("benchmarks"), f"{where}.benchmarks").items():
+            here = f"{where}.benchmarks[{name!r}]"
+            raw = reader.mapping(raw, here)
+            rates = raw.get("block_calls_per_sec")
+            if not isinstance(rates, list) or not rates:
+                raise reader.fail(f"{here}.block_calls_per_sec must be a non-empty list")
+            values = [reader.number({"rate": r}, "rate", f"{here}.block_calls_per_sec") for r in rates]
+            if not all(values):
+                raise reader.fail(f"{here}.block_calls_per_sec must be positive")
+            commit = raw.get("commit")
+            benchmarks[str(name)] = MicroBenchmark(
+                name=str(name),
+                rounds=int(reader.number(raw, "rounds", here) or 0),
+                block_calls_per_sec=[float(v or 0) for v in values],
+                median_s=float(reader.number(raw, "median_s", here) or 0),
+                min_s=float(reader.number(raw, "min_s", here) or 0),
+                probe_steps_per_sec=reader.number(raw, "probe_steps_per_sec", here, optional=True) or None,
+                measured_at=str(raw.get("measured_at") or ""),
+                commit=commit if isinstance(commit, str) else None,
+            )
+        fingerprint = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
+        machines[fingerprint_key(fingerprint)] = MicroMachine(fingerprint, benchmarks)
+    return machines

@@ -1,0 +1,633 @@
+"""The pytest front end: `pytest --perfgate` gates perf tests, `pytest --perfgate-update` writes baselines.
+
+Three kinds of perf test, all collected by every run and skipped unless one of the two flags is given:
+
+- each workload in `[tool.perfgate] workloads`, one item per config (`perfgate::lm-small[bf16]`);
+- tests that use the `perfgate` fixture: `perfgate.check(gpt_small)` measures and judges one workload;
+- pytest-benchmark tests: their raw round times are judged against `baselines/pytest-benchmark.yaml`.
+
+This module only parses options and reports: measuring, judging and storing come from the core
+(`gate.run_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`), as for the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
+from perfgate.configs import CONFIG_NAMES, parse_configs
+from perfgate.errors import PerfgateError
+from perfgate.gate import DEFAULT_MAX_TRIALS, Status
+from perfgate.runner import DEFAULT_TRIALS
+from perfgate.stats import DEFAULT_ALPHA
+
+if TYPE_CHECKING:
+    from perfgate.baseline import StoredUpdate
+    from perfgate.gate import ConfigVerdict, GateResult, GateSettings, WorkloadVerdict
+    from perfgate.microbench import MicroBenchmark, MicroVerdict
+    from perfgate.project import ProjectConfig
+    from perfgate.references import Reference
+    from perfgate.results import RunResult
+    from perfgate.runner import RunSettings
+
+SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"
+FAILING = (Status.REGRESSION, Status.FAILED, Status.NOT_COMPARABLE, Status.NO_BASELINE)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """`--perfgate-NAME VALUE` with the ini key `perfgate_NAME`."""
+
+    name: str
+    metavar: str
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return f"--perfgate-{self.name}"
+
+    @property
+    def key(self) -> str:
+        return f"perfgate_{self.name.replace('-', '_')}"
+
+
+OPTIONS = (
+    _Option("configs", "LIST", f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)"),
+    _Option(
+        "trials",
+        "N",
+        f"trials per config, each in a fresh process (default: {DEFAULT_TRIALS}; {DEFAULT_UPDATE_TRIALS} "
+        "with --perfgate-update)",
+    ),
+    _Option("max-trials", "N", f"add trials to inconclusive configs up to N (default: {DEFAULT_MAX_TRIALS})"),
+    _Option("threads", "N", "torch threads per trial (default: the CPUs available)"),
+    _Option("baseline-dir", "DIR", f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)"),
+    _Option("threshold", "PCT", "samples/s regression threshold, e.g. 5% (default: [tool.perfgate], else 5%)"),
+    _Option("alpha", "P", f"significance level per config, one-sided (default: {DEFAULT_ALPHA:g})"),
+    _Option("json", "PATH", "write the results (the same JSON as perfgate --json) to PATH"),
+)
+FLAGS = (
+    ("fail-on-inconclusive", "fail perf tests whose verdict stays inconclusive"),
+    ("allow-dirty", "with --perfgate-update: measure even with uncommitted changes to tracked files"),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: performance-regression gate")
+    group.addoption("--perfgate", action="store_true", help="run the perf tests and fail on supported regressions")
+    group.addoption(
+        "--perfgate-update", action="store_true", help="run the perf tests and write their baselines instead"
+    )
+    for option in OPTIONS:
+        group.addoption(
+            option.flag, dest=option.key, default=None, metavar=option.metavar, help=option.help.replace("%", "%%")
+        )
+        parser.addini(option.key, f"perfgate: {option.help}", default=None)
+    for name, text in FLAGS:
+        key = f"perfgate_{name.replace('-', '_')}"
+        group.addoption(f"--perfgate-{name}", dest=key, action="store_true", default=None, help=text)
+        parser.addini(key, f"perfgate: {text}", type="bool", default=False)
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """The options, parsed: `mode` is "off", "check" or "update"."""
+
+    mode: str
+    project: ProjectConfig
+    configs: tuple[str, ...]
+    trials: int
+    max_trials: int | None
+    threads: int | None
+    baseline_dir: Path
+    threshold: float | None
+    alpha: float | None
+    json: Path | None
+    fail_on_inconclusive: bool
+    allow_dirty: bool
+
+    def run_settings(self, configs: Sequence[str] | None = None) -> RunSettings:
+        from perfgate.device import select_device
+        from perfgate.environment import available_cpus
+        from perfgate.runner import RunSettings
+
+        return RunSettings(
+            configs=tuple(configs or self.configs),
+            trials=self.trials,
+            device=select_device("auto").type,
+            threads=self.threads or available_cpus(),
+        )
+
+    def gate_settings(self) -> GateSettings:
+        from perfgate.gate import GateSettings
+
+        return GateSettings.from_options(
+            self.project,
+            trials=self.trials,
+            threshold=self.threshold,
+            alpha=self.alpha,
+            max_trials=self.max_trials,
+            fail_on_inconclusive=self.fail_on_inconclusive,
+            prefix="--perfgate-",
+        )
+
+
+def read_settings(config: pytest.Config) -> PluginSettings:
+    """Parse options and ini keys (an option wins over its ini key); PerfgateError on a bad value."""
+    from perfgate.project import load_project_config, parse_count, parse_fraction
+    from perfgate.results import check_writable
+
+    def value(option: _Option) -> tuple[str | None, str]:
+        given = config.getoption(option.key)
+        if given is not None:
+            return str(given), option.flag
+        ini = str(config.getini(option.key) or "").strip()
+        if len(ini) > 1 and ini[0] == ini[-1] and ini[0] in "'\"":  # pytest.ini keeps quotes; TOML does not
+            ini = ini[1:-1]
+        return (ini or None), f"ini {option.key}"
+
+    def flag(name: str) -> bool:
+        key = f"perfgate_{name.replace('-', '_')}"
+        return bool(config.getoption(key) or config.getini(key))
+
+    raw = {option.name: value(option) for option in OPTIONS}
+
+    def parsed(name: str, parse: Callable[[str, str], Any]) -> Any:
+        text, where = raw[name]
+        return None if text is None else parse(text, where)
+
+    check, update = config.getoption("perfgate"), config.getoption("perfgate_update")
+    if check and update:
+        from perfgate.errors import UsageError
+
+        raise UsageError(
+            "--perfgate and --perfgate-update both given",
+            hint="use --perfgate to check against the baselines, or --perfgate-update to rewrite them",
+        )
+    mode = "update" if update else "check" if check else "off"
+    configs_text, configs_where = raw["configs"]
+    try:
+        configs = parse_configs(configs_text) if configs_text is not None else CONFIG_NAMES
+    except PerfgateError as error:
+        error.where = configs_where
+        raise
+    json_path = parsed("json", lambda text, where: Path(text))
+    if json_path is not None and mode != "off":
+        check_writable(json_path, raw["json"][1])
+    trials = parsed("trials", parse_count)
+    return PluginSettings(
+        mode=mode,
+        project=load_project_config(config.rootpath),
+        configs=configs,
+        trials=trials or (DEFAULT_UPDATE_TRIALS if mode == "update" else DEFAULT_TRIALS),
+        max_trials=parsed("max-trials", parse_count),
+        threads=parsed("threads", parse_count),
+        baseline_dir=Path(raw["baseline-dir"][0] or DEFAULT_BASELINE_DIR),
+        threshold=parsed("threshold", parse_fraction),
+        alpha=parsed("alpha", parse_fraction),
+        json=json_path,
+        fail_on_inconclusive=flag("fail-on-inconclusive"),
+        allow_dirty=flag("allow-dirty"),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perfgate: a perfgate perf test (skipped unless pytest runs with --perfgate)")
+    try:
+        settings = read_settings(config)
+        if settings.mode != "off":
+            _refuse_parallel_workers(config)
+            settings.gate_settings()  # refuse bad combinations (--perfgate-max-trials below trials) up front
+            if settings.mode == "update" and not settings.allow_dirty:
+                from perfgate.baseline import require_clean_tree
+
+                require_clean_tree(config.rootpath, config.rootpath / settings.baseline_dir)
+    except PerfgateError as error:
+        message = error.one_line().replace("--allow-dirty", "--perfgate-allow-dirty")
+        raise pytest.UsageError(f"perfgate: {message}") from None
+    session = PerfgateSession(config, settings)
+    config.stash[_SESSION] = session
+    config.pluginmanager.register(session, "perfgate-session")
+    if settings.mode != "off" and config.pluginmanager.hasplugin("benchmark"):
+        session.capture_pytest_benchmark_json()
+
+
+def _refuse_parallel_workers(config: pytest.Config) -> None:
+    workers = config.getoption("numprocesses", None)
+    if workers not in (None, 0, "0") or os.environ.get("PYTEST_XDIST_WORKER"):
+        from perfgate.errors import UsageError
+
+        raise UsageError(
+            f"perf tests cannot run under pytest-xdist (-n {workers}): two benchmarks at once on one machine "
+            "measure each other",
+            hint="run them in their own pytest call without -n, e.g. pytest --perfgate -m perfgate -p no:xdist",
+        )
+
+
+_SESSION = pytest.StashKey["PerfgateSession"]()
+
+
+@dataclass(eq=False)  # registered as a plugin: hashed by identity
+class PerfgateSession:
+    """Everything one pytest session measured and decided, for the items, the summary and the JSON."""
+
+    config: pytest.Config
+    settings: PluginSettings
+    gates: list[GateResult] = field(default_factory=list)
+    runs: list[RunResult] = field(default_factory=list)
+    updates: list[StoredUpdate] = field(default_factory=list)
+    micro: list[MicroVerdict] = field(default_factory=list)
+    micro_updates: list[tuple[MicroBenchmark, MicroBenchmark | None]] = field(default_factory=list)
+    micro_problem: str | None = None
+    _configured: dict[tuple[str, str], ConfigVerdict | str | None] | None = None
+    _probes: list[float] = field(default_factory=list)
+    _benchmark_json: Path | None = None
+
+    @property
+    def baseline_dir(self) -> Path:
+        """The baseline folder: relative paths start at pytest's rootdir, and are shown from the cwd."""
+        directory = self.settings.baseline_dir
+        if not directory.is_absolute():
+            directory = self.config.rootpath / directory
+        return Path(os.path.relpath(directory)) if directory.is_relative_to(Path.cwd()) else directory
+
+    # -- collection ---------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)  # before -k, -m and --lf select from the items
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.settings.project.workloads and self.config.args_source != pytest.Config.ArgsSource.ARGS:
+            items.extend(self._configured_items(session))
+        for item in items:
+            if isinstance(item, WorkloadItem) or "perfgate" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.perfgate)
+                if self.settings.mode == "off":
+                    item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+    def _configured_items(self, session: pytest.Session) -> list[WorkloadItem]:
+        from perfgate.references import parse_reference
+
+        project = self.settings.project
+        try:
+            references = [parse_reference(text, base_dir=project.base_dir) for text in project.workloads or []]
+            loaded = [(reference, reference.load()) for reference in references]
+        except PerfgateError as error:
+            raise pytest.UsageError(f"perfgate: {error.one_line()} (in {project.source})") from None
+        source = Path(project.source.split(" ")[0]) if project.source else self.config.rootpath
+        collector = WorkloadsCollector.from_parent(session, name="perfgate", nodeid="perfgate", path=source)
+        return [
+            WorkloadItem.from_parent(
+                collector,
+                name=f"{workload.name}[{config}]",
+                reference=reference,
+                workload=workload.name,
+                config_name=config,
+            )
+            for reference, workload in loaded
+            for config in self.settings.configs
+        ]
+
+    # -- measuring ----------------------------------------------------------------------------------
+
+    def configured_outcome(self, item: WorkloadItem) -> ConfigVerdict | str | None:
+        """The verdict (check) or problem text for one configured item; None for a stored update."""
+        if self._configured is None:
+            selected = [i for i in item.session.items if isinstance(i, WorkloadItem)]
+            self._configured = self._measure_configured(selected)
+        return self._configured.get((item.workload, item.config_name), "not measured")
+
+    def _measure_configured(self, items: list[WorkloadItem]) -> dict[tuple[str, str], ConfigVerdict | str | None]:
+        """Measure every selected configured item at once: configs interleaved, as `perfgate check` does."""
+        groups: dict[tuple[str, ...], list[Reference]] = {}
+        configs_of: dict[Reference, set[str]] = {}
+        for item in items:
+            configs_of.setdefault(item.reference, set()).add(item.config_name)
+        for reference, names in configs_of.items():
+            groups.setdefault(tuple(c for c in CONFIG_NAMES if c in names), []).append(reference)
+        outcomes: dict[tuple[str, str], ConfigVerdict | str | None] = {}
+        for configs, references in groups.items():
+            if self.settings.mode == "update":
+                outcomes.update(self._update(references, configs))
+            else:
+                result = self._check(references, configs)
+                for workload in result.workloads:
+                    for config in configs:
+                        outcomes[(workload.workload, config)] = workload.problem
+                    for verdict in workload.configs:
+                        outcomes[(verdict.workload, verdict.config)] = verdict
+        return outcomes
+
+    def _check(self, references: Sequence[Reference], configs: Sequence[str] | None = None) -> GateResult:
+        from perfgate.baseline import BaselineStore
+        from perfgate.gate import run_check
+
+        with self._terminal() as (progress, notify):
+            result = run_check(
+                references,
+                self.settings.run_settings(configs),
+                self.settings.gate_settings(),
+                BaselineStore(self.baseline_dir),
+                progress,
+                notify,
+            )
+        self.gates.append(result)
+        if result.run is not None:
+            self.runs.append(result.run)
+        return result
+
+    def _update(
+        self, references: Sequence[Reference], configs: Sequence[str] | None = None
+    ) -> dict[tuple[str, str], ConfigVerdict | str | None]:
+        from perfgate.baseline import BaselineStore
+        from perfgate.runner import run_lab
+
+        with self._terminal() as (progress, _):
+            run = run_lab(references, self.settings.run_settings(configs), progress)
+        self.runs.append(run)
+        updates = BaselineStore(self.baseline_dir).write_run(run)
+        self.updates.extend(updates)
+        outcomes: dict[tuple[str, str], ConfigVerdict | str | None] = {}
+        for workload in run.workloads:
+            for name, config in workload.configs.items():
+                measured = any(t.ok for t in config.trials)
+                outcomes[(workload.name, name)] = None if measured else f"the config failed: {config.failure_reason}"
+        return outcomes
+
+    @contextmanager
+    def _terminal(self) -> Iterator[tuple[Any, Callable[[str], None] | None]]:
+        """Progress lines on the terminal while trials run, past pytest's output capturing."""
+        from perfgate.progress import Progress
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or self.config.get_verbosity() < 0:
+            yield None, None
+            return
+        terminal: Any = reporter
+
+        class Stream:
+            def write(self, text: str) -> None:
+                with capture.global_and_fixture_disabled() if capture else _nothing():
+                    terminal.write(text)
+
+            def flush(self) -> None:
+                terminal.flush()
+
+            def isatty(self) -> bool:
+                return False
+
+        stream = Stream()
+        with capture.global_and_fixture_disabled() if capture else _nothing():
+            terminal.ensure_newline()
+        yield Progress(self.settings.trials, stream), lambda message: stream.write(f"perfgate: {message}\n")
+
+    # -- pytest-benchmark ---------------------------------------------------------------------------
+
+    def capture_pytest_benchmark_json(self) -> None:
+        """Have pytest-benchmark write its JSON (raw round times included) so its update-json hook fires."""
+        if self.config.getoption("benchmark_json", None) is None:
+            handle, name = tempfile.mkstemp(prefix="perfgate-pytest-benchmark-", suffix=".json")
+            os.close(handle)
+            self._benchmark_json = Path(name)
+            self.config.option.benchmark_json = open(name, "wb")  # noqa: SIM115 (pytest-benchmark closes it)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if not self._probes and "benchmark" in getattr(item, "fixturenames", ()) and self.settings.mode != "off":
+            self._probes.append(_probe())
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_benchmark_update_json(self, config: pytest.Config, benchmarks: Any, output_json: Any) -> None:
+        if self.settings.mode == "off":
+            return
+        from perfgate.microbench import MicroStore, compare_micro, parse_pytest_benchmark
+        from perfgate.probe import combine
+
+        try:
+            environment, fingerprint = _environment()
+            self._probes.append(_probe())
+            git = environment.get("git") or {}
+            measured = parse_pytest_benchmark(
+                output_json,
+                probe=combine(self._probes),
+                measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                commit=git.get("sha"),
+            )
+            store = MicroStore(self.baseline_dir)
+            if self.settings.mode == "update":
+                previous = store.write(fingerprint, measured)
+                self.micro_updates.extend((m, previous[m.name]) for m in measured)
+                return
+            gate = self.settings.gate_settings()
+            threshold = gate.limits("", "").throughput
+            self.micro = compare_micro(store.find(fingerprint), measured, threshold=threshold, alpha=gate.alpha)
+        except PerfgateError as error:
+            self.micro_problem = error.one_line()
+
+    # -- the end ------------------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Iterator[None]:
+        with warnings.catch_warnings():
+            # perfgate asked pytest-benchmark for its JSON; a session without benchmarks is no news.
+            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
+            yield
+        if self._benchmark_json is not None:
+            self._benchmark_json.unlink(missing_ok=True)
+        if self.settings.json is not None and self.runs:
+            from perfgate.results import merge_runs
+
+            merge_runs(self.runs).write_json(self.settings.json)
+        micro_failed = any(v.status in FAILING for v in self.micro) or self.micro_problem
+        micro_open = self.settings.fail_on_inconclusive and any(v.status == Status.INCONCLUSIVE for v in self.micro)
+        if (micro_failed or micro_open) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from perfgate.report import format_pytest_summary
+
+        text = format_pytest_summary(
+            gates=self.gates,
+            runs=self.runs,
+            updates=self.updates,
+            store_dir=self.baseline_dir,
+            micro=self.micro,
+            micro_updates=self.micro_updates,
+            micro_problem=self.micro_problem,
+        )
+        if text:
+            terminalreporter.write_sep("=", "perfgate")
+            terminalreporter.write_line(text.rstrip("\n"))
+            if self.settings.json is not None and self.runs:
+                terminalreporter.write_line(f"results written to {self.settings.json}")
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _environment() -> tuple[dict[str, Any], dict[str, Any]]:
+    import torch
+
+    from perfgate.environment import collect_environment, machine_fingerprint
+
+    environment = collect_environment("cpu", torch.get_num_threads())
+    return environment, machine_fingerprint(environment)
+
+
+def _probe() -> float:
+    from perfgate.device import Device
+    from perfgate.probe import probe_steps_per_sec
+
+    return probe_steps_per_sec(Device())
+
+
+# -- the configured workloads as items -----------------------------------------------------------------
+
+
+class WorkloadsCollector(pytest.Collector):
+    """The parent of the configured workloads' items: their node ids read `perfgate::NAME[CONFIG]`."""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        return []  # the items are made by the plugin, which has the selected configs
+
+
+class PerfgateFailure(Exception):
+    """A perf test's failure: the text says it all, no traceback."""
+
+
+class WorkloadItem(pytest.Item):
+    """One configured workload in one config."""
+
+    def __init__(self, *, reference: Reference, workload: str, config_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reference = reference
+        self.workload = workload
+        self.config_name = config_name
+
+    def runtest(self) -> None:
+        session = self.config.stash[_SESSION]
+        outcome = session.configured_outcome(self)
+        if isinstance(outcome, str):
+            raise PerfgateFailure(f"{self.workload} {self.config_name}: {outcome}")
+        if outcome is None:
+            self.user_properties.append(("perfgate_verdict", "baseline written"))
+            return
+        record_verdict(self.user_properties, outcome)
+        if failed(outcome, session.settings.fail_on_inconclusive):
+            raise PerfgateFailure(verdict_text(outcome))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, PerfgateFailure | PerfgateError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, 0, f"perfgate: {self.workload} {self.config_name} ({self.reference.text})"
+
+
+def failed(verdict: ConfigVerdict, fail_on_inconclusive: bool) -> bool:
+    return verdict.status in FAILING or (fail_on_inconclusive and verdict.status == Status.INCONCLUSIVE)
+
+
+def verdict_text(verdict: ConfigVerdict) -> str:
+    """The failure message: readable without the summary table."""
+    return f"{verdict.workload} {verdict.config}: {verdict.status.value.upper()}: {verdict.reason}"
+
+
+def record_verdict(properties: list[tuple[str, object]], verdict: ConfigVerdict) -> None:
+    """The verdict's figures as JUnit XML properties."""
+    properties.append(("perfgate_verdict", verdict.status.value))
+    t = verdict.throughput
+    if t is not None:
+        properties.extend(
+            [
+                ("perfgate_baseline_samples_per_sec", f"{t.baseline_median:.6g}"),
+                ("perfgate_current_samples_per_sec", f"{t.candidate_median:.6g}"),
+                ("perfgate_ratio", f"{t.ratio:.4f}"),
+                ("perfgate_ci", f"{t.ci_low:.4f}-{t.ci_high:.4f}"),
+                ("perfgate_p_value", f"{min(t.p_slower, t.p_faster):.3g}"),
+            ]
+        )
+    m = verdict.memory
+    if m is not None and m.change is not None:
+        properties.append(("perfgate_peak_memory_change", f"{100 * m.change:+.1f}%"))
+
+
+# -- the fixture ---------------------------------------------------------------------------------------
+
+
+class PerfgateFixture:
+    """What a test gets from the `perfgate` fixture: `check(workload)` measures and judges a workload."""
+
+    def __init__(self, session: PerfgateSession, node: pytest.Item) -> None:
+        self._session = session
+        self._node = node
+
+    def check(self, workload: object, *, configs: str | Sequence[str] | None = None) -> WorkloadVerdict | None:
+        """Run the lab on `workload` and fail this test on a supported regression (or write its baseline
+        under --perfgate-update, returning None).
+
+        `workload` is a function returning a perfgate.Workload (`perfgate.check(gpt_small)`), a Workload
+        built by such a function (`perfgate.check(gpt_small())`), or a reference string (`"lm"`,
+        `"perf/workloads.py:gpt_small"`). `configs` (e.g. "fp32,bf16") replaces --perfgate-configs for this test.
+        """
+        session = self._session
+        try:
+            reference = _reference(workload, self._node.config.rootpath)
+            chosen = parse_configs(configs) if configs is not None else session.settings.configs
+            if session.settings.mode == "update":
+                outcome = session._update([reference], chosen)
+                problems = [text for text in outcome.values() if isinstance(text, str)]
+                if problems:
+                    pytest.fail(f"{reference.text}: {'; '.join(problems)}", pytrace=False)
+                self._node.user_properties.append(("perfgate_verdict", "baseline written"))
+                return None
+            result = session._check([reference], chosen)
+        except PerfgateError as error:
+            pytest.fail(error.one_line(), pytrace=False)
+        (verdict,) = result.workloads
+        if verdict.problem:
+            pytest.fail(f"{verdict.workload}: {verdict.problem}", pytrace=False)
+        for config_verdict in verdict.configs:
+            record_verdict(self._node.user_properties, config_verdict)
+        failures = [v for v in verdict.configs if failed(v, session.settings.fail_on_inconclusive)]
+        if failures:
+            pytest.fail("\n".join(verdict_text(v) for v in failures), pytrace=False)
+        return verdict
+
+
+def _reference(workload: object, rootpath: Path) -> Reference:
+    from perfgate.errors import WorkloadError
+    from perfgate.references import reference_for
+    from perfgate.workload import Workload
+
+    reference = reference_for(workload, base_dir=rootpath)
+    if isinstance(workload, Workload):
+        rebuilt = reference.load()
+        fields = ("name", "batch_size", "steps", "warmup_steps", "seed")
+        changed = [f for f in fields if getattr(rebuilt, f) != getattr(workload, f)]
+        if changed:
+            raise WorkloadError(
+                f"{reference.text} rebuilds a different workload than the one passed ({', '.join(changed)} differ)",
+                hint="pass the function itself, perfgate.check(gpt_small), so every trial builds the same workload",
+            )
+    return reference
+
+
+@pytest.fixture
+def perfgate(request: pytest.FixtureRequest) -> PerfgateFixture:
+    """Measure a workload with the three-run lab and gate it: `perfgate.check(gpt_small)`."""
+    session = request.config.stash[_SESSION]
+    if session.settings.mode == "off":
+        pytest.skip(SKIP_REASON)
+    return PerfgateFixture(session, request.node)

@@ -1,0 +1,265 @@
+"""`pytest --perfgate` end to end: a fresh project per test, real pytest subprocesses, real trials."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+
+from tests.conftest import WORKLOADS, validate_results
+
+# The configured workload runs one config; `-k` tests add bf16 to show that selection decides what is measured.
+# Three trials, no extra ones, one thread: see tests/test_gate.py for why.
+PYPROJECT = """
+[tool.perfgate]
+workloads = ["gated.py:gated"]
+
+[tool.pytest.ini_options]
+perfgate_configs = "fp32"
+perfgate_trials = "3"
+perfgate_max_trials = "3"
+perfgate_threads = "1"
+"""
+TEST_PERF = """
+from gated import gated
+from tiny import tiny
+
+
+def test_fixture_style(perfgate):
+    perfgate.check(tiny, configs="fp32")
+
+
+def test_fixture_style_with_a_built_workload(perfgate):
+    perfgate.check(gated(), configs="fp32")  # the configured workload's baseline serves here too
+
+
+def test_correctness():
+    assert 1 + 1 == 2
+"""
+TEST_MICRO = """
+import os
+import time
+
+
+def augment():
+    time.sleep(0.004 if os.environ.get("PERFGATE_TEST_PLANT") == "slow" else 0.002)
+
+
+def test_augmentation(benchmark):
+    benchmark(augment)
+"""
+
+
+def make_project(path):
+    for name in ("gated.py", "tiny.py"):
+        shutil.copy(WORKLOADS / name, path / name)
+    (path / "pyproject.toml").write_text(PYPROJECT)
+    (path / "test_perf.py").write_text(TEST_PERF)
+    (path / "test_micro.py").write_text(TEST_MICRO)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A project whose baselines were written by `pytest --perfgate-update` (and that run's output)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("measured")
+    make_project(folder)
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--perfgate-update",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not micro and not built",
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert process.returncode == 0, process.stdout + process.stderr
+    return folder, process.stdout
+
+
+@pytest.fixture
+def project(pytester, measured):
+    folder, _ = measured
+    shutil.copytree(folder, pytester.path, dirs_exist_ok=True)
+    return pytester
+
+
+def test_perf_tests_are_collected_but_skipped_without_the_flag(pytester):
+    make_project(pytester.path)
+    collected = pytester.runpytest_subprocess("--collect-only", "-q")
+    assert "perfgate::gated[fp32]" in collected.outlines
+    result = pytester.runpytest_subprocess("-rs", "-k", "not micro")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(["*perf test: run with --perfgate (or --perfgate-update to record baselines)*"])
+    assert not (pytester.path / "baselines").exists()
+
+
+def test_update_writes_the_baselines(measured):
+    folder, output = measured
+    for name in ("gated", "tiny"):
+        document = yaml.safe_load((folder / "baselines" / f"{name}.yaml").read_text())
+        (entry,) = document["machines"].values()
+        assert len(entry["configs"]["fp32"]["trials"]) == 3
+    assert "baselines/gated.yaml: new baseline for gated on cpu " in output
+    assert "baselines/tiny.yaml: new baseline for tiny on cpu " in output
+
+
+def test_a_second_run_passes_and_reports_per_config(project):
+    """alpha 0.001 keeps this test's own false-alarm chance negligible (benchmarks/power.py measures the rest)."""
+    junit = project.path / "junit.xml"
+    results = project.path / "results.json"
+    project.path.joinpath("pyproject.toml").write_text(
+        PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16"')
+    )
+    result = project.runpytest_subprocess(
+        "--perfgate",
+        "--perfgate-alpha",
+        "0.001",
+        "-k",
+        "not micro and not built and not bf16",  # bf16 has no baseline: deselected, so never measured
+        f"--junitxml={junit}",
+        f"--perfgate-json={results}",
+        "-rA",
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["*= perfgate =*", "*workload*config*baseline s/s*current s/s*ratio (CI)*peak mem*verdict*", "*gated*fp32*"]
+    )
+    assert "PASSED perfgate::gated[fp32]" in result.stdout.str()
+    assert "bf16" not in result.stdout.str().split("= perfgate =")[1]
+    document = json.loads(results.read_text())
+    validate_results(document)
+    assert sorted(w["name"] for w in document["workloads"]) == ["gated", "tiny"]
+    properties = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ET.parse(junit).getroot().iter("testcase")
+    }
+    assert properties["gated[fp32]"]["perfgate_verdict"] in ("no change", "inconclusive", "improvement")
+    assert float(properties["gated[fp32]"]["perfgate_ratio"]) > 0
+    assert "perfgate_current_samples_per_sec" in properties["test_fixture_style"]
+
+
+def test_a_planted_slowdown_fails_with_a_readable_message(project, monkeypatch):
+    monkeypatch.setenv("PERFGATE_TEST_PLANT", "slow")
+    result = project.runpytest_subprocess("--perfgate", "-k", "gated or built")
+    assert result.ret == 1, result.stdout.str()
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    # The failure text alone says what happened: no table needed, no traceback.
+    result.stdout.fnmatch_lines(
+        [
+            "*gated fp32: REGRESSION: samples/s -*: a regression beyond the 5% threshold (p < 0.01)*",
+            "FAILED test_perf.py::test_fixture_style_with_a_built_workload*",
+            "FAILED perfgate::gated[[]fp32[]]*",
+        ]
+    )
+    assert "Traceback" not in output
+
+
+def test_selection_with_k_picks_single_configs(pytester):
+    make_project(pytester.path)
+    pytester.path.joinpath("pyproject.toml").write_text(
+        PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16,bf16-compile"')
+    )
+    result = pytester.runpytest_subprocess("--collect-only", "-q", "-k", "gated and bf16 and not compile")
+    assert [line for line in result.outlines if line.startswith("perfgate::")] == ["perfgate::gated[bf16]"]
+
+
+def test_pytest_benchmark_results_are_gated(pytester, monkeypatch):
+    (pytester.path / "test_micro.py").write_text(TEST_MICRO)
+    update = pytester.runpytest_subprocess("--perfgate-update")
+    assert update.ret == 0, update.stdout.str()
+    update.stdout.fnmatch_lines(["*baselines/pytest-benchmark.yaml: test_micro.py::test_augmentation: *calls/s*(new)"])
+    same = pytester.runpytest_subprocess("--perfgate", "--perfgate-threshold", "25%")
+    assert same.ret == 0, same.stdout.str()
+    same.stdout.fnmatch_lines(["*test_micro.py::test_augmentation*no change*"])
+    monkeypatch.setenv("PERFGATE_TEST_PLANT", "slow")  # each call sleeps 4 ms instead of 2
+    slow = pytester.runpytest_subprocess("--perfgate")
+    assert slow.ret == 1, slow.stdout.str()
+    slow.stdout.fnmatch_lines(
+        ["*test_micro.py::test_augmentation*REGRESSION*", "*! test_micro.py::test_augmentation: calls/s -*"]
+    )
+
+
+def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
+    pytester.makepyfile(
+        test_bad="""
+        def test_lambda(perfgate):
+            perfgate.check(lambda: None)
+        """
+    )
+    result = pytester.runpytest_subprocess("--perfgate")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*<lambda> is not a module-level function in a file: trial processes cannot import it; "
+            "define the workload function at the top level of a .py file"
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (
+            ["--perfgate", "--perfgate-threshold", "5"],
+            "",
+            "ERROR: perfgate: '5' is ambiguous: a fraction must be below 1 (--perfgate-threshold); "
+            'write a percentage such as "5%" (or the fraction 0.05)',
+        ),
+        (
+            ["--perfgate"],
+            'perfgate_threshold = "150%"',
+            "ERROR: perfgate: '150%' must be between 0% and 100% (ini perfgate_threshold); "
+            'write a percentage such as "5%" (or the fraction 0.05)',
+        ),
+        (
+            ["--perfgate", "--perfgate-trials", "0"],
+            "",
+            "ERROR: perfgate: must be at least 1, got 0 (--perfgate-trials); give a count such as 3",
+        ),
+        (
+            ["--perfgate-configs", "fp64"],
+            "",
+            "ERROR: perfgate: unknown config 'fp64' (--perfgate-configs); choose from fp32, bf16, bf16-compile",
+        ),
+        (
+            ["--perfgate", "--perfgate-update"],
+            "",
+            "ERROR: perfgate: --perfgate and --perfgate-update both given; use --perfgate to check against the "
+            "baselines, or --perfgate-update to rewrite them",
+        ),
+        (
+            ["--perfgate", "--perfgate-trials", "4", "--perfgate-max-trials", "2"],
+            "",
+            "ERROR: perfgate: --perfgate-max-trials 2 is below --perfgate-trials 4; give --perfgate-max-trials at "
+            "least as large as --perfgate-trials (or equal, for no extra trials)",
+        ),
+        (
+            ["--perfgate", "-n", "2"],
+            "",
+            "ERROR: perfgate: perf tests cannot run under pytest-xdist (-n 2): two benchmarks at once on one machine "
+            "measure each other; run them in their own pytest call without -n, e.g. pytest --perfgate -m perfgate "
+            "-p no:xdist",
+        ),
+    ],
+)
+def test_bad_option_values_are_usage_errors(pytester, args, ini, message):
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.lines, result.stderr.str()
