@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-from scipy import stats as _scipy_stats
+from functools import cache
+from typing import Any
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
@@ -137,13 +137,11 @@ def compare_throughput(
         detectable = 0.0
     else:
         t_statistic = difference / se
-        p_slower = float(_scipy_stats.t.cdf(t_statistic, df))
-        p_faster = float(_scipy_stats.t.sf(t_statistic, df))
-        half_width = float(_scipy_stats.t.ppf(1 - pass_error, df)) * se
+        p_slower = float(_student_t().cdf(t_statistic, df))
+        p_faster = float(_student_t().sf(t_statistic, df))
+        half_width = float(_student_t().ppf(1 - pass_error, df)) * se
         ci_low, ci_high = math.exp(difference - half_width), math.exp(difference + half_width)
-        detectable_log = (
-            float(_scipy_stats.t.ppf(1 - alpha, df)) + float(_scipy_stats.t.ppf(DETECTION_POWER, df))
-        ) * se
+        detectable_log = (float(_student_t().ppf(1 - alpha, df)) + float(_student_t().ppf(DETECTION_POWER, df))) * se
         detectable = 1.0 - math.exp(-detectable_log)
     bound = slowdown_bound(threshold)
     if ratio < bound and p_slower < alpha:
@@ -211,8 +209,8 @@ def compare_memory(
     elif se == 0.0:
         p_larger, p_smaller = (0.0 if difference > 0 else 1.0), (0.0 if difference < 0 else 1.0)
     else:
-        p_larger = float(_scipy_stats.t.sf(difference / se, df))
-        p_smaller = float(_scipy_stats.t.cdf(difference / se, df))
+        p_larger = float(_student_t().sf(difference / se, df))
+        p_smaller = float(_student_t().cdf(difference / se, df))
     alpha /= max(1, looks)
     if cand - base > allowed:
         p_value = p_larger
@@ -292,6 +290,15 @@ def _logs(values: Sequence[float], side: str) -> list[float]:
     if not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"the {side}'s samples/sec must be positive and finite")
     return [math.log(v) for v in values]
+
+
+@cache
+def _student_t() -> Any:
+    """scipy's Student-t distribution, imported on first use: importing perfgate (and its pytest plugin,
+    which loads in every pytest run) stays quick."""
+    from scipy import stats
+
+    return stats.t
 
 
 def _check_level(value: float, name: str) -> None:
