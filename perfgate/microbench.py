@@ -1,19 +1,22 @@
 """Micro-benchmarks timed by pytest-benchmark, judged with perfgate's statistics against stored baselines.
 
 pytest-benchmark times a function over many rounds inside one process and, by default, compares runs
-with a bare threshold on one statistic. perfgate reads its JSON (the raw per-round times) instead:
+with a bare threshold on one statistic. perfgate reads its JSON (the raw per-round times) instead.
+All rounds of a session come from one process, so they show noise within a session, not from one
+session to the next, which on a shared machine is the larger part. Hence two ways to judge:
 
-- the rounds are cut into up to `MAX_BLOCKS` contiguous blocks and each block gives one figure, the
-  calls per second of its median round, so a burst of interference spoils one block, not the estimate;
-- blocks are compared with the same Welch test on log rates as the lab's trials, raw and divided by
-  the machine probe's rate measured in the same pytest session, and a verdict needs both to agree
-  (`stats.combine_verdicts`), so a machine that is slower today is not the code's fault.
+- with MIN_SESSIONS or more update sessions of the baseline's commit stored (run
+  `pytest --perfgate-update` that many times), the sessions are the samples: the current session's
+  calls per second is tested against them (Welch's test with one sample a side borrows the
+  baseline's variance), so each benchmark's own session-to-session noise sets the bar;
+- with fewer, the rounds are cut into up to MAX_BLOCKS contiguous blocks (each gives the calls per
+  second of its median round, so one interrupted round spoils one block, not the estimate), and an
+  assumed session-to-session noise (`benchmark_noise`, DEFAULT_RUN_NOISE) is added to the variance.
 
-Blocks all come from one process, so they show noise within a run, not between runs; the probe
-covers the largest part of the rest (the machine's speed). `benchmarks/microbench.py` measures the
-false-alarm rate this leaves on a shared machine.
-
-Baselines live in one file, `baselines/pytest-benchmark.yaml`: per machine type, per benchmark.
+Either way the comparison is made raw and divided by the machine probe's rate in the same session,
+and a verdict needs both to agree (`stats.combine_verdicts`). `benchmarks/microbench.py` measures
+false alarms and detection on a shared machine. Baselines live in one file,
+`baselines/pytest-benchmark.yaml`: per machine type, per benchmark.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,9 @@ from perfgate.stats import ThroughputComparison, Verdict, combine_verdicts, comp
 MICRO_SCHEMA_VERSION = 1
 MICRO_FILE = "pytest-benchmark.yaml"
 MAX_BLOCKS = 10
+MAX_SESSIONS = 5  # update sessions of one commit kept per benchmark
+MIN_SESSIONS = 3  # from this many, the sessions' own spread replaces the assumed run-to-run noise
+DEFAULT_RUN_NOISE = 0.10  # session-to-session noise on a shared runner: benchmarks/microbench.py, docs/performance.md
 UPDATE_COMMAND = "pytest --perfgate-update"
 _HEADER = (
     "# perfgate baseline for pytest-benchmark tests, written by `pytest --perfgate-update`: review changes like code.\n"
@@ -60,6 +66,24 @@ class MicroBenchmark:
     probe_steps_per_sec: float | None = None  # the machine probe in the session that measured it
     measured_at: str = ""
     commit: str | None = None
+    sessions: list[Session] = field(default_factory=list)  # this commit's update sessions, oldest first
+
+    @property
+    def calls_per_sec(self) -> float:
+        """The session's figure: calls per second of its median round."""
+        return 1.0 / self.median_s
+
+    @property
+    def session(self) -> Session:
+        return Session(self.calls_per_sec, self.probe_steps_per_sec)
+
+
+@dataclass(frozen=True)
+class Session:
+    """One update session's figure for a benchmark, and the machine probe's rate in that session."""
+
+    calls_per_sec: float
+    probe_steps_per_sec: float | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +177,7 @@ class MicroStore:
         key = fingerprint_key(dict(fingerprint))
         stored = dict(machines[key].benchmarks) if key in machines else {}
         previous = {m.name: stored.get(m.name) for m in measured}
-        stored.update({m.name: m for m in measured})
+        stored.update({m.name: with_history(m, stored.get(m.name)) for m in measured})
         machines[key] = MicroMachine({k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}, dict(sorted(stored.items())))
         document = {
             "schema_version": MICRO_SCHEMA_VERSION,
@@ -169,10 +193,26 @@ class MicroStore:
         return previous
 
 
+def with_history(measured: MicroBenchmark, previous: MicroBenchmark | None) -> MicroBenchmark:
+    """`measured` carrying the update sessions of its commit: sessions of one commit add up (the last
+    MAX_SESSIONS are kept), a session of another commit starts over."""
+    earlier = previous.sessions if previous is not None and previous.commit == measured.commit else []
+    return replace(measured, sessions=[*earlier, measured.session][-MAX_SESSIONS:])
+
+
 def compare_micro(
-    baseline: Mapping[str, MicroBenchmark], measured: Sequence[MicroBenchmark], *, threshold: float, alpha: float
+    baseline: Mapping[str, MicroBenchmark],
+    measured: Sequence[MicroBenchmark],
+    *,
+    threshold: float,
+    alpha: float,
+    run_noise: float = DEFAULT_RUN_NOISE,
 ) -> list[MicroVerdict]:
-    """Judge each measured benchmark against its baseline (one look: a pytest session measures once)."""
+    """Judge each measured benchmark against its baseline (one look: a pytest session measures once).
+
+    `run_noise`: how much a session's speed varies from session to session (log standard deviation),
+    which blocks of one session cannot show; see `stats.compare_throughput`.
+    """
     verdicts = []
     for current in measured:
         base = baseline.get(current.name)
@@ -180,20 +220,27 @@ def compare_micro(
             reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {MICRO_FILE}"
             verdicts.append(MicroVerdict(current.name, Status.NO_BASELINE, reason, current=current))
             continue
-        raw = compare_throughput(
-            base.block_calls_per_sec, current.block_calls_per_sec, threshold=threshold, alpha=alpha
-        )
+        if len(base.sessions) >= MIN_SESSIONS:  # the baseline's own sessions show its run-to-run noise
+            base_rates = [s.calls_per_sec for s in base.sessions]
+            base_probes = [s.probe_steps_per_sec for s in base.sessions]
+            current_rates, current_probes, noise = [current.calls_per_sec], [current.probe_steps_per_sec], 0.0
+        else:  # blocks of one session each, plus the assumed run-to-run noise
+            base_rates, current_rates = base.block_calls_per_sec, current.block_calls_per_sec
+            base_probes = [base.probe_steps_per_sec] * len(base_rates)
+            current_probes = [current.probe_steps_per_sec] * len(current_rates)
+            noise = run_noise
+        raw = compare_throughput(base_rates, current_rates, threshold=threshold, alpha=alpha, run_noise=noise)
         adjusted = machine = None
         verdict = raw.verdict
-        if base.probe_steps_per_sec and current.probe_steps_per_sec:
-            b_probe, c_probe = base.probe_steps_per_sec, current.probe_steps_per_sec
+        if all(base_probes) and all(current_probes):
             adjusted = compare_throughput(
-                [r / b_probe for r in base.block_calls_per_sec],
-                [r / c_probe for r in current.block_calls_per_sec],
+                [r / p for r, p in zip(base_rates, base_probes, strict=True) if p],
+                [r / p for r, p in zip(current_rates, current_probes, strict=True) if p],
                 threshold=threshold,
                 alpha=alpha,
+                run_noise=noise,
             )
-            machine = compare_throughput([b_probe], [c_probe], threshold=threshold)
+            machine = compare_throughput([p for p in base_probes if p], [p for p in current_probes if p])
             verdict = combine_verdicts(raw.verdict, adjusted.verdict)
         reason = throughput_reason(raw, adjusted, machine, unit="calls/s")
         verdicts.append(MicroVerdict(current.name, _STATUS[verdict], reason, base, current, raw, adjusted, machine))
@@ -209,6 +256,10 @@ def _to_dict(b: MicroBenchmark) -> dict[str, Any]:
         "measured_at": b.measured_at,
         "commit": b.commit,
         "block_calls_per_sec": [round_figure(r) for r in b.block_calls_per_sec],
+        "sessions": [
+            {"calls_per_sec": round_figure(x.calls_per_sec), "probe_steps_per_sec": round_figure(x.probe_steps_per_sec)}
+            for x in b.sessions
+        ],
     }
 
 
@@ -238,6 +289,19 @@ def _parse(text: str, source: str) -> dict[str, MicroMachine]:
             if not all(values):
                 raise reader.fail(f"{here}.block_calls_per_sec must be positive")
             commit = raw.get("commit")
+            sessions_raw = raw.get("sessions", [])
+            if not isinstance(sessions_raw, list):
+                raise reader.fail(f"{here}.sessions must be a list")
+            sessions = []
+            for index, item in enumerate(sessions_raw):
+                item = reader.mapping(item, f"{here}.sessions[{index}]")
+                rate = reader.number(item, "calls_per_sec", f"{here}.sessions[{index}]")
+                if not rate:
+                    raise reader.fail(f"{here}.sessions[{index}].calls_per_sec must be positive")
+                probe = reader.number(item, "probe_steps_per_sec", f"{here}.sessions[{index}]", optional=True)
+                sessions.append(Session(rate, probe or None))
+            if not reader.number(raw, "median_s", here):
+                raise reader.fail(f"{here}.median_s must be positive")
             benchmarks[str(name)] = MicroBenchmark(
                 name=str(name),
                 rounds=int(reader.number(raw, "rounds", here) or 0),
@@ -247,6 +311,7 @@ def _parse(text: str, source: str) -> dict[str, MicroMachine]:
                 probe_steps_per_sec=reader.number(raw, "probe_steps_per_sec", here, optional=True) or None,
                 measured_at=str(raw.get("measured_at") or ""),
                 commit=commit if isinstance(commit, str) else None,
+                sessions=sessions,
             )
         fingerprint = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
         machines[fingerprint_key(fingerprint)] = MicroMachine(fingerprint, benchmarks)

@@ -7,6 +7,7 @@ threshold = "5%"            # throughput regression threshold
 memory_threshold = "5%"     # peak-memory tolerance
 alpha = 0.01                # significance level of a check
 max_trials = 8              # power-aware checks stop adding trials here
+benchmark_noise = "10%"     # pytest-benchmark tests: how much a session's speed varies from session to session
 
 [tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
 "vision-small" = { throughput = "10%" }
@@ -29,7 +30,7 @@ from perfgate.configs import CONFIG_NAMES
 from perfgate.errors import UsageError
 from perfgate.stats import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
 
-KEYS = ("workloads", "threshold", "memory_threshold", "alpha", "max_trials", "thresholds")
+KEYS = ("workloads", "threshold", "memory_threshold", "alpha", "max_trials", "thresholds", "benchmark_noise")
 METRICS = ("throughput", "memory")
 
 
@@ -53,6 +54,7 @@ class ProjectConfig:
     alpha: float | None = None
     max_trials: int | None = None
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    benchmark_noise: float | None = None
 
     def limits(self, workload: str, config: str, *, threshold: float | None = None) -> Limits:
         """Thresholds for one workload and config: per-config override, then per-workload, then global.
@@ -183,6 +185,7 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         alpha=alpha,
         max_trials=max_trials,
         thresholds=thresholds,
+        benchmark_noise=_optional_fraction(section, "benchmark_noise", source),
     )
 
 

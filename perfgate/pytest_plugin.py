@@ -207,8 +207,9 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = read_settings(config)
         if settings.mode != "off":
             _refuse_parallel_workers(config)
-            settings.gate_settings()  # refuse bad combinations (--perfgate-max-trials below trials) up front
-            if settings.mode == "update" and not settings.allow_dirty:
+            if settings.mode == "check":
+                settings.gate_settings()  # refuse bad combinations (--perfgate-max-trials below trials) up front
+            elif not settings.allow_dirty:
                 from perfgate.baseline import require_clean_tree
 
                 require_clean_tree(config.rootpath, config.rootpath / settings.baseline_dir)
@@ -248,7 +249,7 @@ class PerfgateSession:
     updates: list[StoredUpdate] = field(default_factory=list)
     micro: list[MicroVerdict] = field(default_factory=list)
     micro_updates: list[tuple[MicroBenchmark, MicroBenchmark | None]] = field(default_factory=list)
-    micro_problem: str | None = None
+    problems: list[str] = field(default_factory=list)  # what failed outside any test: the run fails
     _configured: dict[tuple[str, str], ConfigVerdict | str | None] | None = None
     _probes: list[float] = field(default_factory=list)
     _benchmark_json: Path | None = None
@@ -408,7 +409,7 @@ class PerfgateSession:
     def pytest_benchmark_update_json(self, config: pytest.Config, benchmarks: Any, output_json: Any) -> None:
         if self.settings.mode == "off":
             return
-        from perfgate.microbench import MicroStore, compare_micro, parse_pytest_benchmark
+        from perfgate.microbench import DEFAULT_RUN_NOISE, MicroStore, compare_micro, parse_pytest_benchmark
         from perfgate.probe import combine
 
         try:
@@ -428,25 +429,35 @@ class PerfgateSession:
                 return
             gate = self.settings.gate_settings()
             threshold = gate.limits("", "").throughput
-            self.micro = compare_micro(store.find(fingerprint), measured, threshold=threshold, alpha=gate.alpha)
+            noise = self.settings.project.benchmark_noise
+            self.micro = compare_micro(
+                store.find(fingerprint),
+                measured,
+                threshold=threshold,
+                alpha=gate.alpha,
+                run_noise=DEFAULT_RUN_NOISE if noise is None else noise,
+            )
         except PerfgateError as error:
-            self.micro_problem = error.one_line()
+            self.problems.append(f"pytest-benchmark results not judged: {error.one_line()}")
 
     # -- the end ------------------------------------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Iterator[None]:
-        with warnings.catch_warnings():
-            # perfgate asked pytest-benchmark for its JSON; a session without benchmarks is no news.
-            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
-            yield
-        if self._benchmark_json is not None:
-            self._benchmark_json.unlink(missing_ok=True)
         if self.settings.json is not None and self.runs:
             from perfgate.results import merge_runs
 
-            merge_runs(self.runs).write_json(self.settings.json)
-        micro_failed = any(v.status in FAILING for v in self.micro) or self.micro_problem
+            try:
+                merge_runs(self.runs).write_json(self.settings.json)
+            except PerfgateError as error:
+                self.problems.append(error.one_line())
+        with warnings.catch_warnings():
+            # perfgate asked pytest-benchmark for its JSON; a session without benchmarks is no news.
+            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
+            yield  # pytest-benchmark hands over its results, the terminal summary is written
+        if self._benchmark_json is not None:
+            self._benchmark_json.unlink(missing_ok=True)
+        micro_failed = any(v.status in FAILING for v in self.micro) or self.problems
         micro_open = self.settings.fail_on_inconclusive and any(v.status == Status.INCONCLUSIVE for v in self.micro)
         if (micro_failed or micro_open) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -461,12 +472,12 @@ class PerfgateSession:
             store_dir=self.baseline_dir,
             micro=self.micro,
             micro_updates=self.micro_updates,
-            micro_problem=self.micro_problem,
+            problems=self.problems,
         )
         if text:
             terminalreporter.write_sep("=", "perfgate")
             terminalreporter.write_line(text.rstrip("\n"))
-            if self.settings.json is not None and self.runs:
+            if self.settings.json is not None and self.runs and not self.problems:
                 terminalreporter.write_line(f"results written to {self.settings.json}")
 
 

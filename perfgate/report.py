@@ -249,7 +249,7 @@ def format_pytest_summary(
     store_dir: Path,
     micro: Sequence[MicroVerdict] = (),
     micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
-    micro_problem: str | None = None,
+    problems: Sequence[str] = (),
 ) -> str:
     """One summary for a pytest session: every verdict in one table, the lab reading, what was written."""
     lines: list[str] = []
@@ -313,8 +313,7 @@ def format_pytest_summary(
             f"{Path(store_dir) / MICRO_FILE}: {timed.name}: {change}{new:,.4g} calls/s "
             f"({timed.rounds} rounds){' (new)' if previous is None else ''}"
         )
-    if micro_problem:
-        lines.append(f"! pytest-benchmark results not judged: {micro_problem}")
+    lines.extend(f"! {problem}" for problem in problems)
     return "\n".join(lines) + "\n" if lines else ""
 
 

@@ -100,6 +100,7 @@ def compare_throughput(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     looks: int = 1,
+    run_noise: float = 0.0,
 ) -> ThroughputComparison:
     """Compare per-trial samples/sec of a candidate with a baseline and decide.
 
@@ -116,7 +117,15 @@ def compare_throughput(
     is the usual two-sided 95% one. Trials more than OUTLIER_FACTOR off their side's median are left
     out first: on a shared machine a trial that ran beside another job can take 20x longer, and one
     such trial would otherwise swamp every later comparison.
+
+    `run_noise` is for samples that all come from one run a side (pytest-benchmark's rounds): the
+    standard deviation of a whole run's log throughput from run to run, which such samples cannot
+    show. It adds 2 * run_noise**2 to the variance of the difference, as a term known exactly (its
+    degrees of freedom are infinite in the Welch-Satterthwaite sum). The lab's trials are separate
+    processes already, so they leave it at 0.
     """
+    if not 0 <= run_noise < 1:
+        raise ValueError(f"run_noise must be in [0, 1), got {run_noise}")
     _check_level(threshold, "threshold")
     _check_level(alpha, "alpha")
     if looks < 1:
@@ -126,7 +135,7 @@ def compare_throughput(
     log_b, dropped_b = drop_outliers(_logs(baseline, "baseline"))
     log_c, dropped_c = drop_outliers(_logs(candidate, "candidate"))
     difference = statistics.fmean(log_c) - statistics.fmean(log_b)
-    se, df, noise = _standard_error(log_b, log_c)
+    se, df, noise = _standard_error(log_b, log_c, run_noise)
     ratio = math.exp(difference)
     if se is None:  # one trial a side: no estimate of noise at all
         p_slower = p_faster = ci_low = ci_high = detectable = math.nan
@@ -258,30 +267,39 @@ def smallest_mann_whitney_p(n_baseline: int, n_candidate: int) -> float:
     return 1.0 / math.comb(n_baseline + n_candidate, n_baseline)
 
 
-def _standard_error(log_b: list[float], log_c: list[float]) -> tuple[float | None, float, float]:
+def _standard_error(
+    log_b: list[float], log_c: list[float], run_noise: float = 0.0
+) -> tuple[float | None, float, float]:
     """Standard error of the difference of log means, its degrees of freedom, and per-trial noise.
 
     Welch's unequal-variance form when both sides have two or more trials; with one trial on a side,
-    that side borrows the other's variance (there is nothing else to go on).
+    that side borrows the other's variance (there is nothing else to go on). `run_noise` adds a
+    known variance per side (see `compare_throughput`).
     """
     n_b, n_c = len(log_b), len(log_c)
     var_b = statistics.variance(log_b) if n_b > 1 else None
     var_c = statistics.variance(log_c) if n_c > 1 else None
+    known = 2 * run_noise**2
     if var_b is None and var_c is None:
-        return None, math.nan, math.nan
+        return (math.sqrt(known), math.inf, math.nan) if known else (None, math.nan, math.nan)
     if var_b is None or var_c is None:
         variance = var_c if var_b is None else var_b
         assert variance is not None
         df = float((n_c if var_b is None else n_b) - 1)
-        return math.sqrt(variance * (1 / n_b + 1 / n_c)), df, math.sqrt(variance)
+        share = variance * (1 / n_b + 1 / n_c)
+        return math.sqrt(share + known), _welch_df(share + known, [(share, df)]), math.sqrt(variance)
     share_b, share_c = var_b / n_b, var_c / n_c
-    se_squared = share_b + share_c
+    se_squared = share_b + share_c + known
     noise = math.sqrt(((n_b - 1) * var_b + (n_c - 1) * var_c) / (n_b + n_c - 2))
     if se_squared == 0.0:
         return 0.0, float(n_b + n_c - 2), 0.0
-    # Welch-Satterthwaite degrees of freedom.
-    df = se_squared**2 / (share_b**2 / (n_b - 1) + share_c**2 / (n_c - 1))
-    return math.sqrt(se_squared), df, noise
+    return math.sqrt(se_squared), _welch_df(se_squared, [(share_b, n_b - 1), (share_c, n_c - 1)]), noise
+
+
+def _welch_df(total: float, estimated: list[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a variance sum; terms not listed are known exactly."""
+    denominator = sum(share**2 / df for share, df in estimated if share)
+    return total**2 / denominator if denominator else math.inf
 
 
 def _logs(values: Sequence[float], side: str) -> list[float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -11,6 +12,7 @@ from perfgate.baseline import BaselineError
 from perfgate.errors import ResultsError
 from perfgate.gate import Status
 from perfgate.microbench import (
+    DEFAULT_RUN_NOISE,
     MICRO_FILE,
     MicroBenchmark,
     MicroStore,
@@ -103,24 +105,74 @@ def micro(name, seconds, probe=100.0, seed=0):
     return measured
 
 
-def test_verdicts_regression_no_change_and_no_baseline():
+def test_verdicts_regression_no_change_and_no_baseline_on_a_machine_without_run_to_run_noise():
     base = {"a": micro("a", 0.001), "b": micro("b", 0.001)}
     current = [micro("a", 0.0013, seed=1), micro("b", 0.001, seed=2), micro("c", 0.001)]
-    a, b, c = compare_micro(base, current, threshold=0.05, alpha=0.01)
+    a, b, c = compare_micro(base, current, threshold=0.05, alpha=0.01, run_noise=0.0)
     assert a.status == Status.REGRESSION and a.reason.startswith("calls/s -2")
     assert b.status == Status.NO_CHANGE
     assert c.status == Status.NO_BASELINE and "pytest --perfgate-update" in c.reason
 
 
+def test_run_to_run_noise_widens_the_interval_that_blocks_of_one_session_would_make_too_narrow():
+    base = {"a": micro("a", 0.001), "b": micro("b", 0.001), "c": micro("c", 0.001)}
+    current = [micro("a", 0.0015, seed=1), micro("b", 0.001, seed=2), micro("c", 0.0012, seed=3)]
+    narrow = compare_micro(base, current, threshold=0.05, alpha=0.01, run_noise=0.0)
+    a, b, c = compare_micro(base, current, threshold=0.05, alpha=0.01, run_noise=DEFAULT_RUN_NOISE)
+    assert a.status == Status.REGRESSION  # 50% more time per call stands out even from session-to-session noise
+    assert narrow[2].status == Status.REGRESSION and c.status == Status.INCONCLUSIVE  # 20% does not
+    assert b.status == Status.INCONCLUSIVE  # but one session cannot rule out a 5% slowdown
+    assert b.throughput.ci_low < narrow[1].throughput.ci_low
+    assert "could detect slowdowns of" in b.reason
+
+
 def test_a_slower_machine_is_not_a_regression_of_the_code():
     """30% slower rounds while the probe also ran 30% slower: raw says regression, adjusted says no change."""
     base = {"a": micro("a", 0.001, probe=100.0)}
-    (verdict,) = compare_micro(base, [micro("a", 0.0013, probe=100 / 1.3, seed=1)], threshold=0.05, alpha=0.01)
+    (verdict,) = compare_micro(
+        base, [micro("a", 0.0013, probe=100 / 1.3, seed=1)], threshold=0.05, alpha=0.01, run_noise=0.0
+    )
     assert verdict.status == Status.INCONCLUSIVE
     assert "the machine probe ran 0.769x as fast" in verdict.reason
 
 
 def test_a_benchmark_without_probe_is_judged_on_raw_rates():
     base = {"a": MicroBenchmark("a", 10, [100.0, 101.0, 99.0], 0.01, 0.01)}
-    (verdict,) = compare_micro(base, [MicroBenchmark("a", 10, [50.0, 51.0, 49.0], 0.02, 0.02)], threshold=0.05, alpha=0.01)
+    current = [MicroBenchmark("a", 10, [50.0, 51.0, 49.0], 0.02, 0.02)]
+    (verdict,) = compare_micro(base, current, threshold=0.05, alpha=0.01)
     assert verdict.status == Status.REGRESSION and verdict.adjusted is None
+
+
+def test_update_sessions_of_one_commit_add_up_and_a_new_commit_starts_over(tmp_path):
+    store = MicroStore(tmp_path)
+    for seconds in (0.001, 0.0011, 0.0012, 0.001, 0.0011, 0.0012):  # six sessions of one commit: five are kept
+        (measured,) = parse_pytest_benchmark(document({"a": rounds(seconds)}), probe=100.0, commit="c1")
+        store.write(FINGERPRINT, [measured])
+    kept = store.find(FINGERPRINT)["a"].sessions
+    assert len(kept) == 5 and kept[-1].calls_per_sec == pytest.approx(1 / 0.0012, rel=0.02)
+    assert kept[0].probe_steps_per_sec == 100.0
+    (measured,) = parse_pytest_benchmark(document({"a": rounds(0.002)}), probe=90.0, commit="c2")
+    store.write(FINGERPRINT, [measured])
+    (session,) = store.find(FINGERPRINT)["a"].sessions
+    assert session.calls_per_sec == pytest.approx(500, rel=0.02) and session.probe_steps_per_sec == 90.0
+
+
+def baseline_with_sessions(seconds_per_session):
+    store_sessions = [micro("a", s, seed=i).session for i, s in enumerate(seconds_per_session)]
+    return {"a": replace(micro("a", seconds_per_session[-1]), sessions=store_sessions)}
+
+
+def test_with_three_sessions_their_own_spread_sets_the_bar():
+    tight = baseline_with_sessions([0.00100, 0.00101, 0.00099])
+    (slow,) = compare_micro(tight, [micro("a", 0.0013, seed=9)], threshold=0.05, alpha=0.01, run_noise=0.5)
+    assert slow.status == Status.REGRESSION  # run_noise is not used: the sessions show theirs
+    assert (slow.throughput.n_baseline, slow.throughput.n_candidate) == (3, 1)
+    bimodal = baseline_with_sessions([0.001, 0.003, 0.0011])  # a benchmark that jumps between two speeds
+    (verdict,) = compare_micro(bimodal, [micro("a", 0.003, seed=9)], threshold=0.05, alpha=0.01)
+    assert verdict.status == Status.INCONCLUSIVE
+
+
+def test_two_sessions_are_not_enough_to_replace_the_assumed_noise():
+    two = baseline_with_sessions([0.00100, 0.00101])
+    (verdict,) = compare_micro(two, [micro("a", 0.001, seed=9)], threshold=0.05, alpha=0.01, run_noise=0.0)
+    assert verdict.throughput.n_baseline == 10  # blocks of the last session

@@ -183,9 +183,10 @@ def test_pytest_benchmark_results_are_gated(pytester, monkeypatch):
     update = pytester.runpytest_subprocess("--perfgate-update")
     assert update.ret == 0, update.stdout.str()
     update.stdout.fnmatch_lines(["*baselines/pytest-benchmark.yaml: test_micro.py::test_augmentation: *calls/s*(new)"])
-    same = pytester.runpytest_subprocess("--perfgate", "--perfgate-threshold", "25%")
-    assert same.ret == 0, same.stdout.str()
-    same.stdout.fnmatch_lines(["*test_micro.py::test_augmentation*no change*"])
+    same = pytester.runpytest_subprocess("--perfgate")
+    assert same.ret == 0, same.stdout.str()  # one session cannot prove "no change" on a noisy machine, but passes
+    same.stdout.fnmatch_lines(["*pytest-benchmark test*baseline calls/s*current calls/s*ratio (CI)*machine*verdict"])
+    assert "REGRESSION" not in same.stdout.str()
     monkeypatch.setenv("PERFGATE_TEST_PLANT", "slow")  # each call sleeps 4 ms instead of 2
     slow = pytester.runpytest_subprocess("--perfgate")
     assert slow.ret == 1, slow.stdout.str()
