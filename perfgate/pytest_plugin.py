@@ -303,7 +303,10 @@ class PerfgateSession:
         """The verdict (check) or problem text for one configured item; None for a stored update."""
         if self._configured is None:
             selected = [i for i in item.session.items if isinstance(i, WorkloadItem)]
-            self._configured = self._measure_configured(selected)
+            try:
+                self._configured = self._measure_configured(selected)
+            except PerfgateError as error:  # e.g. a workload whose code fails: every item says so, none re-runs
+                self._configured = {(i.workload, i.config_name): error.one_line() for i in selected}
         return self._configured.get((item.workload, item.config_name), "not measured")
 
     def _measure_configured(self, items: list[WorkloadItem]) -> dict[tuple[str, str], ConfigVerdict | str | None]:
@@ -399,7 +402,7 @@ class PerfgateSession:
             handle, name = tempfile.mkstemp(prefix="perfgate-pytest-benchmark-", suffix=".json")
             os.close(handle)
             self._benchmark_json = Path(name)
-            self.config.option.benchmark_json = open(name, "wb")  # noqa: SIM115 (pytest-benchmark closes it)
+            self.config.option.benchmark_json = _JsonTarget(self._benchmark_json)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if not self._probes and "benchmark" in getattr(item, "fixturenames", ()) and self.settings.mode != "off":
@@ -484,6 +487,28 @@ class PerfgateSession:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+class _JsonTarget(os.PathLike[str]):
+    """The value perfgate gives pytest-benchmark's --benchmark-json: a path (pytest-benchmark 5.3 and later
+    open it) that is also a context manager opening itself for writing (earlier versions take an open file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: Any = None
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __enter__(self) -> Any:
+        self._handle = open(self.path, "wb")  # noqa: SIM115 (closed by __exit__)
+        return self._handle
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
 
 
 def _environment() -> tuple[dict[str, Any], dict[str, Any]]:

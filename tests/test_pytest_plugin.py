@@ -264,3 +264,26 @@ def test_bad_option_values_are_usage_errors(pytester, args, ini, message):
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.lines, result.stderr.str()
+
+
+def test_a_configured_workload_that_cannot_be_found_stops_pytest_in_one_line(pytester):
+    pytester.makepyprojecttoml('[tool.perfgate]\nworkloads = ["perf/missing.py:gpt"]\n')
+    result = pytester.runpytest_subprocess("--perfgate")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: perfgate: file perf/missing.py not found (perf/missing.py:gpt); check the path*"]
+    )
+
+
+def test_a_configured_workload_whose_code_fails_fails_each_item_once_measured(pytester):
+    shutil.copy(WORKLOADS / "tiny.py", pytester.path / "tiny.py")
+    pytester.makepyprojecttoml(
+        '[tool.perfgate]\nworkloads = ["tiny.py:model_raises"]\n\n'
+        '[tool.pytest.ini_options]\nperfgate_configs = "fp32,bf16"\nperfgate_trials = "1"\nperfgate_threads = "1"\n'
+    )
+    result = pytester.runpytest_subprocess("--perfgate", "-p", "no:cacheprovider")
+    assert result.ret == 1
+    result.assert_outcomes(failed=2)
+    output = result.stdout.str()
+    assert output.count("weights file missing") >= 2 and "Traceback" not in output
+    assert output.count("trial 1/1") == 1  # measured once for both items: the first failure ends the lab
