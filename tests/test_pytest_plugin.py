@@ -275,15 +275,16 @@ def test_a_configured_workload_that_cannot_be_found_stops_pytest_in_one_line(pyt
     )
 
 
-def test_a_configured_workload_whose_code_fails_fails_each_item_once_measured(pytester):
+def test_a_configured_workload_whose_code_fails_fails_each_item_once(pytester):
     shutil.copy(WORKLOADS / "tiny.py", pytester.path / "tiny.py")
     pytester.makepyprojecttoml(
         '[tool.perfgate]\nworkloads = ["tiny.py:model_raises"]\n\n'
         '[tool.pytest.ini_options]\nperfgate_configs = "fp32,bf16"\nperfgate_trials = "1"\nperfgate_threads = "1"\n'
     )
-    result = pytester.runpytest_subprocess("--perfgate", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--perfgate-update", "-p", "no:cacheprovider")
     assert result.ret == 1
     result.assert_outcomes(failed=2)
     output = result.stdout.str()
     assert output.count("weights file missing") >= 2 and "Traceback" not in output
-    assert output.count("trial 1/1") == 1  # measured once for both items: the first failure ends the lab
+    # Measured once for both items: the first trial's failure ends the lab, and each item reports it.
+    assert output.count("weights file missing (workload 'tiny', config fp32); fix the workload") == 2
