@@ -63,6 +63,7 @@ class GateSettings:
     max_trials: int = DEFAULT_MAX_TRIALS
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     fail_on_inconclusive: bool = False
+    update_command: str = "perfgate update"  # what the messages tell the user to run for a new baseline
 
     @property
     def looks(self) -> int:
@@ -84,6 +85,7 @@ class GateSettings:
         time_budget_s: float = DEFAULT_TIME_BUDGET_S,
         fail_on_inconclusive: bool = False,
         prefix: str = "--",
+        update_command: str = "perfgate update",
     ) -> GateSettings:
         """Settings from a front end's options (None: not given) over the project's; `prefix` names them."""
         if max_trials is not None and max_trials < trials:
@@ -103,6 +105,7 @@ class GateSettings:
             max_trials=max_trials,
             time_budget_s=time_budget_s,
             fail_on_inconclusive=fail_on_inconclusive,
+            update_command=update_command,
         )
 
 
@@ -155,10 +158,14 @@ class GateResult:
 
 
 def missing_baseline(
-    workload: str, store: BaselineStore, fingerprint: Mapping[str, object], entries: Mapping[str, BaselineEntry]
+    workload: str,
+    store: BaselineStore,
+    fingerprint: Mapping[str, object],
+    entries: Mapping[str, BaselineEntry],
+    update_command: str = "perfgate update",
 ) -> str:
     """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
-    command = f"perfgate update (writes {store.path_for(workload)}; commit it)"
+    command = f"{update_command} (writes {store.path_for(workload)}; commit it)"
     if not entries:
         return f"no baseline for {workload} in {store.directory}/; run {command}"
     closest = min(entries.values(), key=lambda e: len(fingerprint_differences(dict(fingerprint), e.fingerprint)))
@@ -170,7 +177,10 @@ def missing_baseline(
 
 
 def find_baselines(
-    store: BaselineStore, workloads: Sequence[str], fingerprint: Mapping[str, object]
+    store: BaselineStore,
+    workloads: Sequence[str],
+    fingerprint: Mapping[str, object],
+    update_command: str = "perfgate update",
 ) -> tuple[dict[str, BaselineEntry], dict[str, str]]:
     """This machine's baseline entry for each workload, and the problem line for each that has none."""
     baselines: dict[str, BaselineEntry] = {}
@@ -181,7 +191,7 @@ def find_baselines(
         if key in entries:
             baselines[name] = entries[key]
         else:
-            problems[name] = missing_baseline(name, store, fingerprint, entries)
+            problems[name] = missing_baseline(name, store, fingerprint, entries, update_command)
     return baselines, problems
 
 
@@ -196,7 +206,8 @@ def compare_results(
     names = [w.name for w in candidate.workloads]
     if baseline is None:
         assert store is not None, "compare_results needs a store or a baseline run"
-        baselines, problems = find_baselines(store, names, machine_fingerprint(candidate.environment))
+        fingerprint = machine_fingerprint(candidate.environment)
+        baselines, problems = find_baselines(store, names, fingerprint, settings.update_command)
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
@@ -225,7 +236,7 @@ def compare_entries(
             [],
             baseline,
             problem=f"not comparable: the workload changed ({'; '.join(changed)}); if that was intended, "
-            "run perfgate update and commit the new baseline",
+            f"run {settings.update_command} and commit the new baseline",
             problem_status=Status.NOT_COMPARABLE,
         )
     verdicts = []
@@ -280,7 +291,7 @@ def run_check(
     started = time.monotonic()
     with LabSession(references, run_settings, progress) as session:
         fingerprint = machine_fingerprint(session.environment)
-        baselines, problems = find_baselines(store, session.workload_names, fingerprint)
+        baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
         session.keep(list(baselines))
         if not baselines:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
@@ -317,7 +328,11 @@ def _compare_config(
     measured = candidate.configs.get(config)
     if base is None:
         return ConfigVerdict(
-            workload, config, Status.NO_BASELINE, f"no baseline for config {config}; run perfgate update", limits
+            workload,
+            config,
+            Status.NO_BASELINE,
+            f"no baseline for config {config}; run {settings.update_command}",
+            limits,
         )
     if measured is None:
         reason = "the config failed: no trial produced a measurement"
@@ -328,7 +343,7 @@ def _compare_config(
             config,
             Status.NOT_COMPARABLE,
             f"first-step losses changed ({_losses(base.first_losses)} -> {_losses(measured.first_losses)}): the model, "
-            "loss or data changed; if that was intended, run perfgate update",
+            f"loss or data changed; if that was intended, run {settings.update_command}",
             limits,
         )
     throughput = compare_throughput(

@@ -139,6 +139,7 @@ class PluginSettings:
             max_trials=self.max_trials,
             fail_on_inconclusive=self.fail_on_inconclusive,
             prefix="--perfgate-",
+            update_command="pytest --perfgate-update",
         )
 
 
