@@ -391,9 +391,13 @@ def throughput_reason(
     adjusted: ThroughputComparison | None,
     machine: ThroughputComparison | None,
     unit: str = "samples/s",
+    sample: str = "trial",
 ) -> str:
-    """One line on a throughput comparison, raw and (with the machine probe) adjusted for the machine's speed."""
-    reason = _throughput_verdict_reason(t, unit) + _outlier_note(t)
+    """One line on a throughput comparison, raw and (with the machine probe) adjusted for the machine's speed.
+
+    `unit` names the figure compared, `sample` what each value of it came from (a trial, a session).
+    """
+    reason = _throughput_verdict_reason(t, unit, sample) + _outlier_note(t, sample)
     if adjusted is None or machine is None:
         return reason
     speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
@@ -401,14 +405,16 @@ def throughput_reason(
         if abs(math.log(machine.ratio)) < math.log(1 + t.threshold):
             return reason
         return f"{reason}; {speed}, and adjusted for that the verdict is the same"
-    adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate")
+    adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate", sample)
     final = combine_verdicts(t.verdict, adjusted.verdict)
-    return f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted)}; so {final.value}"
+    return (
+        f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted, sample)}; so {final.value}"
+    )
 
 
-def _outlier_note(t: ThroughputComparison) -> str:
+def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
     left_out = [
-        f"{n} {side} trial{'s' if n > 1 else ''}"
+        f"{n} {side} {sample}{'s' if n > 1 else ''}"
         for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
         if n
     ]
@@ -420,10 +426,10 @@ def _outlier_note(t: ThroughputComparison) -> str:
     )
 
 
-def _throughput_verdict_reason(t: ThroughputComparison, unit: str) -> str:
+def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str = "trial") -> str:
     change = f"{unit} {format_signed_pct(t.change)} ({t.ratio:.3f}x"
     if math.isnan(t.ci_low):
-        change += ", one trial a side: no estimate of noise)"
+        change += f", one {sample} a side: no estimate of noise)"
     else:
         p_value = format_p_value(min(t.p_slower, t.p_faster))
         change += f", {100 * t.confidence:.1f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={p_value})"
@@ -437,8 +443,8 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str) -> str:
     detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
     noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
     return (
-        f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} trial-to-trial "
-        f"noise and {t.n_baseline}+{t.n_candidate} trials it could detect slowdowns of {detectable}"
+        f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} {sample}-to-{sample} "
+        f"noise and {t.n_baseline}+{t.n_candidate} {sample}s it could detect slowdowns of {detectable}"
     )
 
 

@@ -207,17 +207,19 @@ def compare_micro(
     threshold: float,
     alpha: float,
     run_noise: float = DEFAULT_RUN_NOISE,
+    path: Path = Path("baselines") / MICRO_FILE,
 ) -> list[MicroVerdict]:
     """Judge each measured benchmark against its baseline (one look: a pytest session measures once).
 
     `run_noise`: how much a session's speed varies from session to session (log standard deviation),
-    which blocks of one session cannot show; see `stats.compare_throughput`.
+    which blocks of one session cannot show; see `stats.compare_throughput`. `path`: the baseline
+    file, for the messages.
     """
     verdicts = []
     for current in measured:
         base = baseline.get(current.name)
         if base is None:
-            reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {MICRO_FILE}"
+            reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {path}"
             verdicts.append(MicroVerdict(current.name, Status.NO_BASELINE, reason, current=current))
             continue
         if len(base.sessions) >= MIN_SESSIONS:  # the baseline's own sessions show its run-to-run noise
@@ -242,7 +244,8 @@ def compare_micro(
             )
             machine = compare_throughput([p for p in base_probes if p], [p for p in current_probes if p])
             verdict = combine_verdicts(raw.verdict, adjusted.verdict)
-        reason = throughput_reason(raw, adjusted, machine, unit="calls/s")
+        sample = "session" if len(base.sessions) >= MIN_SESSIONS else "block"
+        reason = throughput_reason(raw, adjusted, machine, unit="calls/s", sample=sample)
         verdicts.append(MicroVerdict(current.name, _STATUS[verdict], reason, base, current, raw, adjusted, machine))
     return verdicts
 

@@ -440,6 +440,7 @@ class PerfgateSession:
                 threshold=threshold,
                 alpha=gate.alpha,
                 run_noise=DEFAULT_RUN_NOISE if noise is None else noise,
+                path=store.path,
             )
         except PerfgateError as error:
             self.problems.append(f"pytest-benchmark results not judged: {error.one_line()}")
