@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(check)
     add_gate_options(check, measuring=True)
+    check.add_argument(
+        "--markdown", type=Path, default=None, metavar="PATH", help="also write the report as Markdown to PATH"
+    )
     update = _add_command(
         commands,
         "update",
@@ -200,6 +203,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="[BASELINE.json] CANDIDATE.json")
     add_gate_options(compare, measuring=False)
+    report = _add_command(
+        commands,
+        "report",
+        help="render a results file of perfgate check as text, Markdown or JSON",
+        description="Judge a results file written by perfgate check --json the way the check did (its settings are "
+        "in the file) and render the report.",
+    )
+    report.add_argument("results", type=Path, metavar="RESULTS", help="results file written by perfgate check --json")
+    report.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
+    report.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
+    report.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=None,
+        metavar="CHARS",
+        help="Markdown: shorten to this many characters (default: 65536, GitHub's limit for a comment)",
+    )
+    report.add_argument(
+        "--baseline-dir", type=Path, default=None, metavar="DIR", help="default: the one the check used"
+    )
     return parser
 
 
@@ -278,20 +301,31 @@ def _notify(args: argparse.Namespace) -> Callable[[str], None] | None:
 
 
 def command_check(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from perfgate.baseline import BaselineStore
     from perfgate.gate import run_check
     from perfgate.report import format_run
+    from perfgate.results import check_writable, write_text_atomic
 
     references, run_settings = _run_settings(args)
     gate_settings = _gate_settings(args, run_settings.trials)
+    if args.markdown is not None:
+        check_writable(args.markdown, "--markdown")
     result = run_check(
         references, run_settings, gate_settings, BaselineStore(args.baseline_dir), _progress(args), _notify(args)
     )
     if result.run is not None:
-        sys.stdout.write(format_run(result.run) + "\n")
-        _write_json(result.run, args.json)
-        if not _measured(result.run):
+        run = replace(result.run, gate=gate_settings.record(args.baseline_dir))
+        result = replace(result, run=run)
+        sys.stdout.write(format_run(run) + "\n")
+        _write_json(run, args.json)
+        if not _measured(run):
             return EXIT_NO_MEASUREMENT
+    if args.markdown is not None:
+        from perfgate.markdown import format_markdown
+
+        write_text_atomic(args.markdown, format_markdown(result, details=str(args.json) if args.json else None))
     return _report_gate(result)
 
 
@@ -341,11 +375,46 @@ def _report_gate(result: GateResult) -> int:
     return result.exit_code
 
 
+def command_report(args: argparse.Namespace) -> int:
+    """Render a check's results file; exits 0 once written (the check's own exit code is the verdict)."""
+    import json
+
+    from perfgate.baseline import BaselineStore
+    from perfgate.gate import GateSettings, compare_results, gate_to_dict
+    from perfgate.markdown import COMMENT_LIMIT, format_markdown
+    from perfgate.project import load_project_config
+    from perfgate.report import format_gate, format_run
+    from perfgate.results import check_writable, load_results, write_text_atomic
+
+    if args.output is not None:
+        check_writable(args.output, "--output")
+    run = load_results(args.results)
+    project = load_project_config()
+    if run.gate is None:  # a file from perfgate run: judge it once, with the project's settings
+        settings = GateSettings.from_options(project, trials=1, max_trials=1)
+    else:
+        settings = GateSettings.from_record(project, run.gate)
+    baseline_dir = args.baseline_dir or Path((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR)
+    result = compare_results(run, settings, store=BaselineStore(baseline_dir))
+    if args.format == "markdown":
+        text = format_markdown(result, limit=args.limit or COMMENT_LIMIT, details=str(args.results))
+    elif args.format == "json":
+        text = json.dumps(gate_to_dict(result), indent=2, allow_nan=False) + "\n"
+    else:
+        text = format_run(run) + "\n" + format_gate(result)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(args.output, text)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": command_run,
     "check": command_check,
     "update": command_update,
     "compare": command_compare,
+    "report": command_report,
 }
 
 

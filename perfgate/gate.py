@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 from perfgate.baseline import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload, fingerprint_differences
 from perfgate.environment import fingerprint_key, machine_fingerprint
@@ -72,6 +74,29 @@ class GateSettings:
 
     def limits(self, workload: str, config: str) -> Limits:
         return self.project.limits(workload, config, threshold=self.threshold)
+
+    def record(self, baseline_dir: Path) -> dict[str, object]:
+        """What a results file keeps of these settings, so a later report judges the run the same way."""
+        return {
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "trials": self.trials,
+            "max_trials": self.max_trials,
+            "fail_on_inconclusive": self.fail_on_inconclusive,
+            "baseline_dir": str(baseline_dir),
+        }
+
+    @classmethod
+    def from_record(cls, project: ProjectConfig, record: Mapping[str, Any]) -> GateSettings:
+        """Settings saved by `record` (the project's thresholds still apply)."""
+        return cls(
+            project=project,
+            threshold=record.get("threshold"),
+            alpha=float(record.get("alpha", DEFAULT_ALPHA)),
+            trials=int(record.get("trials", 1)),
+            max_trials=int(record.get("max_trials", 1)),
+            fail_on_inconclusive=bool(record.get("fail_on_inconclusive", False)),
+        )
 
     @classmethod
     def from_options(
@@ -504,3 +529,60 @@ def _mean_process_s(trials: Sequence[TrialResult]) -> float:
 
 def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
+
+
+def gate_to_dict(result: GateResult) -> dict[str, Any]:
+    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`."""
+    from perfgate.environment import machine_fingerprint
+
+    def comparison(c: ThroughputComparison | None) -> dict[str, Any] | None:
+        if c is None:
+            return None
+        values = {
+            "baseline_median": c.baseline_median,
+            "candidate_median": c.candidate_median,
+            "ratio": c.ratio,
+            "ci_low": c.ci_low,
+            "ci_high": c.ci_high,
+            "confidence": c.confidence,
+            "p_value": min(c.p_slower, c.p_faster),
+            "trials": [c.n_baseline, c.n_candidate],
+            "noise": c.noise,
+            "detectable_slowdown": c.detectable_slowdown,
+            "verdict": c.verdict.value,
+        }
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
+
+    workloads = []
+    for w in result.workloads:
+        configs = []
+        for v in w.configs:
+            m = v.memory
+            configs.append(
+                {
+                    "config": v.config,
+                    "status": v.status.value,
+                    "reason": v.reason,
+                    "thresholds": {"throughput": v.limits.throughput, "memory": v.limits.memory},
+                    "throughput": comparison(v.throughput),
+                    "adjusted": comparison(v.adjusted),
+                    "machine_ratio": None if v.machine is None else v.machine.ratio,
+                    "peak_memory": None
+                    if m is None
+                    else {"baseline_bytes": m.baseline_bytes, "current_bytes": m.candidate_bytes, "change": m.change},
+                }
+            )
+        baseline = w.baseline
+        workloads.append(
+            {
+                "workload": w.workload,
+                "problem": w.problem,
+                "problem_status": None if w.problem_status is None else w.problem_status.value,
+                "baseline": None
+                if baseline is None
+                else {"measured_at": baseline.measured_at, "commit": baseline.commit, "machine": baseline.key},
+                "configs": configs,
+            }
+        )
+    machine = None if result.run is None else fingerprint_key(machine_fingerprint(result.run.environment))
+    return {"exit_code": result.exit_code, "machine": machine, "workloads": workloads}

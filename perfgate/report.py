@@ -122,8 +122,8 @@ def format_gate(result: GateResult) -> str:
     return "\n\n".join(blocks + [format_gate_summary(result)]) + "\n"
 
 
-def format_gate_summary(result: GateResult) -> str:
-    """One line for the build log: what failed or stayed open, and the exit code."""
+def verdict_counts(result: GateResult) -> list[str]:
+    """`2 no change`, `1 regression (lm-small bf16)`: each status that occurs, naming what needs a look."""
     parts = []
     for status in Status:
         names = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == status]
@@ -131,6 +131,12 @@ def format_gate_summary(result: GateResult) -> str:
         if names:
             listed = f" ({', '.join(names)})" if status not in (Status.NO_CHANGE, Status.IMPROVEMENT) else ""
             parts.append(f"{len(names)} {status.value}{listed}")
+    return parts
+
+
+def format_gate_summary(result: GateResult) -> str:
+    """One line for the build log: what failed or stayed open, and the exit code."""
+    parts = verdict_counts(result)
     code = result.exit_code
     meaning = {0: "pass", 1: "fail", 3: "no comparable baseline"}[code]
     line = f"perfgate check: {'; '.join(parts) or 'nothing compared'}. Exit {code} ({meaning})."

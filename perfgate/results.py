@@ -107,6 +107,7 @@ class RunResult:
     created_at: str
     environment: dict[str, Any]
     workloads: list[WorkloadResult]
+    gate: dict[str, Any] | None = None  # the settings of the check that measured it (`GateSettings.record`)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""
@@ -117,13 +118,16 @@ class RunResult:
                 summary = config.summary
                 item["configs"][name]["summary"] = None if summary is None else asdict(summary)
             workloads.append(item)
-        return {
+        document = {
             "schema_version": SCHEMA_VERSION,
             "perfgate_version": self.perfgate_version,
             "created_at": self.created_at,
             "environment": self.environment,
             "workloads": workloads,
         }
+        if self.gate is not None:
+            document["gate"] = self.gate
+        return document
 
     def write_json(self, path: Path) -> None:
         """Write atomically: the file is either the old one or the complete new one."""
@@ -216,7 +220,14 @@ def load_results(path: Path) -> RunResult:
             )
             for w in document["workloads"]
         ]
-        return RunResult(document["perfgate_version"], document["created_at"], document["environment"], workloads)
+        gate = document.get("gate")
+        return RunResult(
+            document["perfgate_version"],
+            document["created_at"],
+            document["environment"],
+            workloads,
+            gate if isinstance(gate, dict) else None,
+        )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ResultsError(
             f"{path} is not a complete results file ({type(exc).__name__}: {exc})",

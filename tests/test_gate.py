@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import WORKLOADS, run_cli
+from tests.conftest import WORKLOADS, run_cli, validate_results
 
 GATED = f"{WORKLOADS / 'gated.py'}:gated"
 # One config, three trials, no extra trials: each check is three trial processes. One thread: on a busy
@@ -44,7 +44,8 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
     """Exit 0 for the same code. alpha 0.001 keeps this test's own false-alarm chance negligible; the
     false-alarm rate at the default alpha is measured by benchmarks/power.py, not here."""
     results = tmp_path / "results.json"
-    result = run_cli(*CHECK, "--alpha", "0.001", "--json", str(results), cwd=project)
+    markdown = tmp_path / "report.md"
+    result = run_cli(*CHECK, "--alpha", "0.001", "--json", str(results), "--markdown", str(markdown), cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate: gated  (baseline measured " in result.stdout
     assert "REGRESSION" not in result.stdout
@@ -53,6 +54,24 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
     assert compared.returncode == 0, compared.stdout + compared.stderr
     gate_lines = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "x " in line]
     assert gate_lines and gate_lines[-1] in compared.stdout  # the same verdict row, measured once
+    # `perfgate report` judges the saved run with the check's own settings (kept in the file): same report.
+    rendered = run_cli("report", str(results), "--format", "markdown", cwd=project)
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout == markdown.read_text()
+    assert "### perfgate: pass" in rendered.stdout and "| fp32 |" in rendered.stdout
+    as_json = json.loads(run_cli("report", str(results), "--format", "json", cwd=project).stdout)
+    saved = json.loads(results.read_text())
+    validate_results(saved)
+    assert saved["gate"] == {
+        "threshold": None,
+        "alpha": 0.001,
+        "trials": 3,
+        "max_trials": 3,
+        "fail_on_inconclusive": False,
+        "baseline_dir": "baselines",
+    }
+    assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
+    assert gate_lines[-1] in run_cli("report", str(results), cwd=project).stdout
 
 
 def test_check_fails_when_each_step_does_clearly_more_work(project):

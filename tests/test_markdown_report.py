@@ -1,0 +1,49 @@
+"""The Markdown report: a real table for GitHub, and shortened, never cut mid-row, to fit its limits."""
+
+from __future__ import annotations
+
+from markdown_it import MarkdownIt
+
+from perfgate.gate import GateResult, GateSettings, Status, WorkloadVerdict, compare_entries
+from perfgate.markdown import MARKER, format_markdown
+from tests.test_gate_verdicts import BASE, entry
+
+SETTINGS = GateSettings(trials=3, max_trials=3)
+
+
+def result(*candidates):
+    return GateResult([compare_entries(BASE, c, SETTINGS) for c in candidates], SETTINGS)
+
+
+def tables(text):
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    return [t for t in tokens if t.type == "table_open"], [t for t in tokens if t.type == "tr_open"]
+
+
+def test_the_report_is_a_table_github_renders_with_the_verdict_first():
+    text = format_markdown(result(entry([430, 432, 428], [1000, 1002, 998])))
+    assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32).")
+    found, rows = tables(text)
+    assert len(found) == 1 and len(rows) == 2  # header and one config
+    assert "| fp32 | 500.0 | 430.0 | 0.860x (" in text and "| **regression** |" in text
+    assert "Baseline measured 2026-11-22T10:00:00+00:00 at no git commit." in text
+    assert "<details><summary>w: why</summary>" in text and "a regression beyond the 5% threshold" in text
+
+
+def test_text_from_outside_is_kept_on_one_line_and_its_pipes_escaped():
+    problem = WorkloadVerdict("w", [], None, problem="no baseline | for\nw", problem_status=Status.NO_BASELINE)
+    text = format_markdown(GateResult([problem], SETTINGS))
+    assert "**no baseline**: no baseline \\| for w" in text
+    assert "### perfgate: no comparable baseline" in text
+
+
+def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
+    many = result(*[entry([430 + i, 432, 428], [1000, 1002, 998]) for i in range(40)])
+    full = format_markdown(many, limit=10**7)
+    short = format_markdown(many, limit=4000, details="results.json")
+    assert len(full) > 4000 >= len(short.encode())
+    assert short.endswith("more section(s) left out; the full data is in results.json._\n")
+    assert short.startswith(MARKER + "\n### perfgate: fail")
+    _, rows = tables(short)
+    assert all(line.count("|") == 12 for line in short.splitlines() if line.startswith("| fp32"))
+    assert rows  # at least one whole table made it
