@@ -379,8 +379,7 @@ def command_report(args: argparse.Namespace) -> int:
     """Render a check's results file; exits 0 once written (the check's own exit code is the verdict)."""
     import json
 
-    from perfgate.baseline import BaselineStore
-    from perfgate.gate import GateSettings, compare_results, gate_to_dict
+    from perfgate.gate import gate_to_dict, judge_saved
     from perfgate.markdown import COMMENT_LIMIT, format_markdown
     from perfgate.project import load_project_config
     from perfgate.report import format_gate, format_run
@@ -389,13 +388,7 @@ def command_report(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_writable(args.output, "--output")
     run = load_results(args.results)
-    project = load_project_config()
-    if run.gate is None:  # a file from perfgate run: judge it once, with the project's settings
-        settings = GateSettings.from_options(project, trials=1, max_trials=1)
-    else:
-        settings = GateSettings.from_record(project, run.gate)
-    baseline_dir = args.baseline_dir or Path((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR)
-    result = compare_results(run, settings, store=BaselineStore(baseline_dir))
+    result = judge_saved(run, load_project_config(), args.baseline_dir)
     if args.format == "markdown":
         text = format_markdown(result, limit=args.limit or COMMENT_LIMIT, details=str(args.results))
     elif args.format == "json":

@@ -239,6 +239,19 @@ def compare_results(
     return compare_run(candidate, baselines, settings, problems)
 
 
+def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | None = None) -> GateResult:
+    """Judge a saved results file as the check that wrote it did (its settings are in the file); a file
+    from `perfgate run` is judged once with the project's settings."""
+    from perfgate.baseline import DEFAULT_BASELINE_DIR
+
+    if run.gate is None:
+        settings = GateSettings.from_options(project, trials=1, max_trials=1)
+    else:
+        settings = GateSettings.from_record(project, run.gate)
+    directory = baseline_dir or Path(str((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR))
+    return compare_results(run, settings, store=BaselineStore(directory))
+
+
 def compare_entries(
     baseline: BaselineEntry,
     candidate: BaselineEntry,

@@ -45,3 +45,16 @@ def validate_results(document: dict) -> None:
 
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(document)
+
+
+GATED = f"{WORKLOADS / 'gated.py'}:gated"
+
+
+@pytest.fixture(scope="session")
+def gated_project(tmp_path_factory):
+    """A project folder whose baselines/ holds the gated workload measured on this machine (read-only)."""
+    folder = tmp_path_factory.mktemp("project")
+    result = run_cli("update", GATED, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "baselines/gated.yaml: new baseline for gated on cpu " in result.stdout
+    return folder

@@ -9,22 +9,16 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import WORKLOADS, run_cli, validate_results
+from tests.conftest import GATED, WORKLOADS, run_cli, validate_results
 
-GATED = f"{WORKLOADS / 'gated.py'}:gated"
 # One config, three trials, no extra trials: each check is three trial processes. One thread: on a busy
 # 2-core machine, two OpenMP threads stall on each other's barriers and a trial of tiny ops can take 40x longer.
 CHECK = ("check", GATED, "--configs", "fp32", "--trials", "3", "--max-trials", "3", "--threads", "1", "--quiet")
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    """A project folder whose baselines/ holds the gated workload measured on this machine."""
-    folder = tmp_path_factory.mktemp("project")
-    result = run_cli("update", GATED, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder)
-    assert result.returncode == 0, result.stderr
-    assert "baselines/gated.yaml: new baseline for gated on cpu " in result.stdout
-    return folder
+@pytest.fixture
+def project(gated_project):
+    return gated_project
 
 
 def test_update_writes_a_reviewable_baseline_for_this_machine(project):
