@@ -211,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         "in the file) and render the report.",
     )
     report.add_argument("results", type=Path, metavar="RESULTS", help="results file written by perfgate check --json")
-    report.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
+    report.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "png"),
+        default="text",
+        help="png: a chart of each config's ratio with its interval (needs matplotlib; --output) (default: text)",
+    )
     report.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
     report.add_argument(
         "--limit",
@@ -387,8 +392,15 @@ def command_report(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_writable(args.output, "--output")
+    elif args.format == "png":
+        raise UsageError("--format png needs --output", hint="add --output chart.png")
     run = load_results(args.results)
     result = judge_saved(run, load_project_config(), args.baseline_dir)
+    if args.format == "png":
+        from perfgate.chart import write_chart
+
+        write_chart(result, args.output)
+        return 0
     if args.format == "markdown":
         text = format_markdown(result, limit=args.limit or COMMENT_LIMIT, details=str(args.results))
     elif args.format == "json":

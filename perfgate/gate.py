@@ -39,6 +39,7 @@ EXIT_REGRESSION = 1
 EXIT_NO_BASELINE = 3
 DEFAULT_MAX_TRIALS = 8
 DEFAULT_TIME_BUDGET_S = 600.0
+EXIT_MEANINGS = {EXIT_OK: "pass", EXIT_REGRESSION: "fail", EXIT_NO_BASELINE: "no comparable baseline"}
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
 

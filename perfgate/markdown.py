@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from perfgate.environment import fingerprint_key, machine_fingerprint
-from perfgate.gate import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.report import verdict_counts
 from perfgate.units import format_p_value
@@ -18,7 +18,6 @@ from perfgate.units import format_p_value
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary
 MARKER = "<!-- perfgate-report -->"  # finds perfgate's earlier comment on a pull request
-_HEADLINE = {0: "pass", 1: "fail", 3: "no comparable baseline"}
 _LABELS = {
     Status.REGRESSION: "**regression**",
     Status.FAILED: "**failed**",
@@ -56,7 +55,7 @@ def _truncation_note(left_out: int, details: str | None) -> str:
 def _headline(result: GateResult) -> str:
     code = result.exit_code
     counts = verdict_counts(result)
-    line = f"### perfgate: {_HEADLINE.get(code, 'error')}\n\n{'; '.join(counts) or 'nothing compared'}."
+    line = f"### perfgate: {EXIT_MEANINGS.get(code, 'error')}\n\n{'; '.join(counts) or 'nothing compared'}."
     if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
         line += " Inconclusive verdicts do not fail the build."
     return line

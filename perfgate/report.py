@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
-from perfgate.gate import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.microbench import MICRO_FILE, MicroBenchmark, MicroVerdict
 from perfgate.results import RunResult, WorkloadResult
@@ -138,7 +138,7 @@ def format_gate_summary(result: GateResult) -> str:
     """One line for the build log: what failed or stayed open, and the exit code."""
     parts = verdict_counts(result)
     code = result.exit_code
-    meaning = {0: "pass", 1: "fail", 3: "no comparable baseline"}[code]
+    meaning = EXIT_MEANINGS[code]
     line = f"perfgate check: {'; '.join(parts) or 'nothing compared'}. Exit {code} ({meaning})."
     if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
         line += " Inconclusive verdicts do not fail the build (--fail-on-inconclusive makes them)."

@@ -70,6 +70,7 @@ def test_a_pass(gated_project, tmp_path):
     assert outputs["verdict"] == "pass" and outputs["exit-code"] == "0"
     assert Path(outputs["results-json"]).is_file() and Path(outputs["report-markdown"]).read_text() == summary
     assert not [c for c in commands(stdout) if c.startswith("::error")]
+    assert (Path(outputs["folder"]) / "chart.png").read_bytes()[:4] == b"\x89PNG"  # uploaded with the results
 
 
 def test_a_regression(gated_project, tmp_path):

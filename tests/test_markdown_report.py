@@ -47,3 +47,18 @@ def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
     _, rows = tables(short)
     assert all(line.count("|") == 12 for line in short.splitlines() if line.startswith("| fp32"))
     assert rows  # at least one whole table made it
+
+
+def test_the_chart_is_a_valid_png_with_a_row_per_config(tmp_path):
+    from PIL import Image
+
+    from perfgate.chart import write_chart
+
+    path = tmp_path / "out" / "chart.png"
+    write_chart(result(entry([430, 432, 428], [1000, 1002, 998]), entry([500, 505, 498], [1000, 1004, 996])), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as image:
+        image.verify()
+    with Image.open(path) as image:
+        width, height = image.size
+    assert width == 990 and height > 200
