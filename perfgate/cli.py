@@ -18,6 +18,7 @@ from perfgate.runner import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from perfgate.stats import DEFAULT_ALPHA
 
 if TYPE_CHECKING:
+    from perfgate.diagnosis import Diagnosis
     from perfgate.gate import GateResult, GateSettings
     from perfgate.references import Reference
     from perfgate.results import RunResult
@@ -183,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--markdown", type=Path, default=None, metavar="PATH", help="also write the report as Markdown to PATH"
     )
+    check.add_argument(
+        "--diagnose", action="store_true", help="diagnose every config (by default only those that regressed)"
+    )
     update = _add_command(
         commands,
         "update",
@@ -327,11 +331,15 @@ def command_check(args: argparse.Namespace) -> int:
         _write_json(run, args.json)
         if not _measured(run):
             return EXIT_NO_MEASUREMENT
+    from perfgate.diagnosis import diagnose
+
+    diagnoses = diagnose(result, every_config=args.diagnose)
     if args.markdown is not None:
         from perfgate.markdown import format_markdown
 
-        write_text_atomic(args.markdown, format_markdown(result, details=str(args.json) if args.json else None))
-    return _report_gate(result)
+        details = str(args.json) if args.json else None
+        write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses))
+    return _report_gate(result, diagnoses)
 
 
 def command_update(args: argparse.Namespace) -> int:
@@ -368,12 +376,12 @@ def command_compare(args: argparse.Namespace) -> int:
     return _report_gate(compare_results(candidate, settings, store=BaselineStore(args.baseline_dir), baseline=baseline))
 
 
-def _report_gate(result: GateResult) -> int:
-    """Print the gate's report; inconclusive verdicts that pass also get a warning on stderr."""
+def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int:
+    """Print the gate's report and any diagnosis; inconclusive verdicts that pass also get a warning on stderr."""
     from perfgate.gate import Status
     from perfgate.report import format_gate
 
-    sys.stdout.write(format_gate(result))
+    sys.stdout.write(format_gate(result, diagnoses))
     open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
     if open_verdicts and result.exit_code == 0:
         sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
@@ -396,17 +404,22 @@ def command_report(args: argparse.Namespace) -> int:
         raise UsageError("--format png needs --output", hint="add --output chart.png")
     run = load_results(args.results)
     result = judge_saved(run, load_project_config(), args.baseline_dir)
+    from perfgate.diagnosis import diagnose
+
+    diagnoses = diagnose(result)
     if args.format == "png":
         from perfgate.chart import write_chart
 
         write_chart(result, args.output)
         return 0
     if args.format == "markdown":
-        text = format_markdown(result, limit=args.limit or COMMENT_LIMIT, details=str(args.results))
+        text = format_markdown(
+            result, limit=args.limit or COMMENT_LIMIT, details=str(args.results), diagnoses=diagnoses
+        )
     elif args.format == "json":
         text = json.dumps(gate_to_dict(result), indent=2, allow_nan=False) + "\n"
     else:
-        text = format_run(run) + "\n" + format_gate(result)
+        text = format_run(run) + "\n" + format_gate(result, diagnoses)
     if args.output is None:
         sys.stdout.write(text)
     else:

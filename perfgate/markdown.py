@@ -8,7 +8,9 @@ and sections that do not fit are left out with a note saying so; a table is neve
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from perfgate.diagnosis import Diagnosis
 from perfgate.environment import fingerprint_key, machine_fingerprint
 from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
@@ -29,10 +31,17 @@ _LABELS = {
 }
 
 
-def format_markdown(result: GateResult, *, limit: int = COMMENT_LIMIT, details: str | None = None) -> str:
+def format_markdown(
+    result: GateResult,
+    *,
+    limit: int = COMMENT_LIMIT,
+    details: str | None = None,
+    diagnoses: Sequence[Diagnosis] = (),
+) -> str:
     """The report, at most `limit` characters (and bytes); `details` names where the full data is."""
     sections = [_headline(result)]
     sections += [_workload_table(w, result) for w in result.workloads]
+    sections += [_diagnosis(d) for d in diagnoses]
     sections += [_reasons(w) for w in result.workloads]
     sections += [_lab_reading(result), _machine(result)]
     sections = [s for s in sections if s]
@@ -103,6 +112,19 @@ def _row(v: ConfigVerdict) -> str:
         _LABELS[v.status],
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _diagnosis(d: Diagnosis) -> str:
+    lines = [f"#### Diagnosis: {d.workload} {d.config}", "", f"Suspect: **{d.suspect or 'none (no rule fired)'}**", ""]
+    for finding in d.findings:
+        lines.append(f"- {_cell(finding.line)}")
+        lines.extend(f"  - {_cell(e)}" for e in finding.evidence)
+    lines += ["", "| phase | baseline ms/step | current ms/step | change |", "| --- | ---: | ---: | ---: |"]
+    for p in d.phases:
+        base = "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}"
+        change = "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}"
+        lines.append(f"| {p.phase} | {base} | {1000 * p.current_s:.2f} | {change} |")
+    return "\n".join(lines)
 
 
 def _reasons(workload: WorkloadVerdict) -> str:

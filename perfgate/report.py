@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
+from perfgate.diagnosis import Diagnosis
 from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.microbench import MICRO_FILE, MicroBenchmark, MicroVerdict
@@ -116,9 +117,11 @@ _STATUS_LABELS = {
 }
 
 
-def format_gate(result: GateResult) -> str:
-    """The gate's report: per workload a table of baseline against current, then the verdict line."""
+def format_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> str:
+    """The gate's report: per workload a table of baseline against current, any diagnosis, the verdict line."""
     blocks = [_format_gate_workload(w, result) for w in result.workloads]
+    if diagnoses:
+        blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
     return "\n\n".join(blocks + [format_gate_summary(result)]) + "\n"
 
 
@@ -331,3 +334,22 @@ def _ratio_cell(t: ThroughputComparison) -> str:
 
 def _name(verdict: ConfigVerdict) -> str:
     return f"{verdict.workload} {verdict.config}"
+
+
+def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
+    """The Diagnosis section: per config, the suspect, each finding with its evidence, the phase table."""
+    if not diagnoses:
+        return ""
+    lines = ["diagnosis:"]
+    for d in diagnoses:
+        lines.append(f"  {d.workload} {d.config}: suspect {d.suspect or 'none (no rule fired)'}")
+        for finding in d.findings:
+            lines.append(f"    - {finding.line}")
+            lines.extend(f"        {e}" for e in finding.evidence)
+        rows = [["phase", "baseline ms/step", "current ms/step", "change"]]
+        for p in d.phases:
+            base = "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}"
+            change = "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}"
+            rows.append([p.phase, base, f"{1000 * p.current_s:.2f}", change])
+        lines.extend("  " + line for line in _table(rows))
+    return "\n".join(lines) + "\n"

@@ -74,6 +74,14 @@ def test_check_fails_when_each_step_does_clearly_more_work(project):
     assert "1 regression (gated fp32)" in result.stdout
     assert "! fp32: samples/s -" in result.stdout
     assert "a regression beyond the 5% threshold" in result.stdout
+    assert "  gated fp32: suspect model compute" in result.stdout  # the extra work is in the loss: forward
+
+
+def test_a_slow_data_loader_is_named_as_the_suspect(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "slowdata"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "  gated fp32: suspect data pipeline" in result.stdout
+    assert "num_workers=0: batches are loaded in the training process" in result.stdout
 
 
 def test_check_fails_when_peak_memory_grows(project):

@@ -7,6 +7,7 @@ measures the same workload (same name, data and losses) doing clearly more work 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from tiny import Points, mlp, mse  # the workload file's folder is importable, as for `python gated.py`
@@ -26,6 +27,14 @@ class ShiftedPoints(Points):
         return x + 1, y
 
 
+class SlowPoints(Points):
+    """The same pairs, each taking 2 ms to load: a slow augmentation in the training process."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.002)
+        return super().__getitem__(index)
+
+
 def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     loss = mse(model, batch)
     plant = os.environ.get("PERFGATE_TEST_PLANT", "")
@@ -40,7 +49,8 @@ def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> 
 
 
 def gated() -> perfgate.Workload:
-    data = ShiftedPoints if os.environ.get("PERFGATE_TEST_PLANT") == "data" else Points
+    plant = os.environ.get("PERFGATE_TEST_PLANT")
+    data = ShiftedPoints if plant == "data" else SlowPoints if plant == "slowdata" else Points
     return perfgate.Workload(
         name="gated", model=mlp, dataset=lambda: data(96), loss=planted_loss, batch_size=8, steps=8, warmup_steps=1
     )

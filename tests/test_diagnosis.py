@@ -1,0 +1,111 @@
+"""Diagnosis rules on measured-looking trials: each fires on its fault and stays quiet on a clean run."""
+
+from __future__ import annotations
+
+from perfgate.baseline import entry_from_workload
+from perfgate.diagnosis import diagnose
+from perfgate.gate import GateSettings, Status, compare_run
+from perfgate.markdown import format_markdown
+from perfgate.report import format_diagnoses
+from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+
+STEPS = 20
+BASE_MS = {"data_wait": 0.1, "h2d": 0.05, "forward": 4.0, "backward": 6.0, "optimizer": 1.0}
+SETTINGS = GateSettings(trials=3, max_trials=3)
+ENVIRONMENT = {"device": {"type": "cpu"}, "cpu": {"model": "Test CPU", "available_cores": 8}, "threads": 2}
+
+
+def trial(index, ms, tail_ms=0.0, jitter=0.0):
+    phases = {p: [v / 1000 * (1 + jitter * ((i + index) % 3 - 1)) for i in range(STEPS)] for p, v in ms.items()}
+    step_s = [sum(phases[p][i] for p in phases) for i in range(STEPS)]
+    if tail_ms:
+        step_s[-1] += tail_ms / 1000
+    samples_per_sec = 8 * STEPS / sum(step_s)
+    return TrialResult(
+        config="fp32",
+        trial=index,
+        status="ok",
+        samples_per_sec=samples_per_sec,
+        step_s=step_s,
+        phases_s=phases,
+        first_losses=[1.0],
+        data_checksum="sha256:00",
+        memory={"peak_bytes": 50 << 20},
+    )
+
+
+def run(ms, loader=None, tail_ms=0.0):
+    trials = [trial(i, ms, tail_ms, jitter=0.01) for i in range(3)]
+    workload = WorkloadResult(
+        name="w",
+        reference="w.py:w",
+        settings={
+            "batch_size": 8,
+            "steps": STEPS,
+            "warmup_steps": 1,
+            "seed": 0,
+            "trials": 3,
+            "device": "cpu",
+            "threads": 2,
+            "loader": loader or {},
+        },
+        data_checksum="sha256:00",
+        first_losses={"fp32": [1.0]},
+        configs={"fp32": ConfigResult("fp32", trials)},
+    )
+    return RunResult("0.1.0", "2026-11-22T10:00:00+00:00", ENVIRONMENT, [workload])
+
+
+BASELINE_RUN = run(BASE_MS)
+BASELINE = {"w": entry_from_workload(BASELINE_RUN, BASELINE_RUN.workloads[0])}
+
+
+def diagnosed(ms, *, every_config=False, **kwargs):
+    result = compare_run(run(ms, **kwargs), BASELINE, SETTINGS)
+    return result, diagnose(result, every_config=every_config)
+
+
+def test_a_slow_loader_is_the_data_pipeline_with_loader_hints():
+    result, (d,) = diagnosed({**BASE_MS, "data_wait": 9.0})
+    assert result.verdicts[0].status == Status.REGRESSION
+    assert d.suspect == "data pipeline"
+    (finding, *_) = d.findings
+    assert finding.line == "data pipeline: waiting for data takes 1% -> 45% of the step"
+    assert "data wait: 0.10 -> 9.00 ms per step" in finding.evidence[0]
+    assert "explains 100% of the slower step" in finding.evidence
+    assert any(e.startswith("num_workers=0: batches are loaded in the training process") for e in finding.evidence)
+
+
+def test_heavier_forward_and_backward_are_model_compute():
+    _, (d,) = diagnosed({**BASE_MS, "forward": 8.0, "backward": 12.0})
+    assert d.suspect == "model compute"
+    assert d.findings[0].line.startswith("model compute: backward grew most; compute phases explain 100%")
+
+
+def test_a_long_tail_of_steps_is_reported():
+    _, (d,) = diagnosed({**BASE_MS, "forward": 6.0}, tail_ms=400.0)
+    assert "tail latency" in [f.suspect for f in d.findings]
+
+
+def test_a_clean_run_names_no_suspect_and_regressions_only_are_diagnosed_by_default():
+    result, diagnoses = diagnosed(BASE_MS)
+    assert result.verdicts[0].status != Status.REGRESSION and diagnoses == []
+    _, (d,) = diagnosed(BASE_MS, every_config=True)
+    assert d.suspect is None and d.findings == ()
+    assert "suspect none (no rule fired)" in format_diagnoses([d])
+
+
+def test_a_standing_data_wait_is_reported_even_without_a_regression():
+    heavy = {**BASE_MS, "data_wait": 4.0}
+    baseline_run = run(heavy, loader={"num_workers": 2})
+    baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
+    result = compare_run(run(heavy, loader={"num_workers": 2}), baseline, SETTINGS)
+    (d,) = diagnose(result, every_config=True)
+    assert d.suspect == "data pipeline" and not any("num_workers=0" in e for e in d.findings[0].evidence)
+
+
+def test_the_diagnosis_is_in_the_markdown_report():
+    result, diagnoses = diagnosed({**BASE_MS, "data_wait": 9.0})
+    text = format_markdown(result, diagnoses=diagnoses)
+    assert "#### Diagnosis: w fp32\n\nSuspect: **data pipeline**" in text
+    assert "| data_wait | 0.10 | 9.00 | +8.90 |" in text
