@@ -329,7 +329,7 @@ def command_check(args: argparse.Namespace) -> int:
         result = replace(result, run=run)
         sys.stdout.write(format_run(run) + "\n")
         _write_json(run, args.json)
-        if not _measured(run):
+        if not _measured(run) and not result.verdicts:  # nothing measured, and nothing had a baseline
             return EXIT_NO_MEASUREMENT
     from perfgate.diagnosis import diagnose
 

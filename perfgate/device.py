@@ -58,6 +58,10 @@ class Device:
         """Start a new peak-memory window."""
         self._peak_reset = _reset_peak_rss()
 
+    def memory_now(self) -> int:
+        """Memory in use now, in bytes (CPU: resident memory above the level after setup)."""
+        return max(0, _current_rss_bytes() - self._setup_bytes)
+
     def peak_memory(self) -> dict[str, Any]:
         """Peak memory in the window since `reset_peak_memory`."""
         peak = _peak_rss_bytes()
@@ -87,6 +91,9 @@ class CudaDevice(Device):
     def reset_peak_memory(self) -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+
+    def memory_now(self) -> int:
+        return int(torch.cuda.memory_allocated())
 
     def peak_memory(self) -> dict[str, Any]:
         torch.cuda.synchronize()

@@ -7,7 +7,12 @@ the change in step time. The rules read the same figures:
 - data pipeline: data wait takes DATA_WAIT_SHARE or more of the step, or its growth explains most
   (EXPLAINS) of a slower step; hints come from the DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a slower step;
-- tail latency: p95 over p50 step time of TAIL_RATIO or more, or steps beyond mean + 3 sd.
+- tail latency: p95 over p50 step time of TAIL_RATIO or more (and TAIL_RATIO times the baseline's), or
+  steps beyond mean + 3 sd;
+- memory: memory in use rising step over step (at least MEMORY_GROWTH_FLOOR over the timed steps,
+  correlation with the step number MEMORY_GROWTH_FIT or more: something keeps tensors alive, the
+  classic being a loss summed without `.item()`), or a peak-memory regression;
+- numerics: a config that failed with a NaN or infinite loss.
 
 Each finding is one line plus its evidence. Pure functions over the gate's result: nothing here runs.
 """
@@ -22,13 +27,16 @@ from typing import Any
 
 from perfgate.baseline import BaselineEntry, ConfigEntry
 from perfgate.gate import GateResult, Status
-from perfgate.results import ConfigResult, WorkloadResult
+from perfgate.results import ConfigResult, TrialResult, WorkloadResult
 from perfgate.summary import PHASES, percentile
+from perfgate.units import format_bytes
 
 DATA_WAIT_SHARE = 0.20  # of the step: the loader, not the model, sets the pace
 EXPLAINS = 0.5  # a phase whose growth is at least half of the step's growth explains it
 TAIL_RATIO = 1.5  # p95 / p50 of step times
 TAIL_SIGMAS = 3.0
+MEMORY_GROWTH_FLOOR = 4 << 20  # bytes over the timed steps: less is allocator and page noise
+MEMORY_GROWTH_FIT = 0.9  # correlation of memory with the step number: a steady rise, not a jump
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
 SUSPECT_OF_PHASE = {
     "data_wait": "data pipeline",
@@ -41,7 +49,7 @@ SUSPECT_OF_PHASE = {
 
 @dataclass(frozen=True)
 class Finding:
-    suspect: str  # "data pipeline", "model compute", "tail latency"
+    suspect: str  # "data pipeline", "model compute", "tail latency", "memory", "numerics"
     line: str
     evidence: tuple[str, ...] = ()
 
@@ -82,6 +90,10 @@ def diagnose(result: GateResult, *, every_config: bool = False) -> list[Diagnosi
             continue
         for verdict in workload.configs:
             config = current.configs.get(verdict.config)
+            numerics = _numerics(verdict.reason) if verdict.status == Status.FAILED else None
+            if numerics is not None:
+                diagnoses.append(Diagnosis(verdict.workload, verdict.config, (), (numerics,)))
+                continue
             if config is None or not (every_config or verdict.status == Status.REGRESSION):
                 continue
             base_entry = workload.baseline
@@ -95,6 +107,7 @@ def diagnose(result: GateResult, *, every_config: bool = False) -> list[Diagnosi
                 steps=_steps(base_entry),
                 cores=_cores(result.run.environment),
                 slower=verdict.status == Status.REGRESSION,
+                memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
             )
             if diagnosis is not None:
                 diagnoses.append(diagnosis)
@@ -111,6 +124,7 @@ def diagnose_config(
     steps: int | None,
     cores: int | None,
     slower: bool,
+    memory_regressed: bool = False,
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded."""
     ok = [t for t in current.trials if t.ok and t.step_s]
@@ -125,6 +139,7 @@ def diagnose_config(
         *_data_pipeline(phases, step_s, measured.settings, cores, slower),
         *_model_compute(phases, slower),
         *_tail_latency(step_s, baseline),
+        *_memory(ok, baseline, memory_regressed),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
     return Diagnosis(workload, config, phases, tuple(findings))
@@ -183,11 +198,12 @@ def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None) -> list
     mean, sd = statistics.fmean(step_s), statistics.pstdev(step_s)
     beyond = sum(1 for s in step_s if s > mean + TAIL_SIGMAS * sd) if sd > 0 else 0
     ratio = p95 / p50 if p50 > 0 else math.inf
-    if ratio < TAIL_RATIO and not beyond:
-        return []
     base = [t.step_p95_s / t.step_p50_s for t in (baseline.trials if baseline else []) if t.step_p50_s and t.step_p95_s]
     base_ratio = statistics.median(base) if base else None
-    if ratio < TAIL_RATIO:
+    tail = ratio >= TAIL_RATIO and (base_ratio is None or ratio >= TAIL_RATIO * base_ratio)  # new, not the usual
+    if not tail and not beyond:
+        return []
+    if not tail:
         line = f"tail latency: {beyond} of {len(step_s)} steps took longer than mean + {TAIL_SIGMAS:g} sd"
     else:
         line = f"tail latency: p95 step time is {ratio:.1f}x the median"
@@ -196,6 +212,51 @@ def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None) -> list
         evidence.append(f"baseline p95/p50 {base_ratio:.1f}")
     evidence.append(f"{beyond} step(s) beyond mean + {TAIL_SIGMAS:g} sd")
     return [Finding("tail latency", line, tuple(evidence))]
+
+
+def _memory(trials: Sequence[TrialResult], baseline: ConfigEntry | None, regressed: bool) -> list[Finding]:
+    findings = []
+    fits = [_growth(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4]
+    if fits:
+        per_step, fit = statistics.median(f[0] for f in fits), statistics.median(f[1] for f in fits)
+        steps = statistics.median(len(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4)
+        total = per_step * (steps - 1)
+        if total >= MEMORY_GROWTH_FLOOR and fit >= MEMORY_GROWTH_FIT:
+            findings.append(
+                Finding(
+                    "memory",
+                    f"memory growth: memory in use rose {format_bytes(int(per_step))} per step, "
+                    f"{format_bytes(int(total))} over {steps:g} timed steps",
+                    (
+                        f"correlation with the step number {fit:.2f} (a steady rise, not a one-off allocation)",
+                        "something keeps tensors alive from step to step, often a loss summed without .item() "
+                        "(it keeps each step's graph)",
+                    ),
+                )
+            )
+    if regressed:
+        peaks = [t.memory.get("peak_bytes", 0) for t in trials]
+        was = f"{format_bytes(int(statistics.median(baseline.peak_bytes)))} -> " if baseline else ""
+        findings.append(
+            Finding("memory", f"peak memory regression: {was}{format_bytes(int(statistics.median(peaks)))}")
+        )
+    return findings
+
+
+def _growth(values: Sequence[int]) -> tuple[float, float]:
+    """Least-squares bytes per step and the correlation of memory with the step number."""
+    steps = list(range(len(values)))
+    if statistics.pstdev(values) == 0:
+        return 0.0, 0.0
+    slope = statistics.linear_regression(steps, values).slope
+    return slope, statistics.correlation(steps, values)
+
+
+def _numerics(reason: str) -> Finding | None:
+    text = reason.lower()
+    if "loss is nan" not in text and "loss is inf" not in text and "loss is -inf" not in text:
+        return None
+    return Finding("numerics", "numerics: the loss was not finite", (reason,))
 
 
 def _explained(phases: Sequence[PhaseChange], names: set[str]) -> float:
@@ -214,6 +275,10 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> 
         return _explained(phases, {"data_wait", "h2d"}) if slower else 0.5
     if finding.suspect == "model compute":
         return _explained(phases, {"forward", "backward", "optimizer"})
+    if finding.line.startswith("memory growth"):
+        return 1.5  # a steady rise is a bug whatever else changed, and often slows the step too
+    if finding.suspect == "memory":
+        return 0.45
     return 0.1
 
 

@@ -39,6 +39,7 @@ class TrialResult:
     final_loss: float | None = None
     data_checksum: str | None = None
     memory: dict[str, Any] = field(default_factory=dict)
+    memory_step_bytes: list[int] = field(default_factory=list)  # memory in use after each timed step
     autocast: dict[str, Any] | None = None
     threads: int | None = None
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after

@@ -116,6 +116,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     first_losses: list[float] = []
     warmup_step_s: list[float] = []
     phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    memory_step_bytes: list[int] = []  # after each timed step: a steady rise means something is kept
     bookkeeping_s = 0.0
     total_steps = workload.warmup_steps + workload.steps
     graphs_before_timing = 0
@@ -155,6 +156,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                 hooks = None
             if step < FIRST_LOSSES:
                 first_losses.append(_finite_loss(loss, step))
+            if timed:
+                memory_step_bytes.append(device.memory_now())
             bookkeeping_s += time.perf_counter() - t5
             if timed:
                 for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
@@ -205,6 +208,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "final_loss": final_loss,
         "data_checksum": data_checksum,
         "memory": memory,
+        "memory_step_bytes": memory_step_bytes,
         "autocast": autocast_check,
         "probe_steps_per_sec": probe_rates,
         "threads": torch.get_num_threads(),
@@ -344,7 +348,8 @@ def _check_loss_type(loss: Any, step: int) -> None:
 def _finite_loss(loss: Any, step: int) -> float:
     value = float(loss.detach().float().item())
     if not math.isfinite(value):
-        raise TrialFailure("workload", f"loss is {value} at step {step}; the workload must train with a finite loss")
+        # A config failure, not a workload error: bf16 may overflow where fp32 does not.
+        raise TrialFailure("config", f"loss is {value} at step {step}; the workload must train with a finite loss")
     return value
 
 

@@ -50,9 +50,11 @@ def test_loss_that_raises():
     assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss")
 
 
-def test_nan_loss():
+def test_nan_loss_fails_the_config_with_the_step():
     result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:nan_loss")
-    assert_one_line_error(result, "loss is nan at step 0", "finite loss")
+    assert result.returncode == 4  # a config failure (bf16 may overflow where fp32 does not): nothing measured
+    assert "fp32 failed: loss is nan at step 0; the workload must train with a finite loss" in result.stdout
+    assert result.stderr == "error: no trial produced a measurement; see the failures above\n"
 
 
 def test_loss_that_is_not_a_scalar():

@@ -15,7 +15,7 @@ SETTINGS = GateSettings(trials=3, max_trials=3)
 ENVIRONMENT = {"device": {"type": "cpu"}, "cpu": {"model": "Test CPU", "available_cores": 8}, "threads": 2}
 
 
-def trial(index, ms, tail_ms=0.0, jitter=0.0):
+def trial(index, ms, tail_ms=0.0, jitter=0.0, memory=None):
     phases = {p: [v / 1000 * (1 + jitter * ((i + index) % 3 - 1)) for i in range(STEPS)] for p, v in ms.items()}
     step_s = [sum(phases[p][i] for p in phases) for i in range(STEPS)]
     if tail_ms:
@@ -31,11 +31,12 @@ def trial(index, ms, tail_ms=0.0, jitter=0.0):
         first_losses=[1.0],
         data_checksum="sha256:00",
         memory={"peak_bytes": 50 << 20},
+        memory_step_bytes=memory or [(50 << 20) + 4096 * ((i * 7) % 3) for i in range(STEPS)],
     )
 
 
-def run(ms, loader=None, tail_ms=0.0):
-    trials = [trial(i, ms, tail_ms, jitter=0.01) for i in range(3)]
+def run(ms, loader=None, tail_ms=0.0, memory=None):
+    trials = [trial(i, ms, tail_ms, jitter=0.01, memory=memory) for i in range(3)]
     workload = WorkloadResult(
         name="w",
         reference="w.py:w",
@@ -109,3 +110,16 @@ def test_the_diagnosis_is_in_the_markdown_report():
     text = format_markdown(result, diagnoses=diagnoses)
     assert "#### Diagnosis: w fp32\n\nSuspect: **data pipeline**" in text
     assert "| data_wait | 0.10 | 9.00 | +8.90 |" in text
+
+
+def test_memory_rising_step_over_step_is_memory_growth():
+    rising = [(50 << 20) + (1 << 20) * i for i in range(STEPS)]
+    _, (d,) = diagnosed(BASE_MS, every_config=True, memory=rising)
+    assert d.suspect == "memory"
+    assert d.findings[0].line == "memory growth: memory in use rose 1.0 MiB per step, 19.0 MiB over 20 timed steps"
+
+
+def test_a_one_off_allocation_is_not_memory_growth():
+    jump = [(50 << 20) if i < 10 else (80 << 20) for i in range(STEPS)]  # one 30 MiB allocation mid-way
+    _, (d,) = diagnosed(BASE_MS, every_config=True, memory=jump)
+    assert "memory" not in [f.suspect for f in d.findings]

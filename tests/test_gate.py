@@ -77,6 +77,21 @@ def test_check_fails_when_each_step_does_clearly_more_work(project):
     assert "  gated fp32: suspect model compute" in result.stdout  # the extra work is in the loss: forward
 
 
+def test_a_loss_kept_across_steps_is_named_as_memory_growth(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "leak"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "  gated fp32: suspect memory" in result.stdout
+    assert "memory growth: memory in use rose " in result.stdout and "a loss summed without .item()" in result.stdout
+
+
+def test_a_nan_loss_fails_the_config_and_is_named_numerics(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "nan"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 failed (gated fp32)" in result.stdout
+    assert "  gated fp32: suspect numerics" in result.stdout
+    assert "loss is nan at step 0; the workload must train with a finite loss" in result.stdout
+
+
 def test_a_slow_data_loader_is_named_as_the_suspect(project):
     result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "slowdata"})
     assert result.returncode == 1, result.stdout + result.stderr

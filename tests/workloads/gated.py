@@ -45,6 +45,10 @@ def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> 
         loss = loss + 0.0 * waste.sum()
     elif plant == "memory" and not _HELD:  # 64 MiB kept alive from the first step on
         _HELD.append(torch.ones(16 << 20))
+    elif plant == "leak":  # the step's loss kept, graph and all, with a 1 MiB tensor in it: memory grows
+        _HELD.append(loss * torch.ones(1 << 18))
+    elif plant == "nan":
+        loss = loss * float("nan")
     return loss
 
 
