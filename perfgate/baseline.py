@@ -51,6 +51,8 @@ class TrialEntry:
     phase_s: dict[str, float] = field(default_factory=dict)  # total seconds per phase over the timed steps
     compile_s: float | None = None
     probe_steps_per_sec: float | None = None  # the machine probe's rate in this trial (perfgate/probe.py)
+    torch_calls_per_step: int | None = None  # torch functions one eager step calls (diagnosis)
+    graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 phase_s={p: sum(t.phases_s.get(p, [])) for p in PHASES},
                 compile_s=t.compile_s,
                 probe_steps_per_sec=combine(t.probe_steps_per_sec),
+                torch_calls_per_step=t.torch_calls_per_step,
+                graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
             )
             for t in config.trials
             if t.ok
@@ -285,6 +289,8 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "step_p95_s": round_figure(t.step_p95_s),
                 "compile_s": round_figure(t.compile_s),
                 "probe_steps_per_sec": round_figure(t.probe_steps_per_sec),
+                "torch_calls_per_step": t.torch_calls_per_step,
+                "graph_breaks": t.graph_breaks,
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
             }
             for t in config.trials
@@ -397,6 +403,8 @@ class DocumentReader:
                     phase_s={str(p): float(self.number(phase_s, p, f"{here}.phase_s") or 0.0) for p in phase_s},
                     compile_s=self.number(trial, "compile_s", here, optional=True),
                     probe_steps_per_sec=self.number(trial, "probe_steps_per_sec", here, optional=True) or None,
+                    torch_calls_per_step=_int_or_none(self.number(trial, "torch_calls_per_step", here, optional=True)),
+                    graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                 )
             )
         return ConfigEntry([float(v) for v in losses], trials)

@@ -12,6 +12,8 @@ the change in step time. The rules read the same figures:
 - memory: memory in use rising step over step (at least MEMORY_GROWTH_FLOOR over the timed steps,
   correlation with the step number MEMORY_GROWTH_FIT or more: something keeps tensors alive, the
   classic being a loss summed without `.item()`), or a peak-memory regression;
+- framework overhead: a step calling TORCH_CALLS_GROWTH times the baseline's torch functions (many
+  small operations: Python and dispatch overhead per call), or more torch.compile graph breaks;
 - numerics: a config that failed with a NaN or infinite loss.
 
 Each finding is one line plus its evidence. Pure functions over the gate's result: nothing here runs.
@@ -35,6 +37,7 @@ DATA_WAIT_SHARE = 0.20  # of the step: the loader, not the model, sets the pace
 EXPLAINS = 0.5  # a phase whose growth is at least half of the step's growth explains it
 TAIL_RATIO = 1.5  # p95 / p50 of step times
 TAIL_SIGMAS = 3.0
+TORCH_CALLS_GROWTH = 1.5  # torch functions per step, current over baseline
 MEMORY_GROWTH_FLOOR = 4 << 20  # bytes over the timed steps: less is allocator and page noise
 MEMORY_GROWTH_FIT = 0.9  # correlation of memory with the step number: a steady rise, not a jump
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
@@ -140,6 +143,7 @@ def diagnose_config(
         *_model_compute(phases, slower),
         *_tail_latency(step_s, baseline),
         *_memory(ok, baseline, memory_regressed),
+        *_framework(ok, baseline),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
     return Diagnosis(workload, config, phases, tuple(findings))
@@ -243,6 +247,46 @@ def _memory(trials: Sequence[TrialResult], baseline: ConfigEntry | None, regress
     return findings
 
 
+def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> list[Finding]:
+    if baseline is None:
+        return []
+    findings = []
+    calls = [t.torch_calls_per_step for t in trials if t.torch_calls_per_step]
+    base_calls = [t.torch_calls_per_step for t in baseline.trials if t.torch_calls_per_step]
+    if calls and base_calls:
+        now, before = statistics.median(calls), statistics.median(base_calls)
+        if now >= TORCH_CALLS_GROWTH * before:
+            findings.append(
+                Finding(
+                    "framework overhead",
+                    f"framework overhead: a step calls {now:g} torch functions, {now / before:.1f}x the baseline's "
+                    f"{before:g}",
+                    (
+                        "many small operations spend their time in Python and dispatch, not in compute",
+                        "fuse or vectorise them, or try torch.compile (the bf16-compile config)",
+                    ),
+                )
+            )
+    breaks = [(t.compile_stats or {}).get("graph_breaks") for t in trials]
+    base_breaks = [t.graph_breaks for t in baseline.trials if t.graph_breaks is not None]
+    now_breaks = max((b for b in breaks if b is not None), default=None)
+    if now_breaks is not None and base_breaks and now_breaks > max(base_breaks):
+        findings.append(
+            Finding(
+                "framework overhead",
+                f"framework overhead: torch.compile graph breaks {max(base_breaks)} -> {now_breaks}",
+                ("each break returns to Python between compiled graphs; TORCH_LOGS=graph_breaks shows where",),
+            )
+        )
+    findings.extend(
+        Finding("framework overhead", f"framework overhead: {w}")
+        for t in trials[:1]
+        for w in t.warnings
+        if "compiled" in w
+    )
+    return findings
+
+
 def _growth(values: Sequence[int]) -> tuple[float, float]:
     """Least-squares bytes per step and the correlation of memory with the step number."""
     steps = list(range(len(values)))
@@ -275,6 +319,8 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> 
         return _explained(phases, {"data_wait", "h2d"}) if slower else 0.5
     if finding.suspect == "model compute":
         return _explained(phases, {"forward", "backward", "optimizer"})
+    if finding.suspect == "framework overhead":
+        return 1.2  # more specific than a phase's growth, which many small operations also show
     if finding.line.startswith("memory growth"):
         return 1.5  # a steady rise is a bug whatever else changed, and often slows the step too
     if finding.suspect == "memory":

@@ -40,6 +40,8 @@ class TrialResult:
     data_checksum: str | None = None
     memory: dict[str, Any] = field(default_factory=dict)
     memory_step_bytes: list[int] = field(default_factory=list)  # memory in use after each timed step
+    torch_calls_per_step: int | None = None  # torch functions one eager step calls (framework overhead)
+    compile_stats: dict[str, int] | None = None  # torch.compile's graphs and graph breaks
     autocast: dict[str, Any] | None = None
     threads: int | None = None
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after

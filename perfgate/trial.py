@@ -177,6 +177,10 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
     final_loss = _finite_loss(loss, total_steps - 1)
     memory = device.peak_memory()
+    # Framework overhead, counted after the timed steps: torch calls in one more step on the last
+    # batch (eager configs; a counting mode would make torch.compile recompile), graphs and breaks.
+    torch_calls = None if config.compile else _count_torch_calls(workload, step_model, optimizer, batch, autocast)
+    compile_stats = _compile_stats() if config.compile else None
     del batches
     # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
     # training step runs between the timed pass's clock reads.
@@ -209,6 +213,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "data_checksum": data_checksum,
         "memory": memory,
         "memory_step_bytes": memory_step_bytes,
+        "torch_calls_per_step": torch_calls,
+        "compile_stats": compile_stats,
         "autocast": autocast_check,
         "probe_steps_per_sec": probe_rates,
         "threads": torch.get_num_threads(),
@@ -380,6 +386,41 @@ def _hash_batch(hasher: Any, batch: Any) -> None:
             _hash_batch(hasher, item)
     else:
         hasher.update(repr(batch).encode())
+
+
+def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any) -> int | None:
+    """How many torch functions and tensor methods one training step calls from Python."""
+    from torch.overrides import TorchFunctionMode
+
+    class Counter(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Counter.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Counter():
+            with autocast():
+                loss = workload.loss(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    except Exception:  # counting is a diagnosis aid: a workload that cannot run it simply has no count
+        return None
+    return Counter.calls
+
+
+def _compile_stats() -> dict[str, int] | None:
+    """torch.compile's graph count and graph breaks in this process (dynamo's counters; internal API)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return {
+        "graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
 def _compiled_graph_count() -> int:

@@ -92,6 +92,13 @@ def test_a_nan_loss_fails_the_config_and_is_named_numerics(project):
     assert "loss is nan at step 0; the workload must train with a finite loss" in result.stdout
 
 
+def test_many_tiny_operations_are_named_framework_overhead(project):
+    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "tinyops"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "  gated fp32: suspect framework overhead" in result.stdout
+    assert "many small operations spend their time in Python and dispatch" in result.stdout
+
+
 def test_a_slow_data_loader_is_named_as_the_suspect(project):
     result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "slowdata"})
     assert result.returncode == 1, result.stdout + result.stderr

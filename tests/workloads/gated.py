@@ -47,6 +47,10 @@ def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> 
         _HELD.append(torch.ones(16 << 20))
     elif plant == "leak":  # the step's loss kept, graph and all, with a 1 MiB tensor in it: memory grows
         _HELD.append(loss * torch.ones(1 << 18))
+    elif plant == "tinyops":  # the same loss, reached through 300 extra one-element operations
+        x = batch[0]
+        for _ in range(100):
+            loss = loss + 0.0 * x[0, 0]
     elif plant == "nan":
         loss = loss * float("nan")
     return loss
