@@ -61,6 +61,7 @@ class ConfigEntry:
 
     first_losses: list[float]
     trials: list[TrialEntry]
+    top_operators: list[dict[str, Any]] = field(default_factory=list)  # from --profile: self time per step
 
     @property
     def samples_per_sec(self) -> list[float]:
@@ -131,7 +132,8 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
             if t.ok
         ]
         if trials:
-            configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials)
+            operators = workload.profiles.get(name, {}).get("top_operators") or []
+            configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators))
     return BaselineEntry(
         workload=workload.name,
         fingerprint=machine_fingerprint(run.environment),
@@ -306,6 +308,11 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
             "first_losses": [round_figure(v, 9) for v in config.first_losses],
             "trials": trials,
         }
+        if config.top_operators:
+            configs[name]["top_operators"] = [
+                {k: round_figure(v) if isinstance(v, float) else v for k, v in row.items()}
+                for row in config.top_operators
+            ]
     return {
         "fingerprint": dict(entry.fingerprint),
         "measured_at": entry.measured_at,
@@ -407,7 +414,15 @@ class DocumentReader:
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                 )
             )
-        return ConfigEntry([float(v) for v in losses], trials)
+        operators = raw.get("top_operators", [])
+        if not isinstance(operators, list) or not all(
+            isinstance(row, dict) and isinstance(row.get("name"), str) for row in operators
+        ):
+            raise self.fail(f"{where}.top_operators must be a list of operators with a name")
+        for index, row in enumerate(operators):
+            for key in ("self_cpu_s_per_step", "self_device_s_per_step"):
+                self.number(row, key, f"{where}.top_operators[{index}]", optional=True)
+        return ConfigEntry([float(v) for v in losses], trials, operators)
 
 
 def _comparable_settings(entry: BaselineEntry) -> dict[str, Any]:

@@ -94,6 +94,18 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 1) to PATH"
     )
     group.add_argument("--quiet", action="store_true", help="no progress lines")
+    group.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the trials, one profiling trial per workload and config: a trace and the top operators",
+    )
+    group.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=Path("perfgate-traces"),
+        metavar="DIR",
+        help="where --profile writes its Chrome/Perfetto traces (default: perfgate-traces/)",
+    )
 
 
 def _fraction(option: str) -> Callable[[str], float]:
@@ -253,6 +265,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
         device=device.type,
         threads=args.threads or available_cpus(),
         timeout_s=args.timeout,
+        profile_dir=args.profile_dir if args.profile else None,
     )
     return references, settings
 

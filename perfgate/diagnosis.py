@@ -6,15 +6,22 @@ the change in step time. The rules read the same figures:
 
 - data pipeline: data wait takes DATA_WAIT_SHARE or more of the step, or its growth explains most
   (EXPLAINS) of a slower step; hints come from the DataLoader settings;
-- model compute: forward, backward and optimizer growth explains most of a slower step;
+- model compute: forward, backward and optimizer growth explains most of a slower step (slower: a
+  regression verdict, or a step SLOWER_STEP slower than the baseline's);
 - tail latency: p95 over p50 step time of TAIL_RATIO or more (and TAIL_RATIO times the baseline's), or
   steps beyond mean + 3 sd;
 - memory: memory in use rising step over step (at least MEMORY_GROWTH_FLOOR over the timed steps,
   correlation with the step number MEMORY_GROWTH_FIT or more: something keeps tensors alive, the
   classic being a loss summed without `.item()`), or a peak-memory regression;
-- framework overhead: a step calling TORCH_CALLS_GROWTH times the baseline's torch functions (many
-  small operations: Python and dispatch overhead per call), or more torch.compile graph breaks;
-- numerics: a config that failed with a NaN or infinite loss.
+- framework overhead: a step calling TORCH_CALLS_GROWTH times the baseline's torch functions, each
+  added call costing at most CALL_OVERHEAD_S of step time (many small operations: Python and
+  dispatch overhead, not compute), or more torch.compile graph breaks;
+- accelerator utilisation (CUDA, with nvidia-ml-py), from the system sampler during the timed steps,
+  with SageMaker Debugger's published defaults: GPU utilisation p95 under GPU_LOW (low utilisation),
+  or GPU under GPU_IDLE on average while the busiest CPU core is over CPU_BUSY (a CPU bottleneck);
+- numerics: a config that failed with a NaN or infinite loss;
+- operators (with `--profile`): the operators whose self time per step grew most against the
+  baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
 
 Each finding is one line plus its evidence. Pure functions over the gate's result: nothing here runs.
 """
@@ -29,15 +36,21 @@ from typing import Any
 
 from perfgate.baseline import BaselineEntry, ConfigEntry
 from perfgate.gate import GateResult, Status
+from perfgate.profiling import grown_operators
 from perfgate.results import ConfigResult, TrialResult, WorkloadResult
 from perfgate.summary import PHASES, percentile
 from perfgate.units import format_bytes
 
 DATA_WAIT_SHARE = 0.20  # of the step: the loader, not the model, sets the pace
 EXPLAINS = 0.5  # a phase whose growth is at least half of the step's growth explains it
+SLOWER_STEP = 0.10  # without a regression verdict, a step this much slower still counts as slower
 TAIL_RATIO = 1.5  # p95 / p50 of step times
 TAIL_SIGMAS = 3.0
-TORCH_CALLS_GROWTH = 1.5  # torch functions per step, current over baseline
+GPU_LOW = 70.0  # percent, p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
+GPU_IDLE = 10.0  # percent, mean GPU utilisation ...
+CPU_BUSY = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
+TORCH_CALLS_GROWTH = 1.5  # torch functions per step, current over baseline ...
+CALL_OVERHEAD_S = 20e-6  # ... each adding at most this much step time: overhead, not compute
 MEMORY_GROWTH_FLOOR = 4 << 20  # bytes over the timed steps: less is allocator and page noise
 MEMORY_GROWTH_FIT = 0.9  # correlation of memory with the step number: a steady rise, not a jump
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
@@ -52,9 +65,10 @@ SUSPECT_OF_PHASE = {
 
 @dataclass(frozen=True)
 class Finding:
-    suspect: str  # "data pipeline", "model compute", "tail latency", "memory", "numerics"
+    suspect: str  # "data pipeline", "model compute", "tail latency", "memory", "numerics", ...
     line: str
     evidence: tuple[str, ...] = ()
+    standing: bool = False  # true of the baseline as well: worth knowing, but it explains no change
 
 
 @dataclass(frozen=True)
@@ -77,8 +91,8 @@ class Diagnosis:
 
     @property
     def suspect(self) -> str | None:
-        """The first finding's suspect: findings come strongest first."""
-        return self.findings[0].suspect if self.findings else None
+        """The strongest finding's suspect; standing conditions and operator lists only support one."""
+        return next((f.suspect for f in self.findings if f.suspect != "operators" and not f.standing), None)
 
 
 def diagnose(result: GateResult, *, every_config: bool = False) -> list[Diagnosis]:
@@ -138,12 +152,17 @@ def diagnose_config(
         for p in PHASES
     )
     step_s = [s for t in ok for s in t.step_s]
+    base_step = sum(p.baseline_s or 0.0 for p in phases)
+    # "Slower" for the attribution rules: the verdict said so, or the step grew by SLOWER_STEP at least.
+    slower = slower or (base_step > 0 and sum(p.change_s for p in phases) >= SLOWER_STEP * base_step)
     findings = [
         *_data_pipeline(phases, step_s, measured.settings, cores, slower),
         *_model_compute(phases, slower),
         *_tail_latency(step_s, baseline),
         *_memory(ok, baseline, memory_regressed),
         *_framework(ok, baseline),
+        *_utilisation(ok),
+        *_operators(baseline, measured.profiles.get(config)),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
     return Diagnosis(workload, config, phases, tuple(findings))
@@ -166,7 +185,12 @@ def _data_pipeline(
         evidence.append(f"explains {explains:.0%} of the slower step")
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
-    return [Finding("data pipeline", line, tuple(evidence))]
+    standing = (
+        explains < EXPLAINS and base_share is not None and base_share >= DATA_WAIT_SHARE and share < 1.5 * base_share
+    )
+    if standing:
+        line += " (so did the baseline's)"
+    return [Finding("data pipeline", line, tuple(evidence), standing)]
 
 
 def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
@@ -253,15 +277,19 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> l
     findings = []
     calls = [t.torch_calls_per_step for t in trials if t.torch_calls_per_step]
     base_calls = [t.torch_calls_per_step for t in baseline.trials if t.torch_calls_per_step]
-    if calls and base_calls:
+    step_now = statistics.median(s for t in trials for s in t.step_s)
+    step_before = statistics.median(t.step_p50_s for t in baseline.trials if t.step_p50_s) if baseline.trials else 0.0
+    if calls and base_calls and step_now > step_before:
         now, before = statistics.median(calls), statistics.median(base_calls)
-        if now >= TORCH_CALLS_GROWTH * before:
+        per_call = (step_now - step_before) / (now - before) if now > before else math.inf
+        if now >= TORCH_CALLS_GROWTH * before and per_call <= CALL_OVERHEAD_S:
             findings.append(
                 Finding(
                     "framework overhead",
                     f"framework overhead: a step calls {now:g} torch functions, {now / before:.1f}x the baseline's "
                     f"{before:g}",
                     (
+                        f"each added call costs {1e6 * per_call:.1f} us of step time: dispatch-sized, not compute",
                         "many small operations spend their time in Python and dispatch, not in compute",
                         "fuse or vectorise them, or try torch.compile (the bf16-compile config)",
                     ),
@@ -285,6 +313,46 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> l
         if "compiled" in w
     )
     return findings
+
+
+def _operators(baseline: ConfigEntry | None, profile: Mapping[str, Any] | None) -> list[Finding]:
+    """From --profile: the operators whose self time grew most against the baseline's, and the trace."""
+    if not profile:
+        return []
+    if "failure" in profile:
+        return [Finding("operators", f"operators: no profile ({profile['failure']})")]
+    current = profile.get("top_operators") or []
+    trace = f"trace: {profile.get('trace')}"
+    if baseline is None or not baseline.top_operators:
+        top = ", ".join(row["name"] for row in current[:3])
+        return [
+            Finding("operators", f"operators: most self time in {top or '-'} (the baseline has no profile)", (trace,))
+        ]
+    grown = grown_operators(baseline.top_operators, current)
+    if not grown:
+        return [
+            Finding("operators", "operators: no operator's self time grew against the baseline's profile", (trace,))
+        ]
+    evidence = tuple(f"{name}: {1000 * before:.3f} -> {1000 * now:.3f} ms per step" for name, before, now in grown)
+    return [Finding("operators", f"operators: {grown[0][0]} grew most", (*evidence, trace))]
+
+
+def _utilisation(trials: Sequence[TrialResult]) -> list[Finding]:
+    gpu = [s["gpu_util_percent"] for t in trials if (s := t.system or {}).get("gpu_util_percent")]
+    if not gpu:
+        return []
+    p95 = statistics.median(g["p95"] for g in gpu)
+    mean = statistics.median(g["mean"] for g in gpu)
+    cores = [s["busiest_core_percent"]["p95"] for t in trials if (s := t.system or {}).get("busiest_core_percent")]
+    busiest = statistics.median(cores) if cores else None
+    evidence = (f"GPU utilisation mean {mean:.0f}%, p95 {p95:.0f}%", f"busiest CPU core p95 {busiest or 0:.0f}%")
+    if mean < GPU_IDLE and busiest is not None and busiest > CPU_BUSY:
+        line = f"CPU bottleneck: the GPU is idle ({mean:.0f}% on average) while a CPU core is at {busiest:.0f}%"
+        return [Finding("CPU bottleneck", line, evidence)]
+    if p95 < GPU_LOW:
+        line = f"low accelerator utilisation: GPU utilisation p95 {p95:.0f}% (under {GPU_LOW:g}%)"
+        return [Finding("low accelerator utilisation", line, evidence)]
+    return []
 
 
 def _growth(values: Sequence[int]) -> tuple[float, float]:
@@ -319,6 +387,8 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> 
         return _explained(phases, {"data_wait", "h2d"}) if slower else 0.5
     if finding.suspect == "model compute":
         return _explained(phases, {"forward", "backward", "optimizer"})
+    if finding.suspect == "operators":
+        return 0.0  # supporting detail, never the suspect over a rule
     if finding.suspect == "framework overhead":
         return 1.2  # more specific than a phase's growth, which many small operations also show
     if finding.line.startswith("memory growth"):

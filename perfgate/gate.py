@@ -357,6 +357,9 @@ def run_check(
                     f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more trial of each"
                 )
             session.run_more(pending)
+        if run_settings.profile_dir is not None:
+            session.profile()
+            result = compare_run(session.result(), baselines, settings, problems)
         return GateResult(result.workloads, settings, result.run, stopped)
 
 

@@ -115,7 +115,8 @@ def _row(v: ConfigVerdict) -> str:
 
 
 def _diagnosis(d: Diagnosis) -> str:
-    lines = [f"#### Diagnosis: {d.workload} {d.config}", "", f"Suspect: **{d.suspect or 'none (no rule fired)'}**", ""]
+    none = "none (findings below were true of the baseline too)" if d.findings else "none (no rule fired)"
+    lines = [f"#### Diagnosis: {d.workload} {d.config}", "", f"Suspect: **{d.suspect or none}**", ""]
     for finding in d.findings:
         lines.append(f"- {_cell(finding.line)}")
         lines.extend(f"  - {_cell(e)}" for e in finding.evidence)

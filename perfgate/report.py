@@ -342,7 +342,8 @@ def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
         return ""
     lines = ["diagnosis:"]
     for d in diagnoses:
-        lines.append(f"  {d.workload} {d.config}: suspect {d.suspect or 'none (no rule fired)'}")
+        none = "none (findings below were true of the baseline too)" if d.findings else "none (no rule fired)"
+        lines.append(f"  {d.workload} {d.config}: suspect {d.suspect or none}")
         for finding in d.findings:
             lines.append(f"    - {finding.line}")
             lines.extend(f"        {e}" for e in finding.evidence)

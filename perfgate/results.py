@@ -42,6 +42,7 @@ class TrialResult:
     memory_step_bytes: list[int] = field(default_factory=list)  # memory in use after each timed step
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (framework overhead)
     compile_stats: dict[str, int] | None = None  # torch.compile's graphs and graph breaks
+    system: dict[str, Any] | None = None  # CPU and GPU utilisation during the timed steps (sampler.py)
     autocast: dict[str, Any] | None = None
     threads: int | None = None
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after
@@ -100,6 +101,7 @@ class WorkloadResult:
     first_losses: dict[str, list[float]]
     configs: dict[str, ConfigResult]
     warnings: list[str] = field(default_factory=list)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # per config: trace and top operators
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,7 @@ def load_results(path: Path) -> RunResult:
                     for name, c in w["configs"].items()
                 },
                 warnings=w.get("warnings", []),
+                profiles=w.get("profiles", {}),
             )
             for w in document["workloads"]
         ]

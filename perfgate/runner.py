@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
@@ -34,6 +35,7 @@ class RunSettings:
     device: str = "cpu"
     threads: int = 1
     timeout_s: float = DEFAULT_TIMEOUT_S
+    profile_dir: Path | None = None  # set: after the trials, one profiling trial per workload and config
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -112,6 +114,7 @@ def run_lab(
     """Run every trial of every workload and config, each in a fresh process, and collect them."""
     with LabSession(references, settings, progress) as session:
         session.run_trials(settings.trials)
+        session.profile()
         return session.result()
 
 
@@ -135,6 +138,7 @@ class LabSession:
         self.progress = progress
         self.keep([workload.name for _, workload in self.loaded])
         self.config_failures: dict[tuple[str, str], str] = {}
+        self.profiles: dict[tuple[str, str], dict[str, Any]] = {}
         self.environment = collect_environment(settings.device, settings.threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
 
@@ -168,6 +172,32 @@ class LabSession:
                 continue
             plan.append(PlannedTrial(len(plan), workload, config, len(self.trials[(workload, config)])))
         self._run(plan)
+
+    def profile(self) -> None:
+        """With `profile_dir` set: one profiling trial per workload and config (its times are not used)."""
+        directory = self.settings.profile_dir
+        if directory is None:
+            return
+        for name, (reference, _) in self.by_name.items():
+            for config in self.settings.configs:
+                if (name, config) in self.config_failures:
+                    continue
+                trace = (directory / f"{name}-{config}.trace.json").absolute()
+                spec = TrialSpec(
+                    reference_text=reference.text,
+                    reference_target=reference.target,
+                    config=config,
+                    trial=-1,
+                    device=self.settings.device,
+                    threads=self.settings.threads,
+                    profile=str(trace),
+                )
+                record = run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
+                profile = record.get("profile")
+                if record.get("status") == "ok" and isinstance(profile, dict):
+                    self.profiles[(name, config)] = profile
+                else:
+                    self.profiles[(name, config)] = {"failure": str(record.get("message", "no profile"))}
 
     def _run(self, plan: Sequence[PlannedTrial]) -> None:
         settings = self.settings
@@ -204,7 +234,7 @@ class LabSession:
     def result(self) -> RunResult:
         """Everything measured so far."""
         workloads = [
-            _collect_workload(reference, workload, self.settings, self.trials, self.config_failures)
+            _collect_workload(reference, workload, self.settings, self.trials, self.config_failures, self.profiles)
             for reference, workload in self.loaded
         ]
         return RunResult(
@@ -269,6 +299,7 @@ def _collect_workload(
     settings: RunSettings,
     trials: dict[tuple[str, str], list[TrialResult]],
     config_failures: dict[tuple[str, str], str],
+    profiles: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> WorkloadResult:
     configs = {
         config: ConfigResult(config, trials[(workload.name, config)], config_failures.get((workload.name, config)))
@@ -309,6 +340,7 @@ def _collect_workload(
         first_losses=first_losses,
         configs=configs,
         warnings=warnings,
+        profiles={config: p for (name, config), p in (profiles or {}).items() if name == workload.name},
     )
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate._bytes import tensor_bytes
+from perfgate.profiling import StepProfiler
+from perfgate.sampler import SystemSampler
 from perfgate.summary import PHASES
 
 FIRST_LOSSES = 3
@@ -39,6 +41,7 @@ class TrialSpec:
     trial: int
     device: str
     threads: int
+    profile: str | None = None  # a trace path: profile the timed steps (their times are then not used)
 
 
 class TrialFailure(Exception):
@@ -124,6 +127,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     current = "the DataLoader"
     loss = None
     timed_started = 0.0
+    sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
+    profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile else None
     try:
         for step in range(total_steps):
             timed = step >= workload.warmup_steps
@@ -131,6 +136,9 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                 gc.collect()
                 device.reset_peak_memory()
                 graphs_before_timing = _compiled_graph_count() if config.compile else 0
+                sampler.__enter__()
+                if profiler is not None:
+                    profiler.start()
                 timed_started = device.now()
             current = "the DataLoader"
             t0 = device.now()
@@ -158,6 +166,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                 first_losses.append(_finite_loss(loss, step))
             if timed:
                 memory_step_bytes.append(device.memory_now())
+                if profiler is not None:
+                    profiler.step()
             bookkeeping_s += time.perf_counter() - t5
             if timed:
                 for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
@@ -165,11 +175,16 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
             else:
                 warmup_step_s.append(t5 - t0)
         timed_elapsed_s = device.now() - timed_started
+        sampler.__exit__()
+        if profiler is not None:
+            profiler.stop()
     except TrialFailure:
+        sampler.__exit__()
         raise
     except StopIteration as exc:
         raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
     except Exception as exc:
+        sampler.__exit__()
         if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
             raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
         if config.compile and _is_compile_error(exc):
@@ -213,6 +228,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "data_checksum": data_checksum,
         "memory": memory,
         "memory_step_bytes": memory_step_bytes,
+        "system": sampler.samples.summary(),
+        "profile": None if profiler is None else {"trace": spec.profile, "top_operators": profiler.top_operators},
         "torch_calls_per_step": torch_calls,
         "compile_stats": compile_stats,
         "autocast": autocast_check,

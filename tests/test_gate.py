@@ -77,33 +77,50 @@ def test_check_fails_when_each_step_does_clearly_more_work(project):
     assert "  gated fp32: suspect model compute" in result.stdout  # the extra work is in the loss: forward
 
 
+# Diagnosis of planted faults: one trial each and --diagnose (diagnose whatever the verdict), so each
+# test costs one trial process; the rules read the trial's phases, memory and calls, not the verdict.
+DIAGNOSE = ("check", GATED, "--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
+
+
+def diagnosed(project, plant, *extra):
+    result = run_cli(*DIAGNOSE, "--diagnose", *extra, cwd=project, env={"PERFGATE_TEST_PLANT": plant})
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result.stdout
+
+
 def test_a_loss_kept_across_steps_is_named_as_memory_growth(project):
-    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "leak"})
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "  gated fp32: suspect memory" in result.stdout
-    assert "memory growth: memory in use rose " in result.stdout and "a loss summed without .item()" in result.stdout
+    output = diagnosed(project, "leak")
+    assert "  gated fp32: suspect memory" in output
+    assert "memory growth: memory in use rose " in output and "a loss summed without .item()" in output
+
+
+def test_many_tiny_operations_are_named_framework_overhead(project):
+    output = diagnosed(project, "tinyops")
+    assert "  gated fp32: suspect framework overhead" in output
+    assert "dispatch-sized, not compute" in output
+
+
+def test_a_slow_data_loader_is_named_as_the_suspect(project):
+    output = diagnosed(project, "slowdata")
+    assert "  gated fp32: suspect data pipeline" in output
+    assert "num_workers=0: batches are loaded in the training process" in output
+
+
+def test_a_clean_run_names_no_suspect_and_profile_writes_a_trace(project, tmp_path):
+    traces = tmp_path / "traces"
+    output = diagnosed(project, "", "--profile", "--profile-dir", str(traces))
+    assert "  gated fp32: suspect none (" in output  # the workload's standing data wait, if any, is no suspect
+    trace = traces / "gated-fp32.trace.json"
+    assert "traceEvents" in json.loads(trace.read_text())
+    assert f"trace: {trace}" in output and "(the baseline has no profile)" in output
 
 
 def test_a_nan_loss_fails_the_config_and_is_named_numerics(project):
-    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "nan"})
+    result = run_cli(*DIAGNOSE, cwd=project, env={"PERFGATE_TEST_PLANT": "nan"})
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 failed (gated fp32)" in result.stdout
     assert "  gated fp32: suspect numerics" in result.stdout
     assert "loss is nan at step 0; the workload must train with a finite loss" in result.stdout
-
-
-def test_many_tiny_operations_are_named_framework_overhead(project):
-    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "tinyops"})
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "  gated fp32: suspect framework overhead" in result.stdout
-    assert "many small operations spend their time in Python and dispatch" in result.stdout
-
-
-def test_a_slow_data_loader_is_named_as_the_suspect(project):
-    result = run_cli(*CHECK, cwd=project, env={"PERFGATE_TEST_PLANT": "slowdata"})
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "  gated fp32: suspect data pipeline" in result.stdout
-    assert "num_workers=0: batches are loaded in the training process" in result.stdout
 
 
 def test_check_fails_when_peak_memory_grows(project):

@@ -1,0 +1,91 @@
+"""System metrics sampled during a trial's timed steps: CPU per core and of the trial, GPU utilisation.
+
+A daemon thread takes a sample every `interval_s` with psutil (CPU per core, the trial process's CPU
+and resident memory) and, on CUDA with nvidia-ml-py installed, NVML (GPU utilisation and memory).
+It sleeps between samples and reads a few counters per sample; `benchmarks/sampler.py` measures its
+cost on a training loop (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_INTERVAL_S = 0.05
+
+
+@dataclass
+class Samples:
+    cpu_percent_per_core: list[list[float]] = field(default_factory=list)  # per sample, per core, 0-100
+    process_cpu_percent: list[float] = field(default_factory=list)  # the trial process; 100 = one core
+    gpu_util_percent: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """Means and 95th percentiles, as the results file keeps them."""
+        from perfgate.summary import percentile
+
+        def stats(values: list[float]) -> dict[str, float] | None:
+            if not values:
+                return None
+            return {"mean": sum(values) / len(values), "p95": percentile(values, 95)}
+
+        busiest = [max(cores) for cores in self.cpu_percent_per_core if cores]
+        overall = [sum(cores) / len(cores) for cores in self.cpu_percent_per_core if cores]
+        return {
+            "samples": len(self.cpu_percent_per_core),
+            "cpu_percent": stats(overall),
+            "busiest_core_percent": stats(busiest),
+            "process_cpu_percent": stats(self.process_cpu_percent),
+            "gpu_util_percent": stats(self.gpu_util_percent),
+        }
+
+
+class SystemSampler:
+    """Start before the timed steps and stop after them: `with SystemSampler(cuda_index) as sampler:`."""
+
+    def __init__(self, cuda_index: int | None = None, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.samples = Samples()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="perfgate-sampler", daemon=True)
+        self._cuda_index = cuda_index
+
+    def __enter__(self) -> SystemSampler:
+        import psutil
+
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)  # the first reading only starts the interval
+        psutil.cpu_percent(None, percpu=True)
+        self._nvml = _nvml_handle(self._cuda_index)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop sampling (safe to call when sampling never started)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.interval_s):
+            self.samples.cpu_percent_per_core.append(psutil.cpu_percent(None, percpu=True))
+            self.samples.process_cpu_percent.append(self._process.cpu_percent(None))
+            if self._nvml is not None:
+                import pynvml
+
+                self.samples.gpu_util_percent.append(float(pynvml.nvmlDeviceGetUtilizationRates(self._nvml).gpu))
+
+
+def _nvml_handle(index: int | None) -> Any:
+    if index is None:
+        return None
+    try:
+        import pynvml  # nvidia-ml-py, optional
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # no NVML: no GPU utilisation, the rest still works
+        return None
