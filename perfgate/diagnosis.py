@@ -4,21 +4,21 @@ Per-phase attribution compares the time per step of each phase (data wait, host-
 forward + loss, backward, optimizer) with the baseline's, and says which phase explains how much of
 the change in step time. The rules read the same figures:
 
-- data pipeline: data wait takes DATA_WAIT_SHARE or more of the step, or its growth explains most
-  (EXPLAINS) of a slower step; hints come from the DataLoader settings;
+- data pipeline: data wait takes data_wait_share or more of the step, or its growth explains most
+  (explains) of a slower step; hints come from the DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a slower step (slower: a
-  regression verdict, or a step SLOWER_STEP slower than the baseline's);
-- tail latency: p95 over p50 step time of TAIL_RATIO or more (and TAIL_RATIO times the baseline's), or
+  regression verdict, or a step slower_step slower than the baseline's);
+- tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
   steps beyond mean + 3 sd;
-- memory: memory in use rising step over step (at least MEMORY_GROWTH_FLOOR over the timed steps,
-  correlation with the step number MEMORY_GROWTH_FIT or more: something keeps tensors alive, the
+- memory: memory in use rising step over step (at least memory_growth_mib over the timed steps,
+  correlation with the step number memory_growth_fit or more: something keeps tensors alive, the
   classic being a loss summed without `.item()`), or a peak-memory regression;
-- framework overhead: a step calling TORCH_CALLS_GROWTH times the baseline's torch functions, each
-  added call costing at most CALL_OVERHEAD_S of step time (many small operations: Python and
+- framework overhead: a step calling torch_calls_growth times the baseline's torch functions, each
+  added call costing at most call_overhead_us of step time (many small operations: Python and
   dispatch overhead, not compute), or more torch.compile graph breaks;
 - accelerator utilisation (CUDA, with nvidia-ml-py), from the system sampler during the timed steps,
-  with SageMaker Debugger's published defaults: GPU utilisation p95 under GPU_LOW (low utilisation),
-  or GPU under GPU_IDLE on average while the busiest CPU core is over CPU_BUSY (a CPU bottleneck);
+  with SageMaker Debugger's published defaults: GPU utilisation p95 under gpu_low_percent (low utilisation),
+  or GPU under gpu_idle_percent on average while the busiest CPU core is over cpu_busy_percent (a CPU bottleneck);
 - numerics: a config that failed with a NaN or infinite loss;
 - operators (with `--profile`): the operators whose self time per step grew most against the
   baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
@@ -41,18 +41,26 @@ from perfgate.results import ConfigResult, TrialResult, WorkloadResult
 from perfgate.summary import PHASES, percentile
 from perfgate.units import format_bytes
 
-DATA_WAIT_SHARE = 0.20  # of the step: the loader, not the model, sets the pace
-EXPLAINS = 0.5  # a phase whose growth is at least half of the step's growth explains it
-SLOWER_STEP = 0.10  # without a regression verdict, a step this much slower still counts as slower
-TAIL_RATIO = 1.5  # p95 / p50 of step times
-TAIL_SIGMAS = 3.0
-GPU_LOW = 70.0  # percent, p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
-GPU_IDLE = 10.0  # percent, mean GPU utilisation ...
-CPU_BUSY = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
-TORCH_CALLS_GROWTH = 1.5  # torch functions per step, current over baseline ...
-CALL_OVERHEAD_S = 20e-6  # ... each adding at most this much step time: overhead, not compute
-MEMORY_GROWTH_FLOOR = 4 << 20  # bytes over the timed steps: less is allocator and page noise
-MEMORY_GROWTH_FIT = 0.9  # correlation of memory with the step number: a steady rise, not a jump
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When the rules fire; `[tool.perfgate.diagnosis]` sets any of them (same names)."""
+
+    data_wait_share: float = 0.20  # of the step: the loader, not the model, sets the pace
+    explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
+    slower_step: float = 0.10  # without a regression verdict, a step this much slower still counts as slower
+    tail_ratio: float = 1.5  # p95 / p50 of step times
+    tail_sigmas: float = 3.0
+    memory_growth_mib: float = 4.0  # over the timed steps: less is allocator and page noise
+    memory_growth_fit: float = 0.9  # correlation of memory with the step number: a steady rise, not a jump
+    torch_calls_growth: float = 1.5  # torch functions per step, current over baseline ...
+    call_overhead_us: float = 20.0  # ... each adding at most this much step time: overhead, not compute
+    gpu_low_percent: float = 70.0  # p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
+    gpu_idle_percent: float = 10.0  # mean GPU utilisation ...
+    cpu_busy_percent: float = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
+
+
+DEFAULT_THRESHOLDS = Thresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
 SUSPECT_OF_PHASE = {
     "data_wait": "data pipeline",
@@ -95,8 +103,14 @@ class Diagnosis:
         return next((f.suspect for f in self.findings if f.suspect != "operators" and not f.standing), None)
 
 
-def diagnose(result: GateResult, *, every_config: bool = False) -> list[Diagnosis]:
-    """A diagnosis for each regressed config (each measured config with `every_config`)."""
+def diagnose(
+    result: GateResult, *, every_config: bool = False, thresholds: Thresholds | None = None
+) -> list[Diagnosis]:
+    """A diagnosis for each regressed config (each measured config with `every_config`).
+
+    Thresholds: `thresholds`, else the project's `[tool.perfgate.diagnosis]`, else the defaults.
+    """
+    th = thresholds or result.settings.project.diagnosis_thresholds(Thresholds)
     if result.run is None:
         return []
     measured = {w.name: w for w in result.run.workloads}
@@ -125,6 +139,7 @@ def diagnose(result: GateResult, *, every_config: bool = False) -> list[Diagnosi
                 cores=_cores(result.run.environment),
                 slower=verdict.status == Status.REGRESSION,
                 memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
+                th=th,
             )
             if diagnosis is not None:
                 diagnoses.append(diagnosis)
@@ -142,6 +157,7 @@ def diagnose_config(
     cores: int | None,
     slower: bool,
     memory_regressed: bool = False,
+    th: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded."""
     ok = [t for t in current.trials if t.ok and t.step_s]
@@ -153,15 +169,15 @@ def diagnose_config(
     )
     step_s = [s for t in ok for s in t.step_s]
     base_step = sum(p.baseline_s or 0.0 for p in phases)
-    # "Slower" for the attribution rules: the verdict said so, or the step grew by SLOWER_STEP at least.
-    slower = slower or (base_step > 0 and sum(p.change_s for p in phases) >= SLOWER_STEP * base_step)
+    # "Slower" for the attribution rules: the verdict said so, or the step grew by slower_step at least.
+    slower = slower or (base_step > 0 and sum(p.change_s for p in phases) >= th.slower_step * base_step)
     findings = [
-        *_data_pipeline(phases, step_s, measured.settings, cores, slower),
-        *_model_compute(phases, slower),
-        *_tail_latency(step_s, baseline),
-        *_memory(ok, baseline, memory_regressed),
-        *_framework(ok, baseline),
-        *_utilisation(ok),
+        *_data_pipeline(phases, step_s, measured.settings, cores, slower, th),
+        *_model_compute(phases, slower, th),
+        *_tail_latency(step_s, baseline, th),
+        *_memory(ok, baseline, memory_regressed, th),
+        *_framework(ok, baseline, th),
+        *_utilisation(ok, th),
         *_operators(baseline, measured.profiles.get(config)),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
@@ -169,7 +185,12 @@ def diagnose_config(
 
 
 def _data_pipeline(
-    phases: Sequence[PhaseChange], step_s: Sequence[float], settings: Mapping[str, Any], cores: int | None, slower: bool
+    phases: Sequence[PhaseChange],
+    step_s: Sequence[float],
+    settings: Mapping[str, Any],
+    cores: int | None,
+    slower: bool,
+    th: Thresholds,
 ) -> list[Finding]:
     data = [p for p in phases if p.phase in ("data_wait", "h2d")]
     step = statistics.fmean(step_s)
@@ -177,16 +198,19 @@ def _data_pipeline(
     base_step = sum(p.baseline_s or 0.0 for p in phases)
     base_share = sum(p.baseline_s or 0.0 for p in data) / base_step if base_step else None
     explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
-    if share < DATA_WAIT_SHARE and explains < EXPLAINS:
+    if share < th.data_wait_share and explains < th.explains:
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
-    if explains >= EXPLAINS:
+    if explains >= th.explains:
         evidence.append(f"explains {explains:.0%} of the slower step")
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
     standing = (
-        explains < EXPLAINS and base_share is not None and base_share >= DATA_WAIT_SHARE and share < 1.5 * base_share
+        explains < th.explains
+        and base_share is not None
+        and base_share >= th.data_wait_share
+        and share < 1.5 * base_share
     )
     if standing:
         line += " (so did the baseline's)"
@@ -207,10 +231,10 @@ def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
     return hints
 
 
-def _model_compute(phases: Sequence[PhaseChange], slower: bool) -> list[Finding]:
+def _model_compute(phases: Sequence[PhaseChange], slower: bool, th: Thresholds) -> list[Finding]:
     compute = {"forward", "backward", "optimizer"}
     explains = _explained(phases, compute) if slower else 0.0
-    if explains < EXPLAINS:
+    if explains < th.explains:
         return []
     grown = sorted((p for p in phases if p.phase in compute), key=lambda p: p.change_s, reverse=True)
     evidence = tuple(_per_step(p) for p in grown)
@@ -219,37 +243,39 @@ def _model_compute(phases: Sequence[PhaseChange], slower: bool) -> list[Finding]
     return [Finding("model compute", line, evidence)]
 
 
-def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None) -> list[Finding]:
+def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None, th: Thresholds) -> list[Finding]:
     if len(step_s) < 4:
         return []
     p50, p95 = percentile(step_s, 50), percentile(step_s, 95)
     mean, sd = statistics.fmean(step_s), statistics.pstdev(step_s)
-    beyond = sum(1 for s in step_s if s > mean + TAIL_SIGMAS * sd) if sd > 0 else 0
+    beyond = sum(1 for s in step_s if s > mean + th.tail_sigmas * sd) if sd > 0 else 0
     ratio = p95 / p50 if p50 > 0 else math.inf
     base = [t.step_p95_s / t.step_p50_s for t in (baseline.trials if baseline else []) if t.step_p50_s and t.step_p95_s]
     base_ratio = statistics.median(base) if base else None
-    tail = ratio >= TAIL_RATIO and (base_ratio is None or ratio >= TAIL_RATIO * base_ratio)  # new, not the usual
+    tail = ratio >= th.tail_ratio and (base_ratio is None or ratio >= th.tail_ratio * base_ratio)  # new, not the usual
     if not tail and not beyond:
         return []
     if not tail:
-        line = f"tail latency: {beyond} of {len(step_s)} steps took longer than mean + {TAIL_SIGMAS:g} sd"
+        line = f"tail latency: {beyond} of {len(step_s)} steps took longer than mean + {th.tail_sigmas:g} sd"
     else:
         line = f"tail latency: p95 step time is {ratio:.1f}x the median"
     evidence = [f"p50 {1000 * p50:.2f} ms, p95 {1000 * p95:.2f} ms"]
     if base_ratio is not None:
         evidence.append(f"baseline p95/p50 {base_ratio:.1f}")
-    evidence.append(f"{beyond} step(s) beyond mean + {TAIL_SIGMAS:g} sd")
+    evidence.append(f"{beyond} step(s) beyond mean + {th.tail_sigmas:g} sd")
     return [Finding("tail latency", line, tuple(evidence))]
 
 
-def _memory(trials: Sequence[TrialResult], baseline: ConfigEntry | None, regressed: bool) -> list[Finding]:
+def _memory(
+    trials: Sequence[TrialResult], baseline: ConfigEntry | None, regressed: bool, th: Thresholds
+) -> list[Finding]:
     findings = []
     fits = [_growth(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4]
     if fits:
         per_step, fit = statistics.median(f[0] for f in fits), statistics.median(f[1] for f in fits)
         steps = statistics.median(len(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4)
         total = per_step * (steps - 1)
-        if total >= MEMORY_GROWTH_FLOOR and fit >= MEMORY_GROWTH_FIT:
+        if total >= th.memory_growth_mib * (1 << 20) and fit >= th.memory_growth_fit:
             findings.append(
                 Finding(
                     "memory",
@@ -271,7 +297,7 @@ def _memory(trials: Sequence[TrialResult], baseline: ConfigEntry | None, regress
     return findings
 
 
-def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> list[Finding]:
+def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: Thresholds) -> list[Finding]:
     if baseline is None:
         return []
     findings = []
@@ -282,7 +308,7 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> l
     if calls and base_calls and step_now > step_before:
         now, before = statistics.median(calls), statistics.median(base_calls)
         per_call = (step_now - step_before) / (now - before) if now > before else math.inf
-        if now >= TORCH_CALLS_GROWTH * before and per_call <= CALL_OVERHEAD_S:
+        if now >= th.torch_calls_growth * before and per_call <= th.call_overhead_us / 1e6:
             findings.append(
                 Finding(
                     "framework overhead",
@@ -337,7 +363,7 @@ def _operators(baseline: ConfigEntry | None, profile: Mapping[str, Any] | None) 
     return [Finding("operators", f"operators: {grown[0][0]} grew most", (*evidence, trace))]
 
 
-def _utilisation(trials: Sequence[TrialResult]) -> list[Finding]:
+def _utilisation(trials: Sequence[TrialResult], th: Thresholds) -> list[Finding]:
     gpu = [s["gpu_util_percent"] for t in trials if (s := t.system or {}).get("gpu_util_percent")]
     if not gpu:
         return []
@@ -346,11 +372,11 @@ def _utilisation(trials: Sequence[TrialResult]) -> list[Finding]:
     cores = [s["busiest_core_percent"]["p95"] for t in trials if (s := t.system or {}).get("busiest_core_percent")]
     busiest = statistics.median(cores) if cores else None
     evidence = (f"GPU utilisation mean {mean:.0f}%, p95 {p95:.0f}%", f"busiest CPU core p95 {busiest or 0:.0f}%")
-    if mean < GPU_IDLE and busiest is not None and busiest > CPU_BUSY:
+    if mean < th.gpu_idle_percent and busiest is not None and busiest > th.cpu_busy_percent:
         line = f"CPU bottleneck: the GPU is idle ({mean:.0f}% on average) while a CPU core is at {busiest:.0f}%"
         return [Finding("CPU bottleneck", line, evidence)]
-    if p95 < GPU_LOW:
-        line = f"low accelerator utilisation: GPU utilisation p95 {p95:.0f}% (under {GPU_LOW:g}%)"
+    if p95 < th.gpu_low_percent:
+        line = f"low accelerator utilisation: GPU utilisation p95 {p95:.0f}% (under {th.gpu_low_percent:g}%)"
         return [Finding("low accelerator utilisation", line, evidence)]
     return []
 

@@ -22,7 +22,7 @@ import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -30,7 +30,17 @@ from perfgate.configs import CONFIG_NAMES
 from perfgate.errors import UsageError
 from perfgate.stats import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
 
-KEYS = ("workloads", "threshold", "memory_threshold", "alpha", "max_trials", "thresholds", "benchmark_noise")
+T = TypeVar("T")
+KEYS = (
+    "workloads",
+    "threshold",
+    "memory_threshold",
+    "alpha",
+    "max_trials",
+    "thresholds",
+    "benchmark_noise",
+    "diagnosis",
+)
 METRICS = ("throughput", "memory")
 
 
@@ -55,6 +65,11 @@ class ProjectConfig:
     max_trials: int | None = None
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     benchmark_noise: float | None = None
+    diagnosis: dict[str, float] = field(default_factory=dict)  # rule thresholds (perfgate.diagnosis.Thresholds)
+
+    def diagnosis_thresholds(self, kind: type[T]) -> T:
+        """The diagnosis rules' thresholds: `kind`'s defaults with this project's values."""
+        return kind(**self.diagnosis)
 
     def limits(self, workload: str, config: str, *, threshold: float | None = None) -> Limits:
         """Thresholds for one workload and config: per-config override, then per-workload, then global.
@@ -186,7 +201,27 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         max_trials=max_trials,
         thresholds=thresholds,
         benchmark_noise=_optional_fraction(section, "benchmark_noise", source),
+        diagnosis=_diagnosis(section.get("diagnosis", {}), f"{source} diagnosis"),
     )
+
+
+def _diagnosis(values: Any, where: str) -> dict[str, float]:
+    """`[tool.perfgate.diagnosis]`: names of perfgate.diagnosis.Thresholds, each a positive number."""
+    from dataclasses import fields
+
+    from perfgate.diagnosis import Thresholds
+
+    names = tuple(f.name for f in fields(Thresholds))
+    if not isinstance(values, dict):
+        raise UsageError("diagnosis must be a table", where=where, hint="write data_wait_share = 0.3")
+    parsed = {}
+    for key, value in values.items():
+        if key not in names:
+            raise UsageError(f"unknown rule threshold {key!r}", where=where, hint=_suggest(str(key), names))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise UsageError(f"{key} must be a positive number, got {value!r}", where=where)
+        parsed[key] = float(value)
+    return parsed
 
 
 def _check_threshold_key(key: str, where: str) -> None:

@@ -294,6 +294,11 @@ def format_pytest_summary(
         for measured in run.workloads:
             reading = read_lab({name: config.summary for name, config in measured.configs.items()})
             lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
+    from perfgate.diagnosis import diagnose
+
+    diagnoses = [d for gate in gates for d in diagnose(gate)]
+    if diagnoses:
+        lines.append(format_diagnoses(diagnoses).rstrip("\n"))
     if updates:
         lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
     if micro:

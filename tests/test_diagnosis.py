@@ -144,3 +144,19 @@ def test_an_idle_gpu_beside_a_busy_core_is_a_cpu_bottleneck_and_a_busy_gpu_is_qu
     assert d.suspect == "low accelerator utilisation" and "GPU utilisation p95 60%" in d.findings[0].line
     _, (d,) = diagnosed(BASE_MS, every_config=True, system=system(92, 98, 60))
     assert d.suspect is None
+
+
+def test_thresholds_come_from_the_project_and_bad_keys_are_refused(tmp_path):
+    import pytest
+
+    from perfgate.errors import UsageError
+    from perfgate.project import load_project_config
+
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_share = 0.99\nexplains = 1.01\n")
+    project = load_project_config(tmp_path)
+    result = compare_run(run({**BASE_MS, "data_wait": 9.0}), BASELINE, GateSettings(project, trials=3, max_trials=3))
+    (d,) = diagnose(result)
+    assert "data pipeline" not in [f.suspect for f in d.findings]
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_shares = 0.3\n")
+    with pytest.raises(UsageError, match="unknown rule threshold 'data_wait_shares'.*did you mean 'data_wait_share'"):
+        load_project_config(tmp_path)
