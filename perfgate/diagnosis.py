@@ -5,7 +5,7 @@ forward + loss, backward, optimizer) with the baseline's, and says which phase e
 the change in step time. The rules read the same figures:
 
 - data pipeline: data wait takes data_wait_share or more of the step, or its growth explains most
-  (explains) of a slower step; hints come from the DataLoader settings;
+  (explains) of a regressed step; hints come from the DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a regressed step (only a
   regression verdict counts as slower: on a noisy machine one trial's step time proves nothing);
 - tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
