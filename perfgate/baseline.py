@@ -52,6 +52,7 @@ class TrialEntry:
     compile_s: float | None = None
     probe_steps_per_sec: float | None = None  # the machine probe's rate in this trial (perfgate/probe.py)
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (diagnosis)
+    host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
 
 
@@ -126,6 +127,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 compile_s=t.compile_s,
                 probe_steps_per_sec=combine(t.probe_steps_per_sec),
                 torch_calls_per_step=t.torch_calls_per_step,
+                host_syncs_per_step=t.host_syncs_per_step,
                 graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
             )
             for t in config.trials
@@ -292,6 +294,7 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "compile_s": round_figure(t.compile_s),
                 "probe_steps_per_sec": round_figure(t.probe_steps_per_sec),
                 "torch_calls_per_step": t.torch_calls_per_step,
+                "host_syncs_per_step": t.host_syncs_per_step,
                 "graph_breaks": t.graph_breaks,
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
             }
@@ -411,6 +414,7 @@ class DocumentReader:
                     compile_s=self.number(trial, "compile_s", here, optional=True),
                     probe_steps_per_sec=self.number(trial, "probe_steps_per_sec", here, optional=True) or None,
                     torch_calls_per_step=_int_or_none(self.number(trial, "torch_calls_per_step", here, optional=True)),
+                    host_syncs_per_step=_int_or_none(self.number(trial, "host_syncs_per_step", here, optional=True)),
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                 )
             )

@@ -5,7 +5,8 @@ forward + loss, backward, optimizer) with the baseline's, and says which phase e
 the change in step time. The rules read the same figures:
 
 - data pipeline: data wait takes data_wait_share or more of the step, or its growth explains most
-  (explains) of a regressed step; hints come from the DataLoader settings;
+  (explains) of a regressed step, or it grew data_wait_growth times the baseline's while the DataLoader's
+  settings changed (their change is the evidence); hints come from the DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a regressed step (only a
   regression verdict counts as slower: on a noisy machine one trial's step time proves nothing);
 - tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
@@ -47,6 +48,7 @@ class Thresholds:
     """When the rules fire; `[tool.perfgate.diagnosis]` sets any of them (same names)."""
 
     data_wait_share: float = 0.20  # of the step: the loader, not the model, sets the pace
+    data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
     explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
     tail_ratio: float = 1.5  # p95 / p50 of step times
     tail_sigmas: float = 3.0
@@ -95,6 +97,17 @@ class Diagnosis:
     config: str
     phases: tuple[PhaseChange, ...]
     findings: tuple[Finding, ...] = field(default_factory=tuple)
+    compile_s: tuple[float | None, float] | None = None  # (baseline, current) one-off compile time
+
+    def share(self, phase: PhaseChange) -> float | None:
+        """The share of the step's change that this phase accounts for; None without a baseline or change."""
+        if any(p.baseline_s is None for p in self.phases):
+            return None
+        total = sum(p.change_s for p in self.phases)
+        before = sum(p.baseline_s or 0.0 for p in self.phases)
+        if before <= 0 or abs(total) < 0.05 * before:  # under 5% of the step: noise, no change to share out
+            return None
+        return phase.change_s / total
 
     @property
     def suspect(self) -> str | None:
@@ -134,9 +147,10 @@ def diagnose(
                 base,
                 config,
                 current,
+                base_settings=base_entry.settings if base_entry else None,
                 steps=_steps(base_entry),
                 cores=_cores(result.run.environment),
-                slower=verdict.status == Status.REGRESSION,
+                slower=verdict.slower,
                 memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
                 th=th,
             )
@@ -152,6 +166,7 @@ def diagnose_config(
     current: ConfigResult,
     measured: WorkloadResult,
     *,
+    base_settings: Mapping[str, Any] | None = None,
     steps: int | None,
     cores: int | None,
     slower: bool,
@@ -168,7 +183,7 @@ def diagnose_config(
     )
     step_s = [s for t in ok for s in t.step_s]
     findings = [
-        *_data_pipeline(phases, step_s, measured.settings, cores, slower, th),
+        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slower, th),
         *_model_compute(phases, slower, th),
         *_tail_latency(step_s, baseline, slower, th),
         *_memory(ok, baseline, memory_regressed, th),
@@ -177,13 +192,30 @@ def diagnose_config(
         *_operators(baseline, measured.profiles.get(config)),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
-    return Diagnosis(workload, config, phases, tuple(findings))
+    return Diagnosis(workload, config, phases, tuple(findings), _compile_times(ok, baseline))
+
+
+def _compile_times(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> tuple[float | None, float] | None:
+    """The compile config's one-off compile time (first step over a median step), baseline and now."""
+    now = [t.compile_s for t in trials if t.compile_s is not None]
+    if not now:
+        return None
+    before = [t.compile_s for t in (baseline.trials if baseline else []) if t.compile_s is not None]
+    return (statistics.median(before) if before else None), statistics.median(now)
+
+
+def compile_line(times: tuple[float | None, float]) -> str:
+    """`compile: 21.0 -> 24.5 s (once per process, outside the step times)`."""
+    before, now = times
+    was = "" if before is None else f"{before:.1f} -> "
+    return f"compile: {was}{now:.1f} s (once per process, outside the step times)"
 
 
 def _data_pipeline(
     phases: Sequence[PhaseChange],
     step_s: Sequence[float],
     settings: Mapping[str, Any],
+    base_settings: Mapping[str, Any] | None,
     cores: int | None,
     slower: bool,
     th: Thresholds,
@@ -194,16 +226,22 @@ def _data_pipeline(
     base_step = sum(p.baseline_s or 0.0 for p in phases)
     base_share = sum(p.baseline_s or 0.0 for p in data) / base_step if base_step else None
     explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
-    if share < th.data_wait_share and explains < th.explains:
+    changed = _loader_changes(base_settings, settings)
+    wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
+    grew_with_change = bool(changed) and base_share is not None and wait_now >= th.data_wait_growth * wait_before
+    if share < th.data_wait_share and explains < th.explains and not grew_with_change:
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
     if explains >= th.explains:
         evidence.append(f"explains {explains:.0%} of the slower step")
+    if changed:
+        evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
     standing = (
         explains < th.explains
+        and not grew_with_change
         and base_share is not None
         and base_share >= th.data_wait_share
         and share < 1.5 * base_share
@@ -211,6 +249,18 @@ def _data_pipeline(
     if standing:
         line += " (so did the baseline's)"
     return [Finding("data pipeline", line, tuple(evidence), standing)]
+
+
+def _loader_changes(before: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:
+    """`num_workers 2 -> 0` for each DataLoader setting that differs from the baseline's."""
+    if before is None:
+        return []
+    old, new = before.get("loader") or {}, now.get("loader") or {}
+    return [
+        f"{key} {old.get(key, 'default')} -> {new.get(key, 'default')}"
+        for key in sorted({*old, *new})
+        if old.get(key) != new.get(key)
+    ]
 
 
 def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
@@ -302,9 +352,10 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: 
     base_calls = [t.torch_calls_per_step for t in baseline.trials if t.torch_calls_per_step]
     step_now = statistics.median(s for t in trials for s in t.step_s)
     step_before = statistics.median(t.step_p50_s for t in baseline.trials if t.step_p50_s) if baseline.trials else 0.0
-    if calls and base_calls and step_now > step_before:
+    if calls and base_calls:
         now, before = statistics.median(calls), statistics.median(base_calls)
-        per_call = (step_now - step_before) / (now - before) if now > before else math.inf
+        # Step time added per added call; a step no slower (noise) means the calls cost next to nothing.
+        per_call = max(0.0, step_now - step_before) / (now - before) if now > before else math.inf
         if now >= th.torch_calls_growth * before and per_call <= th.call_overhead_us / 1e6:
             findings.append(
                 Finding(
@@ -312,12 +363,30 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: 
                     f"framework overhead: a step calls {now:g} torch functions, {now / before:.1f}x the baseline's "
                     f"{before:g}",
                     (
-                        f"each added call costs {1e6 * per_call:.1f} us of step time: dispatch-sized, not compute",
+                        f"step time {1000 * step_before:.2f} -> {1000 * step_now:.2f} ms: each added call costs "
+                        f"{1e6 * per_call:.1f} us, dispatch-sized, not compute",
                         "many small operations spend their time in Python and dispatch, not in compute",
                         "fuse or vectorise them, or try torch.compile (the bf16-compile config)",
                     ),
                 )
             )
+    syncs = [t.host_syncs_per_step for t in trials if t.host_syncs_per_step is not None]
+    base_syncs = [t.host_syncs_per_step for t in baseline.trials if t.host_syncs_per_step is not None]
+    if syncs and base_syncs and statistics.median(syncs) > statistics.median(base_syncs):
+        now_syncs, before_syncs = statistics.median(syncs), statistics.median(base_syncs)
+        findings.append(
+            Finding(
+                "framework overhead",
+                f"framework overhead: {now_syncs:g} host sync{'' if now_syncs == 1 else 's'} per step, "
+                f"the baseline {before_syncs:g}",
+                (
+                    ".item(), .cpu(), .tolist() and float(tensor) copy a value to the host; on an accelerator each "
+                    "waits for all queued work, so the device idles while Python catches up",
+                    "keep values on the device (sum losses as tensors, log every N steps) or copy with "
+                    "non_blocking=True",
+                ),
+            )
+        )
     breaks = [(t.compile_stats or {}).get("graph_breaks") for t in trials]
     base_breaks = [t.graph_breaks for t in baseline.trials if t.graph_breaks is not None]
     now_breaks = max((b for b in breaks if b is not None), default=None)

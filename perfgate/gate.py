@@ -148,6 +148,16 @@ class ConfigVerdict:
     adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
     machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
 
+    @property
+    def slower(self) -> bool:
+        """Throughput regressed (raw and machine-adjusted agreeing), whatever peak memory did."""
+        if self.throughput is None:
+            return False
+        verdict = self.throughput.verdict
+        if self.adjusted is not None:
+            verdict = combine_verdicts(verdict, self.adjusted.verdict)
+        return verdict == Verdict.REGRESSION
+
 
 @dataclass(frozen=True)
 class WorkloadVerdict:

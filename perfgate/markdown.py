@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perfgate.diagnosis import Diagnosis
+from perfgate.diagnosis import Diagnosis, compile_line
 from perfgate.environment import fingerprint_key, machine_fingerprint
 from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
-from perfgate.report import verdict_counts
+from perfgate.report import phase_cells, verdict_counts
 from perfgate.units import format_p_value
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
@@ -120,11 +120,15 @@ def _diagnosis(d: Diagnosis) -> str:
     for finding in d.findings:
         lines.append(f"- {_cell(finding.line)}")
         lines.extend(f"  - {_cell(e)}" for e in finding.evidence)
-    lines += ["", "| phase | baseline ms/step | current ms/step | change |", "| --- | ---: | ---: | ---: |"]
-    for p in d.phases:
-        base = "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}"
-        change = "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}"
-        lines.append(f"| {p.phase} | {base} | {1000 * p.current_s:.2f} | {change} |")
+    if d.phases:
+        lines += [
+            "",
+            "| phase | baseline ms/step | current ms/step | change | share of change |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [f"| {p.phase} | {' | '.join(phase_cells(d, p))} |" for p in d.phases]
+    if d.compile_s is not None:
+        lines += ["", compile_line(d.compile_s)]
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
-from perfgate.diagnosis import Diagnosis
+from perfgate.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
 from perfgate.microbench import MICRO_FILE, MicroBenchmark, MicroVerdict
@@ -341,6 +341,17 @@ def _name(verdict: ConfigVerdict) -> str:
     return f"{verdict.workload} {verdict.config}"
 
 
+def phase_cells(d: Diagnosis, p: PhaseChange) -> list[str]:
+    """Baseline, current, change (ms per step) and share of the step's change, for the phase tables."""
+    share = d.share(p)
+    return [
+        "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}",
+        f"{1000 * p.current_s:.2f}",
+        "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}",
+        "-" if share is None else f"{share:.0%}",
+    ]
+
+
 def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
     """The Diagnosis section: per config, the suspect, each finding with its evidence, the phase table."""
     if not diagnoses:
@@ -352,10 +363,10 @@ def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
         for finding in d.findings:
             lines.append(f"    - {finding.line}")
             lines.extend(f"        {e}" for e in finding.evidence)
-        rows = [["phase", "baseline ms/step", "current ms/step", "change"]]
-        for p in d.phases:
-            base = "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}"
-            change = "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}"
-            rows.append([p.phase, base, f"{1000 * p.current_s:.2f}", change])
-        lines.extend("  " + line for line in _table(rows))
+        if d.phases:
+            rows = [["phase", "baseline ms/step", "current ms/step", "change", "share of change"]]
+            rows += [[p.phase, *phase_cells(d, p)] for p in d.phases]
+            lines.extend("  " + line for line in _table(rows))
+        if d.compile_s is not None:
+            lines.append(f"  {compile_line(d.compile_s)}")
     return "\n".join(lines) + "\n"

@@ -41,6 +41,7 @@ class TrialResult:
     memory: dict[str, Any] = field(default_factory=dict)
     memory_step_bytes: list[int] = field(default_factory=list)  # memory in use after each timed step
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (framework overhead)
+    host_syncs_per_step: int | None = None  # of those, copies to the host: .item(), .cpu(), float(t), ...
     compile_stats: dict[str, int] | None = None  # torch.compile's graphs and graph breaks
     system: dict[str, Any] | None = None  # CPU and GPU utilisation during the timed steps (sampler.py)
     autocast: dict[str, Any] | None = None

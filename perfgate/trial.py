@@ -194,7 +194,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     memory = device.peak_memory()
     # Framework overhead, counted after the timed steps: torch calls in one more step on the last
     # batch (eager configs; a counting mode would make torch.compile recompile), graphs and breaks.
-    torch_calls = None if config.compile else _count_torch_calls(workload, step_model, optimizer, batch, autocast)
+    calls = None if config.compile else _count_torch_calls(workload, step_model, optimizer, batch, autocast)
     compile_stats = _compile_stats() if config.compile else None
     del batches
     # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
@@ -230,7 +230,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "memory_step_bytes": memory_step_bytes,
         "system": sampler.samples.summary(),
         "profile": None if profiler is None else {"trace": spec.profile, "top_operators": profiler.top_operators},
-        "torch_calls_per_step": torch_calls,
+        "torch_calls_per_step": None if calls is None else calls[0],
+        "host_syncs_per_step": None if calls is None else calls[1],
         "compile_stats": compile_stats,
         "autocast": autocast_check,
         "probe_steps_per_sec": probe_rates,
@@ -405,15 +406,24 @@ def _hash_batch(hasher: Any, batch: Any) -> None:
         hasher.update(repr(batch).encode())
 
 
-def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any) -> int | None:
-    """How many torch functions and tensor methods one training step calls from Python."""
+# Tensor methods that copy a value to the host: on an accelerator each waits for all queued work.
+HOST_SYNCS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__"})
+
+
+def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any) -> tuple[int, int] | None:
+    """How many torch functions and tensor methods one training step calls from Python, and how many
+    host syncs (`.item()`, `.cpu()`, `float(t)`, ...) the loss and backward make. The optimizer's are
+    left out: optimizers read their step counts, kept on the host, once per parameter."""
     from torch.overrides import TorchFunctionMode
 
     class Counter(TorchFunctionMode):
         calls = 0
+        syncs = 0
+        in_optimizer = False
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             Counter.calls += 1
+            Counter.syncs += not Counter.in_optimizer and getattr(func, "__name__", "") in HOST_SYNCS
             return func(*args, **(kwargs or {}))
 
     try:
@@ -421,11 +431,12 @@ def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, au
             with autocast():
                 loss = workload.loss(model, batch)
             loss.backward()
+            Counter.in_optimizer = True
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     except Exception:  # counting is a diagnosis aid: a workload that cannot run it simply has no count
         return None
-    return Counter.calls
+    return Counter.calls, Counter.syncs
 
 
 def _compile_stats() -> dict[str, int] | None:

@@ -63,7 +63,7 @@ def commands(stdout: str) -> list[str]:
 
 
 def test_a_pass(gated_project, tmp_path):
-    inputs = {"args": CHECK_ARGS + " --alpha 0.001", "configs": "fp32", "trials": "3"}
+    inputs = {"args": CHECK_ARGS + " --alpha 0.001", "configs": "fp32", "trials": "2"}
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs)
     assert code == 0, summary
     assert summary.startswith(MARKER + "\n### perfgate: pass")
@@ -74,7 +74,7 @@ def test_a_pass(gated_project, tmp_path):
 
 
 def test_a_regression(gated_project, tmp_path):
-    inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "3"}
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "2"}
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs, {"PERFGATE_TEST_PLANT": "slow"})
     assert code == 1
     assert "### perfgate: fail" in summary and "| **regression** |" in summary

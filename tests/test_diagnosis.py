@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from perfgate.baseline import entry_from_workload
 from perfgate.diagnosis import diagnose
 from perfgate.gate import GateSettings, Status, compare_run
@@ -113,7 +115,7 @@ def test_the_diagnosis_is_in_the_markdown_report():
     result, diagnoses = diagnosed({**BASE_MS, "data_wait": 9.0})
     text = format_markdown(result, diagnoses=diagnoses)
     assert "#### Diagnosis: w fp32\n\nSuspect: **data pipeline**" in text
-    assert "| data_wait | 0.10 | 9.00 | +8.90 |" in text
+    assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in text
 
 
 def test_memory_rising_step_over_step_is_memory_growth():
@@ -160,3 +162,58 @@ def test_thresholds_come_from_the_project_and_bad_keys_are_refused(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_shares = 0.3\n")
     with pytest.raises(UsageError, match="unknown rule threshold 'data_wait_shares'.*did you mean 'data_wait_share'"):
         load_project_config(tmp_path)
+
+
+def counted(ms, **fields):
+    """A run whose trials also carry call counts or compile times."""
+    base = run(ms)
+    (workload,) = base.workloads
+    trials = [dataclasses.replace(t, **fields) for t in workload.configs["fp32"].trials]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(base, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+def diagnosed_against(baseline_run, current_run):
+    baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
+    (d,) = diagnose(compare_run(current_run, baseline, SETTINGS), every_config=True)
+    return d
+
+
+def test_many_more_cheap_torch_calls_are_framework_overhead_and_costly_ones_are_not():
+    before = counted(BASE_MS, torch_calls_per_step=200, host_syncs_per_step=2)
+    # 600 more calls costing 1.2 ms in all (2 us each): dispatch-sized.
+    d = diagnosed_against(before, counted({**BASE_MS, "forward": 5.2}, torch_calls_per_step=800, host_syncs_per_step=2))
+    assert d.suspect == "framework overhead"
+    assert d.findings[0].line == "framework overhead: a step calls 800 torch functions, 4.0x the baseline's 200"
+    assert "each added call costs 2.0 us, dispatch-sized, not compute" in d.findings[0].evidence[0]
+    # The same calls costing 10 ms more (17 us each is under the 20 us bound; 60 ms is not): compute.
+    d = diagnosed_against(
+        before, counted({**BASE_MS, "forward": 64.0}, torch_calls_per_step=800, host_syncs_per_step=2)
+    )
+    assert "framework overhead" not in [f.suspect for f in d.findings]
+    # The same count as the baseline: quiet.
+    assert diagnosed_against(before, before).findings == ()
+
+
+def test_a_new_host_sync_per_step_is_framework_overhead():
+    before = counted(BASE_MS, torch_calls_per_step=200, host_syncs_per_step=2)
+    d = diagnosed_against(before, counted(BASE_MS, torch_calls_per_step=201, host_syncs_per_step=3))
+    assert d.suspect == "framework overhead"
+    assert d.findings[0].line == "framework overhead: 3 host syncs per step, the baseline 2"
+    assert ".item(), .cpu(), .tolist() and float(tensor)" in d.findings[0].evidence[0]
+    fewer = diagnosed_against(before, counted(BASE_MS, torch_calls_per_step=199, host_syncs_per_step=1))
+    assert fewer.findings == ()
+
+
+def test_the_attribution_shares_out_the_change_and_shows_compile_time():
+    before = counted(BASE_MS, compile_s=20.0)
+    d = diagnosed_against(before, counted({**BASE_MS, "forward": 7.0, "backward": 7.0}, compile_s=26.0))
+    shares = {p.phase: d.share(p) for p in d.phases}
+    assert round(shares["forward"], 2) == 0.75 and round(shares["backward"], 2) == 0.25
+    assert d.compile_s == (20.0, 26.0)
+    text = format_diagnoses([d])
+    assert "compile: 20.0 -> 26.0 s (once per process, outside the step times)" in text
+    table = [row.split() for row in text.splitlines() if row.strip().startswith(("forward ", "backward "))]
+    assert [row[-1] for row in table if "per" not in row] == ["75%", "25%"]
+    same = diagnosed_against(before, before)  # no change: nothing to share out
+    assert all(same.share(p) is None for p in same.phases)

@@ -7,7 +7,6 @@ measures the same workload (same name, data and losses) doing clearly more work 
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 from tiny import Points, mlp, mse  # the workload file's folder is importable, as for `python gated.py`
@@ -27,14 +26,6 @@ class ShiftedPoints(Points):
         return x + 1, y
 
 
-class SlowPoints(Points):
-    """The same pairs, each taking 2 ms to load: a slow augmentation in the training process."""
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(0.002)
-        return super().__getitem__(index)
-
-
 def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     loss = mse(model, batch)
     plant = os.environ.get("PERFGATE_TEST_PLANT", "")
@@ -45,20 +36,12 @@ def planted_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> 
         loss = loss + 0.0 * waste.sum()
     elif plant == "memory" and not _HELD:  # 64 MiB kept alive from the first step on
         _HELD.append(torch.ones(16 << 20))
-    elif plant == "leak":  # the step's loss kept, graph and all, with a 1 MiB tensor in it: memory grows
-        _HELD.append(loss * torch.ones(1 << 18))
-    elif plant == "tinyops":  # the same loss, reached through 300 extra one-element operations
-        x = batch[0]
-        for _ in range(100):
-            loss = loss + 0.0 * x[0, 0]
-    elif plant == "nan":
-        loss = loss * float("nan")
     return loss
 
 
 def gated() -> perfgate.Workload:
     plant = os.environ.get("PERFGATE_TEST_PLANT")
-    data = ShiftedPoints if plant == "data" else SlowPoints if plant == "slowdata" else Points
+    data = ShiftedPoints if plant == "data" else Points
     return perfgate.Workload(
         name="gated", model=mlp, dataset=lambda: data(96), loss=planted_loss, batch_size=8, steps=8, warmup_steps=1
     )

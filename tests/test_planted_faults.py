@@ -1,0 +1,101 @@
+"""Faults planted in the built-in workloads lead the diagnosis to the right suspect, end to end.
+
+One baseline of `lm` and `vision` (tests/workloads/builtin_plants.py without a plant) is measured for
+the module; each test then runs `perfgate check` with one planted fault. Most use one trial and
+--diagnose (diagnose whatever the verdict): the rules read the trial's phases, memory and calls. Extra
+layers need the verdict: model compute is named only when samples/s regressed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import WORKLOADS, run_cli
+
+PLANTS = WORKLOADS / "builtin_plants.py"
+LM, VISION = f"{PLANTS}:lm", f"{PLANTS}:vision"
+ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("builtins")
+    result = run_cli(
+        "update", LM, VISION, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder
+
+
+def check(project, plant, *args):
+    result = run_cli("check", *ONE_TRIAL, *args, cwd=project, env={"PERFGATE_TEST_PLANT": plant})
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    return result
+
+
+def diagnosis_of(output, name):
+    """The lines of one config's diagnosis: from its suspect line to the next config's."""
+    lines = output[output.index("diagnosis:") :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {name} fp32: suspect"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_a_slow_augmentation_is_the_data_pipeline(project):
+    result = check(project, "slowaugment", VISION, "--diagnose")
+    found = diagnosis_of(result.stdout, "vision-small")
+    assert found.startswith("  vision-small fp32: suspect data pipeline")
+    assert "    - data pipeline: waiting for data takes " in found and "data wait: " in found
+
+
+def test_num_workers_0_is_the_data_pipeline_with_the_changed_setting(project):
+    result = check(project, "workers0", VISION, "--diagnose")
+    found = diagnosis_of(result.stdout, "vision-small")
+    assert found.startswith("  vision-small fp32: suspect data pipeline")
+    assert "the DataLoader's settings changed: num_workers 2 -> 0" in found
+    assert "num_workers=0: batches are loaded in the training process" in found
+
+
+def test_extra_layers_are_a_regression_in_model_compute_forward_and_backward(project):
+    # Model compute is named only when samples/s regressed, which takes a few trials to show.
+    result = check(project, "layers", LM, "--trials", "3", "--max-trials", "3")
+    assert result.returncode == 1, result.stdout
+    assert "1 regression (lm-small fp32)" in result.stdout
+    assert "a regression beyond the 5% threshold" in result.stdout
+    found = diagnosis_of(result.stdout, "lm-small")
+    assert found.startswith("  lm-small fp32: suspect model compute")
+    assert "forward + loss: " in found and "backward: " in found
+    assert "share of change" in found  # the attribution table
+
+
+def test_a_host_sync_each_step_is_framework_overhead(project):
+    found = diagnosis_of(check(project, "hostsync", LM, "--diagnose").stdout, "lm-small")
+    assert found.startswith("  lm-small fp32: suspect framework overhead")
+    assert "framework overhead: 1 host sync per step, the baseline 0" in found
+
+
+def test_many_tiny_operations_are_framework_overhead(project):
+    found = diagnosis_of(check(project, "tinyops", LM, "--diagnose").stdout, "lm-small")
+    assert found.startswith("  lm-small fp32: suspect framework overhead")
+    assert "torch functions, " in found and "dispatch-sized, not compute" in found
+
+
+def test_a_loss_kept_without_item_is_memory_growth(project):
+    found = diagnosis_of(check(project, "leak", LM, "--diagnose").stdout, "lm-small")
+    assert found.startswith("  lm-small fp32: suspect memory")
+    assert "memory growth: memory in use rose " in found and "a loss summed without .item()" in found
+
+
+def test_an_injected_nan_fails_the_config_and_is_numerics(project):
+    result = check(project, "nan", LM)
+    assert result.returncode == 1, result.stdout
+    assert "1 failed (lm-small fp32)" in result.stdout
+    found = diagnosis_of(result.stdout, "lm-small")
+    assert found.startswith("  lm-small fp32: suspect numerics")
+    assert "loss is nan at step 0; the workload must train with a finite loss" in found
+
+
+def test_a_clean_run_names_no_suspect(project):
+    result = check(project, "", LM, VISION, "--diagnose")
+    for name in ("lm-small", "vision-small"):  # standing conditions, if any, are no suspect
+        assert diagnosis_of(result.stdout, name).startswith(f"  {name} fp32: suspect none ("), result.stdout
