@@ -22,6 +22,7 @@ import yaml
 from perfgate.configs import CONFIG_NAMES
 from perfgate.environment import FINGERPRINT_FIELDS, dirty_paths, fingerprint_key, machine_fingerprint
 from perfgate.errors import PerfgateError, UsageError
+from perfgate.locking import locked_folder
 from perfgate.probe import combine
 from perfgate.results import RunResult, WorkloadResult, write_text_atomic
 from perfgate.summary import PHASES
@@ -199,10 +200,11 @@ class BaselineStore:
 
         Returns this machine's previous entry, if any, and the entry as stored.
         """
-        entries = self.load(entry.workload)
-        previous = entries.get(entry.key)
-        stored = entries[entry.key] = merge_entries(previous, entry)
-        write_text_atomic(self.path_for(entry.workload), render_baseline(entry.workload, entries.values()))
+        with locked_folder(self.directory):  # read, merge and rename as one step against other writers
+            entries = self.load(entry.workload)
+            previous = entries.get(entry.key)
+            stored = entries[entry.key] = merge_entries(previous, entry)
+            write_text_atomic(self.path_for(entry.workload), render_baseline(entry.workload, entries.values()))
         return previous, stored
 
     def write_run(self, run: RunResult) -> list[StoredUpdate]:
@@ -242,16 +244,41 @@ def dump_yaml(header: str, document: dict[str, Any]) -> str:
     return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
 
 
+class _StrictSafeLoader(yaml.SafeLoader):
+    """yaml's safe loader (plain types only: a tag that would construct a Python object is an error) that
+    also refuses a key given twice in one mapping, which the YAML spec forbids and PyYAML lets the last win."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key; construction below reports it
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(text: str, *, source: str, update_command: str = "perfgate update") -> Any:
-    """Parse YAML with the safe loader only: tags that would construct Python objects are errors."""
+    """Parse YAML with the safe loader only: tags that would construct Python objects are errors, and so
+    are repeated keys."""
+    hint = f"fix the file or restore it from git, then run {update_command}"
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictSafeLoader)  # a SafeLoader subclass: plain types only
+    except RecursionError:
+        raise BaselineError("invalid YAML: nested too deeply", where=source, hint=hint) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(exc.problem or exc.context or exc).split())
+        raise BaselineError(f"invalid YAML{line}: {problem}", where=source, hint=hint) from exc
     except yaml.YAMLError as exc:
-        raise BaselineError(
-            f"invalid YAML: {' '.join(str(exc).split())}",
-            where=source,
-            hint=f"fix the file or restore it from git, then run {update_command}",
-        ) from exc
+        raise BaselineError(f"invalid YAML: {' '.join(str(exc).split())}", where=source, hint=hint) from exc
 
 
 def parse_baseline(text: str, *, source: str, workload: str | None = None) -> dict[str, BaselineEntry]:
@@ -264,7 +291,7 @@ def parse_baseline(text: str, *, source: str, workload: str | None = None) -> di
         raise BaselineError(
             f"unsupported schema_version {version!r} (this perfgate reads {BASELINE_SCHEMA_VERSION})",
             where=source,
-            hint="use the perfgate version that wrote it, or run perfgate update to rewrite it",
+            hint=_version_hint(version),
         )
     name = reader.get(document, "workload", str, "the file")
     if workload is not None and name != workload:
@@ -327,6 +354,14 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
         "configs": configs,
         "environment": entry.environment,
     }
+
+
+def _version_hint(version: Any) -> str:
+    """What to do about a file of another schema_version: newer needs a newer perfgate; there is no
+    older format (1 is the first perfgate wrote), so anything else was not written by perfgate."""
+    if isinstance(version, int) and not isinstance(version, bool) and version > BASELINE_SCHEMA_VERSION:
+        return "it was written by a newer perfgate: upgrade perfgate (pip install -U perfgate) to read it"
+    return "perfgate has only ever written schema_version 1: restore the file from git or run perfgate update"
 
 
 class DocumentReader:

@@ -430,7 +430,8 @@ def command_report(args: argparse.Namespace) -> int:
             result, limit=args.limit or COMMENT_LIMIT, details=str(args.results), diagnoses=diagnoses
         )
     elif args.format == "json":
-        text = json.dumps(gate_to_dict(result), indent=2, allow_nan=False) + "\n"
+        document = {**gate_to_dict(result), "diagnoses": [d.to_dict() for d in diagnoses]}
+        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
     else:
         text = format_run(run) + "\n" + format_gate(result, diagnoses)
     if args.output is None:
@@ -467,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {error.one_line()}\n")
         return error.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write("interrupted: trials stopped; every file perfgate writes is replaced whole or not at all\n")
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug in perfgate itself: one line, the traceback with --debug
         if debug:

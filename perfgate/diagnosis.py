@@ -5,8 +5,9 @@ forward + loss, backward, optimizer) with the baseline's, and says which phase e
 the change in step time. The rules read the same figures:
 
 - data pipeline: data wait takes data_wait_share or more of the step, or its growth explains most
-  (explains) of a regressed step, or it grew data_wait_growth times the baseline's while the DataLoader's
-  settings changed (their change is the evidence); hints come from the DataLoader settings;
+  (explains) of a regressed step, or it grew data_wait_growth times the baseline's (and by 5% of the
+  step or more) while the DataLoader's settings changed (their change is the evidence); hints come from
+  the DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a regressed step (only a
   regression verdict counts as slower: on a noisy machine one trial's step time proves nothing);
 - tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
@@ -98,6 +99,25 @@ class Diagnosis:
     phases: tuple[PhaseChange, ...]
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     compile_s: tuple[float | None, float] | None = None  # (baseline, current) one-off compile time
+
+    def to_dict(self) -> dict[str, Any]:
+        """The diagnosis as data (`perfgate report --format json`): times in seconds per step."""
+        return {
+            "workload": self.workload,
+            "config": self.config,
+            "suspect": self.suspect,
+            "findings": [
+                {"suspect": f.suspect, "line": f.line, "evidence": list(f.evidence), "standing": f.standing}
+                for f in self.findings
+            ],
+            "phases": [
+                {"phase": p.phase, "baseline_s": p.baseline_s, "current_s": p.current_s, "share": self.share(p)}
+                for p in self.phases
+            ],
+            "compile_s": None
+            if self.compile_s is None
+            else {"baseline": self.compile_s[0], "current": self.compile_s[1]},
+        }
 
     def share(self, phase: PhaseChange) -> float | None:
         """The share of the step's change that this phase accounts for; None without a baseline or change."""
@@ -228,7 +248,12 @@ def _data_pipeline(
     explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
     changed = _loader_changes(base_settings, settings)
     wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
-    grew_with_change = bool(changed) and base_share is not None and wait_now >= th.data_wait_growth * wait_before
+    grew_with_change = (
+        bool(changed)
+        and base_share is not None
+        and wait_now >= th.data_wait_growth * wait_before
+        and wait_now - wait_before >= 0.05 * step  # and by a noticeable part of the step
+    )
     if share < th.data_wait_share and explains < th.explains and not grew_with_change:
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "

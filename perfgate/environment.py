@@ -56,26 +56,35 @@ def _open_repo(path: Path) -> Any:
 
 
 def git_state(path: Path) -> dict[str, Any] | None:
-    """Commit sha, branch and dirty flag of the repository holding `path`, or None outside one."""
+    """Commit sha, branch, dirty and shallow flags of the repository holding `path`, or None outside one.
+
+    Whatever git cannot say is None: a repository without commits has no sha, a detached HEAD (a
+    GitHub Actions pull-request checkout) no branch, and a repository git refuses to read (another
+    user's, without safe.directory) no dirty flag. None of these stops a run."""
     repo = _open_repo(path)
     if repo is None:
         return None
     import git
 
+    failures = (ValueError, TypeError, git.GitError, OSError)
     with repo:
         try:
             sha: str | None = repo.head.commit.hexsha
-        except ValueError:  # a repository with no commits yet
+        except failures:  # no commits yet
             sha = None
         try:
             branch: str | None = repo.active_branch.name
-        except TypeError:  # detached HEAD, as in a GitHub Actions pull-request checkout
+        except failures:  # detached HEAD
             branch = None
         try:
-            dirty = repo.is_dirty(untracked_files=False)
-        except git.GitCommandError:
+            dirty: bool | None = repo.is_dirty(untracked_files=False)
+        except failures:
             dirty = None
-        return {"sha": sha, "branch": branch, "dirty": dirty}
+        try:  # the usual actions/checkout clone has depth 1
+            shallow: bool | None = repo.git.rev_parse("--is-shallow-repository") == "true"
+        except failures:
+            shallow = None
+        return {"sha": sha, "branch": branch, "dirty": dirty, "shallow": shallow}
 
 
 def _cpu_model() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -517,16 +517,8 @@ def _memory_reason(m: MemoryComparison) -> str:
 def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:
     if not failed or verdict.status == Status.FAILED:
         return verdict
-    return ConfigVerdict(
-        verdict.workload,
-        verdict.config,
-        verdict.status,
-        f"{verdict.reason} ({failed} trial{'s' if failed > 1 else ''} failed and not counted)",
-        verdict.limits,
-        verdict.throughput,
-        verdict.memory,
-        failed,
-    )
+    reason = f"{verdict.reason} ({failed} trial{'s' if failed > 1 else ''} failed and not counted)"
+    return replace(verdict, reason=reason, trials_failed=failed)
 
 
 def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list[str]:

@@ -32,6 +32,7 @@ from perfgate.baseline import BaselineError, DocumentReader, dump_yaml, load_yam
 from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key
 from perfgate.errors import ResultsError
 from perfgate.gate import Status, throughput_reason
+from perfgate.locking import locked_folder
 from perfgate.results import write_text_atomic
 from perfgate.stats import ThroughputComparison, Verdict, combine_verdicts, compare_throughput
 
@@ -163,7 +164,7 @@ class MicroStore:
             text = self.path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise BaselineError(f"cannot read {self.path}: {exc}", hint="check the file") from exc
-        return _parse(text, str(self.path))
+        return parse_micro_baseline(text, source=str(self.path))
 
     def find(self, fingerprint: Mapping[str, Any]) -> dict[str, MicroBenchmark]:
         machine = self.load().get(fingerprint_key(dict(fingerprint)))
@@ -173,6 +174,12 @@ class MicroStore:
         self, fingerprint: Mapping[str, Any], measured: Sequence[MicroBenchmark]
     ) -> dict[str, MicroBenchmark | None]:
         """Store `measured` for this machine (other benchmarks and machines are kept); returns the previous ones."""
+        with locked_folder(self.path.parent):
+            return self._write(fingerprint, measured)
+
+    def _write(
+        self, fingerprint: Mapping[str, Any], measured: Sequence[MicroBenchmark]
+    ) -> dict[str, MicroBenchmark | None]:
         machines = self.load()
         key = fingerprint_key(dict(fingerprint))
         stored = dict(machines[key].benchmarks) if key in machines else {}
@@ -266,7 +273,7 @@ def _to_dict(b: MicroBenchmark) -> dict[str, Any]:
     }
 
 
-def _parse(text: str, source: str) -> dict[str, MicroMachine]:
+def parse_micro_baseline(text: str, *, source: str) -> dict[str, MicroMachine]:
     reader = DocumentReader(source, UPDATE_COMMAND)
     document = reader.mapping(load_yaml(text, source=source, update_command=UPDATE_COMMAND), "the file")
     if document.get("schema_version") != MICRO_SCHEMA_VERSION:

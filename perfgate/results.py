@@ -7,7 +7,7 @@ import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,10 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise ResultsError(f"cannot write {path}: {exc.strerror}", hint="check free space and permissions") from exc
+            kept = "the previous file is unchanged; " if path.exists() else ""
+            raise ResultsError(
+                f"cannot write {path}: {exc.strerror}", hint=f"{kept}check free space and permissions, then run again"
+            ) from exc
         raise
 
 
@@ -195,17 +198,33 @@ def load_results(path: Path) -> RunResult:
     """Read a results file written by `--json` (schema_version 1) back into a RunResult."""
     path = Path(path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"results file {path} not found", hint="write one with --json PATH") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}", hint="give a results file written by --json") from exc
+    return parse_results(text, source=str(path))
+
+
+def parse_results(text: str, *, source: str) -> RunResult:
+    """Parse a results document: strict JSON (no NaN, no repeated keys) that the shipped schema accepts.
+
+    Nothing in it is executed or unpickled; anything malformed is a ResultsError naming where."""
+    hint = "give a results file written by perfgate --json"
+    try:
+        document = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys)
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+        raise ResultsError(f"{source} is not valid JSON: {exc}", hint=hint) from None
     if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
         found = document.get("schema_version") if isinstance(document, dict) else None
+        newer = isinstance(found, int) and not isinstance(found, bool) and found > SCHEMA_VERSION
         raise ResultsError(
-            f"{path} has schema_version {found!r}; this perfgate reads {SCHEMA_VERSION}",
-            hint="give a results file written by perfgate --json",
+            f"{source} has schema_version {found!r}; this perfgate reads {SCHEMA_VERSION}",
+            hint="upgrade perfgate to read it" if newer else hint,
         )
+    problem = _schema_problem(document)
+    if problem is not None:
+        raise ResultsError(f"{source} is not a valid results file: {problem}", hint=hint)
     try:
         workloads = [
             WorkloadResult(
@@ -235,11 +254,39 @@ def load_results(path: Path) -> RunResult:
             workloads,
             gate if isinstance(gate, dict) else None,
         )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ResultsError(
-            f"{path} is not a complete results file ({type(exc).__name__}: {exc})",
-            hint="give a results file written by perfgate --json",
-        ) from exc
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ResultsError(f"{source} is not a complete results file ({type(exc).__name__}: {exc})", hint=hint) from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        document[key] = value
+    return document
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _schema_problem(document: dict[str, Any]) -> str | None:
+    """The first place where `document` breaks the results schema, as `workloads[0].name: ...`."""
+    error = next(iter(sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))), None)
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
+    return f"{where or 'the document'}: {message}"
 
 
 _TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)

@@ -366,9 +366,12 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
-            return f"was killed by {signal.Signals(-returncode).name}"
+            name = signal.Signals(-returncode).name
         except ValueError:
             return f"was killed by signal {-returncode}"
+        if name == "SIGKILL":  # what the kernel's out-of-memory killer sends
+            return "was killed by SIGKILL (the out-of-memory killer does this: is the machine short of memory?)"
+        return f"was killed by {name}"
     return f"exited with code {returncode} without a result"
 
 

@@ -42,7 +42,8 @@ class Samples:
 
 
 class SystemSampler:
-    """Start before the timed steps and stop after them: `with SystemSampler(cuda_index) as sampler:`."""
+    """Start before the timed steps and stop after them: `with SystemSampler(cuda_index) as sampler:`, or
+    `start()` and `stop()` where the timed region does not fit a `with` block."""
 
     def __init__(self, cuda_index: int | None = None, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.interval_s = interval_s
@@ -52,6 +53,12 @@ class SystemSampler:
         self._cuda_index = cuda_index
 
     def __enter__(self) -> SystemSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> SystemSampler:
         import psutil
 
         self._process = psutil.Process()
@@ -61,8 +68,8 @@ class SystemSampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        """Stop sampling (safe to call when sampling never started)."""
+    def stop(self) -> None:
+        """Stop sampling (safe to call when sampling never started, and more than once)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()

@@ -153,9 +153,10 @@ def compare_throughput(
         detectable_log = (float(_student_t().ppf(1 - alpha, df)) + float(_student_t().ppf(DETECTION_POWER, df))) * se
         detectable = 1.0 - math.exp(-detectable_log)
     bound = slowdown_bound(threshold)
-    if ratio < bound and p_slower < alpha:
+    # Decided on the log scale, where swapping the sides negates `difference` exactly.
+    if difference < -math.log1p(threshold) and p_slower < alpha:
         verdict = Verdict.REGRESSION
-    elif ratio > 1 / bound and p_faster < alpha:
+    elif difference > math.log1p(threshold) and p_faster < alpha:
         verdict = Verdict.IMPROVEMENT
     elif ci_low >= bound:  # False for nan: no noise estimate is never "no change"
         verdict = Verdict.NO_CHANGE
@@ -253,12 +254,15 @@ def looks(trials: int, max_trials: int) -> int:
 
 
 def drop_outliers(logs: Sequence[float]) -> tuple[list[float], int]:
-    """Leave out log values more than OUTLIER_FACTOR off the median (only with three or more)."""
+    """Leave out log values more than OUTLIER_FACTOR off the median (only with three or more, and only
+    a minority of them: when most values are that far apart, none of them is the outlier)."""
     if len(logs) < 3:
         return list(logs), 0
     center = statistics.median(logs)
     limit = math.log(OUTLIER_FACTOR)
     kept = [v for v in logs if abs(v - center) <= limit]
+    if 2 * len(kept) <= len(logs):
+        return list(logs), 0
     return kept, len(logs) - len(kept)
 
 

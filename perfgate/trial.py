@@ -136,7 +136,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                 gc.collect()
                 device.reset_peak_memory()
                 graphs_before_timing = _compiled_graph_count() if config.compile else 0
-                sampler.__enter__()
+                sampler.start()
                 if profiler is not None:
                     profiler.start()
                 timed_started = device.now()
@@ -175,21 +175,21 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
             else:
                 warmup_step_s.append(t5 - t0)
         timed_elapsed_s = device.now() - timed_started
-        sampler.__exit__()
+        sampler.stop()
         if profiler is not None:
             profiler.stop()
     except TrialFailure:
-        sampler.__exit__()
         raise
     except StopIteration as exc:
         raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
     except Exception as exc:
-        sampler.__exit__()
         if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
             raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
         if config.compile and _is_compile_error(exc):
             raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
         raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    finally:
+        sampler.stop()  # whatever ended the steps; stopping twice is harmless
     final_loss = _finite_loss(loss, total_steps - 1)
     memory = device.peak_memory()
     # Framework overhead, counted after the timed steps: torch calls in one more step on the last

@@ -215,5 +215,19 @@ def test_the_attribution_shares_out_the_change_and_shows_compile_time():
     assert "compile: 20.0 -> 26.0 s (once per process, outside the step times)" in text
     table = [row.split() for row in text.splitlines() if row.strip().startswith(("forward ", "backward "))]
     assert [row[-1] for row in table if "per" not in row] == ["75%", "25%"]
+    as_data = d.to_dict()
+    assert as_data["compile_s"] == {"baseline": 20.0, "current": 26.0}
+    assert [round(p["share"], 2) for p in as_data["phases"] if p["phase"] in ("forward", "backward")] == [0.75, 0.25]
     same = diagnosed_against(before, before)  # no change: nothing to share out
     assert all(same.share(p) is None for p in same.phases)
+
+
+def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_and_quiet_without():
+    # Data wait 0.1 -> 2.0 ms of an unchanged step (15%: under the 20% share, no slowdown to explain).
+    moved = {**BASE_MS, "data_wait": 2.0, "forward": 2.1}
+    baseline_run = run(BASE_MS, loader={"num_workers": 2})
+    changed = diagnosed_against(baseline_run, run(moved, loader={"num_workers": 0}))
+    assert changed.suspect == "data pipeline"
+    assert "the DataLoader's settings changed: num_workers 2 -> 0" in changed.findings[0].evidence
+    same = diagnosed_against(baseline_run, run(moved, loader={"num_workers": 2}))
+    assert "data pipeline" not in [f.suspect for f in same.findings]

@@ -65,6 +65,7 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
         "baseline_dir": "baselines",
     }
     assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
+    assert as_json["diagnoses"] == []  # a pass: nothing regressed, nothing to diagnose
     assert gate_lines[-1] in run_cli("report", str(results), cwd=project).stdout
 
 

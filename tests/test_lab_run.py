@@ -83,16 +83,6 @@ def test_progress_names_each_trial_as_it_finishes(builtin_lab):
     assert "[6/6] vision-small " in stderr
 
 
-def test_two_runs_see_the_same_data_slice_and_first_losses(builtin_lab, tmp_path):
-    _, document = run_json(tmp_path, "lm", "vision", "--configs", "fp32", "--trials", "1")
-    again = {w["name"]: w for w in document["workloads"]}
-    for first in builtin_lab[1]["workloads"]:
-        second = again[first["name"]]
-        assert first["data_checksum"] is not None
-        assert second["data_checksum"] == first["data_checksum"]
-        assert second["first_losses"]["fp32"] == first["first_losses"]["fp32"]
-
-
 def test_a_workload_loaded_from_a_file_path(tmp_path):
     _, document = run_json(tmp_path, f"{TINY}:tiny_workers", "--configs", "fp32", "--trials", "2", "--quiet")
     validate_results(document)
@@ -133,9 +123,9 @@ def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
 def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
     # No working C++ compiler, and an empty cache so nothing compiled earlier can be reused.
     env = {"CXX": str(tmp_path / "no-such-c++"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    result, document = run_json(tmp_path, f"{TINY}:tiny", "--configs", "bf16,bf16-compile", "--trials", "2", env=env)
+    result, document = run_json(tmp_path, f"{TINY}:tiny", "--configs", "bf16,bf16-compile", "--trials", "1", env=env)
     configs = document["workloads"][0]["configs"]
-    assert configs["bf16"]["summary"]["trials_ok"] == 2
+    assert configs["bf16"]["summary"]["trials_ok"] == 1
     assert configs["bf16-compile"]["failure"].startswith("torch.compile failed: ")
     assert len(configs["bf16-compile"]["trials"]) == 1  # no point retrying a config that cannot compile
     assert "\n  bf16-compile  failed (reason below)\n" in result.stdout
@@ -143,9 +133,9 @@ def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
 
 
 def test_a_config_that_runs_out_of_device_memory_is_failed_and_the_others_still_run(tmp_path):
-    result, document = run_json(tmp_path, f"{TINY}:oom_under_autocast", "--configs", "fp32,bf16", "--trials", "2")
+    result, document = run_json(tmp_path, f"{TINY}:oom_under_autocast", "--configs", "fp32,bf16", "--trials", "1")
     configs = document["workloads"][0]["configs"]
-    assert configs["fp32"]["summary"]["trials_ok"] == 2
+    assert configs["fp32"]["summary"]["trials_ok"] == 1
     assert configs["bf16"]["failure"] == (
         "out of device memory in loss(model, batch): CUDA out of memory. Tried to allocate 2.00 GiB"
     )
@@ -159,10 +149,3 @@ def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
     hangs, tiny = document["workloads"]
     assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 8 s")
     assert tiny["configs"]["fp32"]["trials"][0]["status"] == "ok"
-
-
-def test_a_crashing_trial_is_failed_with_its_exit_code():
-    result = run_cli("run", f"{TINY}:crashes", "--configs", "fp32", "--trials", "1", "--quiet")
-    assert result.returncode == 4
-    assert "trial process exited with code 3 without a result" in result.stdout
-    assert result.stderr.strip() == "error: no trial produced a measurement; see the failures above"

@@ -96,6 +96,8 @@ def test_an_injected_nan_fails_the_config_and_is_numerics(project):
 
 
 def test_a_clean_run_names_no_suspect(project):
+    """Also a second run of each built-in: the same data slice and first losses, or it is not comparable."""
     result = check(project, "", LM, VISION, "--diagnose")
+    assert "not comparable" not in result.stdout
     for name in ("lm-small", "vision-small"):  # standing conditions, if any, are no suspect
         assert diagnosis_of(result.stdout, name).startswith(f"  {name} fp32: suspect none ("), result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import torch
@@ -125,3 +126,19 @@ def crashes() -> perfgate.Workload:
         os._exit(3)
 
     return _tiny(name="crashes", model=model)
+
+
+def segfaults() -> perfgate.Workload:
+    def model() -> nn.Module:
+        os.kill(os.getpid(), signal.SIGSEGV)  # as a crashing native extension would
+        return mlp()
+
+    return _tiny(name="segfaults", model=model)
+
+
+def killed() -> perfgate.Workload:
+    def model() -> nn.Module:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's out-of-memory killer sends
+        return mlp()
+
+    return _tiny(name="killed", model=model)
