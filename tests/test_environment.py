@@ -19,7 +19,7 @@ def repo(tmp_path):
 
 def test_clean_checkout_records_sha_and_branch(repo, tmp_path):
     state = git_state(tmp_path)
-    assert state == {"sha": repo.head.commit.hexsha, "branch": "main", "dirty": False}
+    assert state == {"sha": repo.head.commit.hexsha, "branch": "main", "dirty": False, "shallow": False}
 
 
 def test_edits_make_the_tree_dirty_and_subfolders_find_the_repository(repo, tmp_path):

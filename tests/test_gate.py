@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -39,7 +40,9 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
     false-alarm rate at the default alpha is measured by benchmarks/power.py, not here."""
     results = tmp_path / "results.json"
     markdown = tmp_path / "report.md"
-    result = run_cli(*CHECK, "--alpha", "0.001", "--json", str(results), "--markdown", str(markdown), cwd=project)
+    two_trials = ("--trials", "2", "--max-trials", "2")  # a pass needs no more: any verdict but regression does
+    outputs = ("--json", str(results), "--markdown", str(markdown))
+    result = run_cli(*CHECK, *two_trials, "--alpha", "0.001", *outputs, cwd=project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate: gated  (baseline measured " in result.stdout
     assert "REGRESSION" not in result.stdout
@@ -59,8 +62,8 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
     assert saved["gate"] == {
         "threshold": None,
         "alpha": 0.001,
-        "trials": 3,
-        "max_trials": 3,
+        "trials": 2,
+        "max_trials": 2,
         "fail_on_inconclusive": False,
         "baseline_dir": "baselines",
     }
@@ -148,39 +151,28 @@ def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
     assert entry["git"]["dirty"] is False and len(entry["git"]["sha"]) == 40
 
 
+def results_document() -> dict:
+    """A results document as perfgate writes one (workload w, four fp32 trials, this machine's environment)."""
+    from perfgate.environment import collect_environment
+    from tests.test_diagnosis import BASE_MS, run
+
+    document = dataclasses.replace(run(BASE_MS), environment=collect_environment("cpu", 2)).to_dict()
+    workload = document["workloads"][0]
+    trials = workload["configs"]["fp32"]["trials"]
+    trials.append({**trials[0], "trial": 3})
+    workload["data_checksum"] = "sha256:" + "0" * 64
+    for trial in trials:  # the fields the diagnosis tests' trials leave out
+        trial["data_checksum"] = workload["data_checksum"]
+        trial["memory"] = {"kind": "cpu-rss-above-setup", "peak_bytes": 50 << 20, "reserved_bytes": None}
+    document = json.loads(json.dumps(document))
+    validate_results(document)
+    return document
+
+
 def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_path):
-    base = {
-        "schema_version": 1,
-        "perfgate_version": "0.1.0",
-        "created_at": "2026-11-22T00:00:00+00:00",
-        "environment": {"device": {"type": "cpu", "count": 1}, "threads": 2, "torch": "2.13.0"},
-        "workloads": [
-            {
-                "name": "w",
-                "reference": "w.py:w",
-                "settings": {"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0, "trials": 4},
-                "data_checksum": "sha256:00",
-                "first_losses": {"fp32": [1.0]},
-                "configs": {
-                    "fp32": {
-                        "config": "fp32",
-                        "failure": None,
-                        "trials": [
-                            {
-                                "config": "fp32",
-                                "trial": i,
-                                "status": "ok",
-                                "samples_per_sec": sps,
-                                "memory": {"peak_bytes": 1 << 20},
-                                "first_losses": [1.0],
-                            }
-                            for i, sps in enumerate((1000, 1010, 990, 1005))
-                        ],
-                    }
-                },
-            }
-        ],
-    }
+    base = results_document()
+    for trial, sps in zip(base["workloads"][0]["configs"]["fp32"]["trials"], (1000, 1010, 990, 1005), strict=True):
+        trial["samples_per_sec"] = sps
     slower = json.loads(json.dumps(base))
     for trial in slower["workloads"][0]["configs"]["fp32"]["trials"]:
         trial["samples_per_sec"] *= 0.8

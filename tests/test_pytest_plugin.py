@@ -133,6 +133,10 @@ def test_a_second_run_passes_and_reports_per_config(project):
         "0.001",
         "-k",
         "not micro and not built and not bf16",  # bf16 has no baseline: deselected, so never measured
+        "--perfgate-trials",  # a pass needs fewer trials than a regression (any verdict but regression passes)
+        "2",
+        "--perfgate-max-trials",
+        "2",
         f"--junitxml={junit}",
         f"--perfgate-json={results}",
         "-rA",

@@ -153,24 +153,13 @@ def repo(tmp_path):
     return path
 
 
-def test_git_outside_a_repository_and_without_commits_records_what_it_can(tmp_path):
-    assert git_state(tmp_path) is None
-    git(tmp_path, "init", "-q", "-b", "main")
-    assert git_state(tmp_path) == {"sha": None, "branch": "main", "dirty": False, "shallow": False}
-
-
-def test_git_detached_head_dirty_tree_and_shallow_clone(repo, tmp_path):
-    head = git(repo, "rev-parse", "HEAD")
-    assert git_state(repo) == {"sha": head, "branch": "main", "dirty": False, "shallow": False}
-    (repo / "train.py").write_text("# edited\n")
-    assert git_state(repo)["dirty"] is True
-    git(repo, "checkout", "-q", "train.py")
-    git(repo, "checkout", "-q", "--detach", "HEAD~1")  # as actions/checkout checks out a pull request
-    assert git_state(repo) == {"sha": git(repo, "rev-parse", "HEAD"), "branch": None, "dirty": False, "shallow": False}
+def test_a_shallow_clone_is_recorded_as_such(repo, tmp_path):
+    """(Not a repository, no commits, a detached HEAD and a dirty tree: tests/test_environment.py.)"""
+    assert git_state(repo)["shallow"] is False
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     state = git_state(clone)
-    assert state is not None and state["shallow"] is True and len(state["sha"]) == 40
+    assert state == {"sha": git(repo, "rev-parse", "HEAD"), "branch": "main", "dirty": False, "shallow": True}
 
 
 def test_update_runs_in_a_shallow_clone_on_a_detached_head(repo, tmp_path):
