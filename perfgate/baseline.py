@@ -291,7 +291,7 @@ def parse_baseline(text: str, *, source: str, workload: str | None = None) -> di
         raise BaselineError(
             f"unsupported schema_version {version!r} (this perfgate reads {BASELINE_SCHEMA_VERSION})",
             where=source,
-            hint=_version_hint(version),
+            hint=version_hint(version),
         )
     name = reader.get(document, "workload", str, "the file")
     if workload is not None and name != workload:
@@ -356,12 +356,12 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
     }
 
 
-def _version_hint(version: Any) -> str:
-    """What to do about a file of another schema_version: newer needs a newer perfgate; there is no
-    older format (1 is the first perfgate wrote), so anything else was not written by perfgate."""
+def version_hint(version: Any, update_command: str = "perfgate update") -> str:
+    """What to do about a baseline file of another schema_version: newer needs a newer perfgate; there is
+    no older format (1 is the first perfgate wrote), so anything else was not written by perfgate."""
     if isinstance(version, int) and not isinstance(version, bool) and version > BASELINE_SCHEMA_VERSION:
-        return "it was written by a newer perfgate: upgrade perfgate (pip install -U perfgate) to read it"
-    return "perfgate has only ever written schema_version 1: restore the file from git or run perfgate update"
+        return f"it was written by a newer perfgate: upgrade perfgate to read it, or rewrite it with {update_command}"
+    return f"perfgate has only ever written schema_version 1: restore the file from git or run {update_command}"
 
 
 class DocumentReader:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.baseline import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure
+from perfgate.baseline import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure, version_hint
 from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key
 from perfgate.errors import ResultsError
 from perfgate.gate import Status, throughput_reason
@@ -281,7 +281,7 @@ def parse_micro_baseline(text: str, *, source: str) -> dict[str, MicroMachine]:
             f"unsupported schema_version {document.get('schema_version')!r} (this perfgate reads "
             f"{MICRO_SCHEMA_VERSION})",
             where=source,
-            hint=f"use the perfgate version that wrote it, or run {UPDATE_COMMAND} to rewrite it",
+            hint=version_hint(document.get("schema_version"), UPDATE_COMMAND),
         )
     machines: dict[str, MicroMachine] = {}
     for key, machine in reader.mapping(document.get("machines"), "machines").items():

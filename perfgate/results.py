@@ -281,7 +281,9 @@ def _validator() -> Any:
 
 def _schema_problem(document: dict[str, Any]) -> str | None:
     """The first place where `document` breaks the results schema, as `workloads[0].name: ...`."""
-    error = next(iter(sorted(_validator().iter_errors(document), key=lambda e: list(e.absolute_path))), None)
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(document))
     if error is None:
         return None
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")

@@ -73,13 +73,16 @@ def test_a_pass(gated_project, tmp_path):
     assert (Path(outputs["folder"]) / "chart.png").read_bytes()[:4] == b"\x89PNG"  # uploaded with the results
 
 
-def test_a_regression(gated_project, tmp_path):
-    inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "2"}
+def test_a_regression_with_its_diagnosis_and_profiler_trace(gated_project, tmp_path):
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "2", "profile": "true"}
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs, {"PERFGATE_TEST_PLANT": "slow"})
     assert code == 1
     assert "### perfgate: fail" in summary and "| **regression** |" in summary
     assert outputs["verdict"] == "fail"
     assert any(c.startswith("::error title=perfgate%3A gated fp32 regression::samples/s -") for c in commands(stdout))
+    trace = Path(outputs["folder"]) / "traces" / "gated-fp32.trace.json"  # uploaded with the artifact
+    assert "traceEvents" in json.loads(trace.read_text())
+    assert "#### Diagnosis: gated fp32" in summary and f"trace: {trace}" in summary
 
 
 def test_a_perfgate_error_still_writes_the_summary(gated_project, tmp_path):

@@ -78,15 +78,6 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
 ONE_TRIAL = ("check", GATED, "--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
 
 
-def test_profile_writes_a_trace_and_names_it_in_the_diagnosis(project, tmp_path):
-    traces = tmp_path / "traces"
-    result = run_cli(*ONE_TRIAL, "--diagnose", "--profile", "--profile-dir", str(traces), cwd=project)
-    assert result.returncode in (0, 1), result.stdout + result.stderr
-    trace = traces / "gated-fp32.trace.json"
-    assert "traceEvents" in json.loads(trace.read_text())
-    assert f"trace: {trace}" in result.stdout and "(the baseline has no profile)" in result.stdout
-
-
 def test_check_fails_when_peak_memory_grows(project):
     result = run_cli(*ONE_TRIAL, cwd=project, env={"PERFGATE_TEST_PLANT": "memory"})
     assert result.returncode == 1, result.stdout + result.stderr
