@@ -99,6 +99,20 @@ def test_a_full_disk_on_write_leaves_the_old_file_intact(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["gpt-small.yaml"]
 
 
+def trial_processes(parent: psutil.Process) -> list[psutil.Process]:
+    """Running trials under `parent`: fresh `perfgate.trial` processes, or children of the fork server."""
+    found = []
+    for child in parent.children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+            forked = "perfgate.forkserver" in line and child.ppid() != parent.pid
+        except psutil.Error:  # exited meanwhile
+            continue
+        if "perfgate.trial" in line or forked:
+            found.append(child)
+    return found
+
+
 def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_path):
     baselines = tmp_path / "baselines"
     BaselineStore(baselines).write(replace(entry(cpu_model="another machine"), workload="tiny"))  # committed before
@@ -109,9 +123,10 @@ def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_pat
     deadline = time.monotonic() + 60
     trials: list[psutil.Process] = []
     while not trials and time.monotonic() < deadline:  # wait for the first trial process
-        trials = [c for c in parent.children(recursive=True) if "perfgate.trial" in " ".join(c.cmdline())]
+        trials = trial_processes(parent)
         time.sleep(0.1)
     assert trials, "no trial process started"
+    helpers = parent.children(recursive=True)  # the fork server, if any, and the trial
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stdout + stderr
@@ -119,8 +134,8 @@ def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_pat
     assert "Traceback" not in stderr
     assert (baselines / "tiny.yaml").read_bytes() == before
     assert [p.name for p in baselines.iterdir()] == ["tiny.yaml"]
-    gone, alive = psutil.wait_procs(trials, timeout=10)
-    assert not alive  # the trial (and its workers) went down with it
+    gone, alive = psutil.wait_procs(helpers, timeout=10)
+    assert not alive  # the trial (and its workers) and the fork server went down with it
 
 
 def test_a_trial_that_crashes_or_is_killed_is_failed_with_the_reason(tmp_path):
@@ -301,3 +316,23 @@ def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fail
     assert verdict.throughput is not None and verdict.throughput.n_candidate == 2
     result = compare_run(with_failures(3), BASELINE, settings)
     assert result.verdicts[0].status == Status.FAILED and result.exit_code == 1
+
+
+def test_without_the_fork_server_each_trial_is_a_fresh_process(tmp_path):
+    """PERFGATE_FORK_SERVER=0 (and any platform but Linux): a fresh `python -m perfgate.trial` per trial,
+    with the same failure reporting."""
+    workloads = [f"{TINY}:crashes", f"{TINY}:tiny"]
+    result = run_cli(
+        "run",
+        *workloads,
+        "--configs",
+        "fp32",
+        "--trials",
+        "1",
+        "--quiet",
+        cwd=tmp_path,
+        env={"PERFGATE_FORK_SERVER": "0"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trial process exited with code 3 without a result" in result.stdout
+    assert "tiny  (" in result.stdout and "1/1" in result.stdout

@@ -1,6 +1,6 @@
 """The built-in workloads with faults planted through PERFGATE_TEST_PLANT, for the diagnosis tests.
 
-`lm` and `vision` return perfgate's own `lm@small` and `vision@small` on a shorter slice (12 timed
+`lm` and `vision` return perfgate's own `lm@small` and `vision@small` on a shorter slice (20 timed
 steps, to keep the tests quick), changed only by the planted fault: same names, data and first losses,
 so a baseline measured without a plant judges them.
 
@@ -85,7 +85,7 @@ def planted_lm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
     return loss
 
 
-STEPS = 12
+STEPS = 20
 
 
 def lm() -> perfgate.Workload:
