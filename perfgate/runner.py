@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
-from perfgate import forkserver
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.references import Reference
 from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
@@ -142,25 +141,12 @@ class LabSession:
         self.profiles: dict[tuple[str, str], dict[str, Any]] = {}
         self.environment = collect_environment(settings.device, settings.threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
-        self._server = forkserver.ForkServer(trial_environment(settings.threads)) if forkserver.available() else None
 
     def __enter__(self) -> LabSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.close()
         self._scratch.cleanup()
-
-    def _trial(self, spec: TrialSpec) -> dict[str, object]:
-        """Run one trial through the fork server, or in a fresh process when there is none (or it failed)."""
-        if self._server is not None:
-            try:
-                return run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s, self._server)
-            except forkserver.ForkServerError:
-                self._server.close()
-                self._server = None
-        return run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
 
     def keep(self, names: Sequence[str]) -> None:
         """Measure only these workloads (before any trial runs)."""
@@ -206,7 +192,7 @@ class LabSession:
                     threads=self.settings.threads,
                     profile=str(trace),
                 )
-                record = self._trial(spec)
+                record = run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
                 profile = record.get("profile")
                 if record.get("status") == "ok" and isinstance(profile, dict):
                     self.profiles[(name, config)] = profile
@@ -230,7 +216,7 @@ class LabSession:
                 device=settings.device,
                 threads=settings.threads,
             )
-            record = self._trial(spec)
+            record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s)
             if record.get("status") == "error" and record.get("kind") == "workload":
                 raise WorkloadError(
                     str(record.get("message")),
@@ -259,25 +245,16 @@ class LabSession:
         )
 
 
-def run_trial_process(
-    spec: TrialSpec, scratch: Path, timeout_s: float, server: forkserver.ForkServer | None = None
-) -> dict[str, object]:
-    """Run one trial in a process of its own (forked by `server`, else a fresh Python) and return its
-    record; crashes become failed records."""
+def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float) -> dict[str, object]:
+    """Run one trial in a fresh Python process and return its record; crashes become failed records."""
     stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}".replace("/", "_").replace("@", "_")
     spec_path = scratch / f"{stem}.spec.json"
     out_path = scratch / f"{stem}.out.json"
     log_path = scratch / f"{stem}.log"
     spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
     out_path.unlink(missing_ok=True)
-    started = time.perf_counter()
-    timed_out = f"timed out after {timeout_s:g} s (raise --timeout if the trial needs longer)"
-    if server is not None:
-        forked = server.run(str(spec_path), str(out_path), str(log_path), timeout_s)
-        if forked is None:
-            return _failed(spec, timed_out, started)
-        return _record(spec, out_path, log_path, forked, started)
     command = [sys.executable, "-m", "perfgate.trial", str(spec_path), str(out_path)]
+    started = time.perf_counter()
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,
@@ -291,15 +268,12 @@ def run_trial_process(
             returncode = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            return _failed(spec, timed_out, started)
+            return _failed(
+                spec, f"timed out after {timeout_s:g} s (raise --timeout if the trial needs longer)", started
+            )
         except BaseException:
             _kill_group(process)  # Ctrl-C: take the trial and its DataLoader workers down too
             raise
-    return _record(spec, out_path, log_path, returncode, started)
-
-
-def _record(spec: TrialSpec, out_path: Path, log_path: Path, returncode: int, started: float) -> dict[str, object]:
-    """The trial's record, or a failed one saying how its process ended."""
     if out_path.is_file():
         try:
             record: dict[str, object] = json.loads(out_path.read_text(encoding="utf-8"))

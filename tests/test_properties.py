@@ -60,14 +60,14 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(yaml_like)
 def test_the_baseline_loader_raises_only_its_own_errors_on_any_text(text):
     with contextlib.suppress(PerfgateError):
         parse_baseline(text, source="fuzz.yaml", workload="w")
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(json_values)
 def test_the_baseline_loader_raises_only_its_own_errors_on_any_document(document):
     text = yaml.safe_dump({"schema_version": 1, "workload": "w", "machines": document})
@@ -75,14 +75,14 @@ def test_the_baseline_loader_raises_only_its_own_errors_on_any_document(document
         parse_baseline(text, source="fuzz.yaml", workload="w")
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(yaml_like)
 def test_the_micro_benchmark_baseline_loader_raises_only_its_own_errors(text):
     with contextlib.suppress(PerfgateError):
         parse_micro_baseline(text, source="fuzz.yaml")
 
 
-@settings(max_examples=200)
+@settings(max_examples=100)
 @given(json_values)
 def test_the_results_loader_raises_only_its_own_errors(document):
     for candidate in (document, {"schema_version": 1, "workloads": document}):
