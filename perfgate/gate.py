@@ -367,10 +367,11 @@ def run_check(
                     f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more trial of each"
                 )
             session.run_more(pending)
+        run = result.run
         if run_settings.profile_dir is not None:
             session.profile()
-            result = compare_run(session.result(), baselines, settings, problems)
-        return GateResult(result.workloads, settings, result.run, stopped)
+            run = session.result()  # the same trials, now with the profiles: the verdicts stand
+        return GateResult(result.workloads, settings, run, stopped)
 
 
 def _compare_config(
@@ -552,7 +553,6 @@ def _losses(values: Sequence[float]) -> str:
 
 def gate_to_dict(result: GateResult) -> dict[str, Any]:
     """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`."""
-    from perfgate.environment import machine_fingerprint
 
     def comparison(c: ThroughputComparison | None) -> dict[str, Any] | None:
         if c is None:

@@ -67,8 +67,13 @@ def top_operators(averages: Any, steps: int, limit: int = TOP_OPERATORS) -> list
                 "self_device_s_per_step": device_us / 1e6 / steps,
             }
         )
-    rows.sort(key=lambda r: r["self_cpu_s_per_step"] + r["self_device_s_per_step"], reverse=True)
+    rows.sort(key=_self_s, reverse=True)
     return rows[:limit]
+
+
+def _self_s(row: dict[str, Any]) -> float:
+    """An operator's self time per step, CPU and device together."""
+    return float(row.get("self_cpu_s_per_step", 0.0)) + float(row.get("self_device_s_per_step", 0.0))
 
 
 def _device_self_us(event: Any) -> float:
@@ -84,12 +89,8 @@ def grown_operators(
     baseline: list[dict[str, Any]], current: list[dict[str, Any]], limit: int = 5
 ) -> list[tuple[str, float, float]]:
     """Operators whose self time per step grew most: (name, baseline s, current s), largest growth first."""
-
-    def total(row: dict[str, Any]) -> float:
-        return float(row.get("self_cpu_s_per_step", 0.0)) + float(row.get("self_device_s_per_step", 0.0))
-
-    before = {row["name"]: total(row) for row in baseline}
-    growth = [(row["name"], before.get(row["name"], 0.0), total(row)) for row in current]
+    before = {row["name"]: _self_s(row) for row in baseline}
+    growth = [(row["name"], before.get(row["name"], 0.0), _self_s(row)) for row in current]
     growth = [g for g in growth if g[2] > g[1]]
     growth.sort(key=lambda g: g[2] - g[1], reverse=True)
     return growth[:limit]

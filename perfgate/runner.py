@@ -183,21 +183,24 @@ class LabSession:
                 if (name, config) in self.config_failures:
                     continue
                 trace = (directory / f"{name}-{config}.trace.json").absolute()
-                spec = TrialSpec(
-                    reference_text=reference.text,
-                    reference_target=reference.target,
-                    config=config,
-                    trial=-1,
-                    device=self.settings.device,
-                    threads=self.settings.threads,
-                    profile=str(trace),
-                )
+                spec = self._spec(reference, config, trial=-1, profile=str(trace))
                 record = run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
                 profile = record.get("profile")
                 if record.get("status") == "ok" and isinstance(profile, dict):
                     self.profiles[(name, config)] = profile
                 else:
                     self.profiles[(name, config)] = {"failure": str(record.get("message", "no profile"))}
+
+    def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
+        return TrialSpec(
+            reference_text=reference.text,
+            reference_target=reference.target,
+            config=config,
+            trial=trial,
+            device=self.settings.device,
+            threads=self.settings.threads,
+            profile=profile,
+        )
 
     def _run(self, plan: Sequence[PlannedTrial]) -> None:
         settings = self.settings
@@ -208,14 +211,7 @@ class LabSession:
             if self.progress:
                 self.progress(TrialEvent(planned, len(plan)))
             reference, _ = self.by_name[planned.workload]
-            spec = TrialSpec(
-                reference_text=reference.text,
-                reference_target=reference.target,
-                config=planned.config,
-                trial=planned.trial,
-                device=settings.device,
-                threads=settings.threads,
-            )
+            spec = self._spec(reference, planned.config, trial=planned.trial)
             record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s)
             if record.get("status") == "error" and record.get("kind") == "workload":
                 raise WorkloadError(

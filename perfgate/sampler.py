@@ -1,7 +1,7 @@
 """System metrics sampled during a trial's timed steps: CPU per core and of the trial, GPU utilisation.
 
-A daemon thread takes a sample every `interval_s` with psutil (CPU per core, the trial process's CPU
-and resident memory) and, on CUDA with nvidia-ml-py installed, NVML (GPU utilisation and memory).
+A daemon thread takes a sample every `interval_s` with psutil (CPU per core and the trial process's
+CPU) and, on CUDA with nvidia-ml-py installed, NVML (GPU utilisation).
 It sleeps between samples and reads a few counters per sample; `benchmarks/sampler.py` measures its
 cost on a training loop (docs/performance.md).
 """

@@ -452,11 +452,7 @@ def _compile_stats() -> dict[str, int] | None:
 
 
 def _compiled_graph_count() -> int:
-    try:
-        from torch._dynamo.utils import counters  # internal; only used for a warning
-    except ImportError:
-        return 0
-    return int(counters["stats"].get("unique_graphs", 0))
+    return (_compile_stats() or {}).get("graphs", 0)
 
 
 def _is_compile_error(exc: BaseException) -> bool:
