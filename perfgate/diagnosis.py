@@ -12,9 +12,9 @@ the change in step time. The rules read the same figures:
   regression verdict counts as slower: on a noisy machine one trial's step time proves nothing);
 - tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
   steps beyond mean + 3 sd;
-- memory: memory in use rising step over step (at least memory_growth_mib over the timed steps,
-  correlation with the step number memory_growth_fit or more: something keeps tensors alive, the
-  classic being a loss summed without `.item()`), or a peak-memory regression;
+- memory: memory in use rising step over step (a least-squares slope of memory_growth_kib per step or
+  more, correlation with the step number memory_growth_fit or more: something keeps tensors or autograd
+  graphs alive, the classic being a loss summed without `.item()`), or a peak-memory regression;
 - framework overhead: a step calling torch_calls_growth times the baseline's torch functions, each
   added call costing at most call_overhead_us of step time (many small operations: Python and
   dispatch overhead, not compute), or more torch.compile graph breaks;
@@ -53,7 +53,7 @@ class Thresholds:
     explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
     tail_ratio: float = 1.5  # p95 / p50 of step times
     tail_sigmas: float = 3.0
-    memory_growth_mib: float = 4.0  # over the timed steps: less is allocator and page noise
+    memory_growth_kib: float = 8.0  # per timed step: perfgate's own bookkeeping adds under 1 KiB
     memory_growth_fit: float = 0.9  # correlation of memory with the step number: a steady rise, not a jump
     torch_calls_growth: float = 1.5  # torch functions per step, current over baseline ...
     call_overhead_us: float = 20.0  # ... each adding at most this much step time: overhead, not compute
@@ -347,7 +347,7 @@ def _memory(
         per_step, fit = statistics.median(f[0] for f in fits), statistics.median(f[1] for f in fits)
         steps = statistics.median(len(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4)
         total = per_step * (steps - 1)
-        if total >= th.memory_growth_mib * (1 << 20) and fit >= th.memory_growth_fit:
+        if per_step >= th.memory_growth_kib * 1024 and fit >= th.memory_growth_fit:
             findings.append(
                 Finding(
                     "memory",

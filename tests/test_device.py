@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.device import CudaDevice, Device, select_device
+from perfgate.device import CudaDevice, Device, _heap_in_use_bytes, select_device
 from perfgate.errors import UsageError
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -29,6 +29,22 @@ def test_cpu_peak_window_starts_again_after_reset():
     del block
     device.reset_peak_memory()
     assert device.peak_memory()["peak_bytes"] < 32 * 1024 * 1024
+
+
+@pytest.mark.skipif(_heap_in_use_bytes() is None, reason="needs glibc's mallinfo2")
+def test_cpu_memory_in_use_counts_what_is_kept_and_not_what_was_freed():
+    device = Device()
+    device.mark_setup_done()
+    kept, readings = [], []
+    for _ in range(10):
+        kept.append(torch.ones(48 * 1024 // 4))  # 48 KiB kept per step, as a leaked autograd graph might
+        scratch = torch.ones(8 << 20)  # 32 MiB freed each step: resident memory may keep it, malloc does not
+        del scratch
+        readings.append(device.memory_now())
+    growth = [b - a for a, b in zip(readings, readings[1:], strict=False)]
+    assert all(40 * 1024 <= g <= 56 * 1024 for g in growth), growth
+    kept.clear()
+    assert device.memory_now() < readings[0]
 
 
 def test_move_keeps_the_batch_structure():
@@ -73,6 +89,18 @@ def test_cuda_clock_waits_for_queued_work():
     elapsed = device.now() - start
     assert elapsed > 0.001  # 20 large matmuls cannot finish in a millisecond; without sync we'd read ~0
     assert device.describe()["count"] >= 1
+
+
+@needs_cuda
+def test_cuda_memory_in_use_counts_device_tensors_and_the_host_heap():
+    device = CudaDevice()
+    device.mark_setup_done()
+    before = device.memory_now()
+    on_device = torch.ones(1 << 20, device="cuda")  # 4 MiB
+    on_host = [torch.ones(48 * 1024 // 4) for _ in range(10)]  # 480 KiB, as a kept graph's nodes are
+    grown = device.memory_now() - before
+    assert grown >= (4 << 20) + (400 << 10) if _heap_in_use_bytes() is not None else grown >= 4 << 20
+    del on_device, on_host
 
 
 @needs_cuda

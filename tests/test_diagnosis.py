@@ -125,6 +125,15 @@ def test_memory_rising_step_over_step_is_memory_growth():
     assert d.findings[0].line == "memory growth: memory in use rose 1.0 MiB per step, 19.0 MiB over 20 timed steps"
 
 
+def test_a_slow_steady_rise_like_perfgates_own_bookkeeping_is_not_memory_growth():
+    creeping = [(50 << 20) + 1024 * i for i in range(STEPS)]  # 1 KiB per step, perfectly steady
+    _, (d,) = diagnosed(BASE_MS, every_config=True, memory=creeping)
+    assert "memory" not in [f.suspect for f in d.findings]
+    at_threshold = [(50 << 20) + 8 * 1024 * i for i in range(STEPS)]
+    _, (d,) = diagnosed(BASE_MS, every_config=True, memory=at_threshold)
+    assert d.suspect == "memory"
+
+
 def test_a_one_off_allocation_is_not_memory_growth():
     jump = [(50 << 20) if i < 10 else (80 << 20) for i in range(STEPS)]  # one 30 MiB allocation mid-way
     _, (d,) = diagnosed(BASE_MS, every_config=True, memory=jump)
