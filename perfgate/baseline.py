@@ -24,7 +24,7 @@ from perfgate.environment import FINGERPRINT_FIELDS, dirty_paths, fingerprint_ke
 from perfgate.errors import PerfgateError, UsageError
 from perfgate.locking import locked_folder
 from perfgate.probe import combine
-from perfgate.results import RunResult, WorkloadResult, write_text_atomic
+from perfgate.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
 from perfgate.summary import PHASES
 
 BASELINE_SCHEMA_VERSION = 1
@@ -359,7 +359,7 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
 def version_hint(version: Any, update_command: str = "perfgate update") -> str:
     """What to do about a baseline file of another schema_version: newer needs a newer perfgate; there is
     no older format (1 is the first perfgate wrote), so anything else was not written by perfgate."""
-    if isinstance(version, int) and not isinstance(version, bool) and version > BASELINE_SCHEMA_VERSION:
+    if is_newer_version(version, BASELINE_SCHEMA_VERSION):
         return f"it was written by a newer perfgate: upgrade perfgate to read it, or rewrite it with {update_command}"
     return f"perfgate has only ever written schema_version 1: restore the file from git or run {update_command}"
 

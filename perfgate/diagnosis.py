@@ -242,12 +242,12 @@ def _data_pipeline(
 ) -> list[Finding]:
     data = [p for p in phases if p.phase in ("data_wait", "h2d")]
     step = statistics.fmean(step_s)
-    share = sum(p.current_s for p in data) / step if step else 0.0
+    wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
+    share = wait_now / step if step else 0.0
     base_step = sum(p.baseline_s or 0.0 for p in phases)
-    base_share = sum(p.baseline_s or 0.0 for p in data) / base_step if base_step else None
+    base_share = wait_before / base_step if base_step else None
     explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
     changed = _loader_changes(base_settings, settings)
-    wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
     grew_with_change = (
         bool(changed)
         and base_share is not None
@@ -397,8 +397,9 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: 
             )
     syncs = [t.host_syncs_per_step for t in trials if t.host_syncs_per_step is not None]
     base_syncs = [t.host_syncs_per_step for t in baseline.trials if t.host_syncs_per_step is not None]
-    if syncs and base_syncs and statistics.median(syncs) > statistics.median(base_syncs):
-        now_syncs, before_syncs = statistics.median(syncs), statistics.median(base_syncs)
+    now_syncs = statistics.median(syncs) if syncs else None
+    before_syncs = statistics.median(base_syncs) if base_syncs else None
+    if now_syncs is not None and before_syncs is not None and now_syncs > before_syncs:
         findings.append(
             Finding(
                 "framework overhead",

@@ -44,7 +44,7 @@ def locked_folder(directory: Path, *, timeout_s: float | None = None) -> Iterato
         Path(directory).mkdir(parents=True, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY)
     except OSError as exc:
-        raise LockTimeout(f"cannot open {directory}: {exc.strerror}", hint="check the path and permissions") from exc
+        raise PerfgateError(f"cannot open {directory}: {exc.strerror}", hint="check the path and permissions") from exc
     try:
         deadline = time.monotonic() + timeout_s
         while True:

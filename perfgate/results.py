@@ -217,10 +217,9 @@ def parse_results(text: str, *, source: str) -> RunResult:
         raise ResultsError(f"{source} is not valid JSON: {exc}", hint=hint) from None
     if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
         found = document.get("schema_version") if isinstance(document, dict) else None
-        newer = isinstance(found, int) and not isinstance(found, bool) and found > SCHEMA_VERSION
         raise ResultsError(
             f"{source} has schema_version {found!r}; this perfgate reads {SCHEMA_VERSION}",
-            hint="upgrade perfgate to read it" if newer else hint,
+            hint="upgrade perfgate to read it" if is_newer_version(found, SCHEMA_VERSION) else hint,
         )
     problem = _schema_problem(document)
     if problem is not None:
@@ -256,6 +255,11 @@ def parse_results(text: str, *, source: str) -> RunResult:
         )
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ResultsError(f"{source} is not a complete results file ({type(exc).__name__}: {exc})", hint=hint) from exc
+
+
+def is_newer_version(found: Any, current: int) -> bool:
+    """Whether a file's schema_version is a later one than this perfgate writes (an int, not a bool)."""
+    return isinstance(found, int) and not isinstance(found, bool) and found > current
 
 
 def _refuse_constant(name: str) -> Any:

@@ -35,6 +35,11 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     return CliResult(process.returncode, process.stdout, process.stderr)
 
 
+def git(cwd: Path, *args: str) -> str:
+    """Run git in a real repository under the test's temporary folder; its output, stripped."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
 @pytest.fixture
 def tiny_ref() -> str:
     return f"{WORKLOADS / 'tiny.py'}:tiny"

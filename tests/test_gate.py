@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from tests.conftest import GATED, WORKLOADS, run_cli, validate_results
+from tests.conftest import GATED, WORKLOADS, git, run_cli, validate_results
 
 # One config, three trials, no extra trials: each check is three trial processes. One thread: on a busy
 # 2-core machine, two OpenMP threads stall on each other's barriers and a trial of tiny ops can take 40x longer.
@@ -120,20 +119,17 @@ def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
 
 
 def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
-    def git(*args: str) -> None:
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
     shutil.copy(WORKLOADS / "tiny.py", tmp_path / "work.py")
-    git("init", "-q")
-    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "start")
-    git("add", "work.py")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "start")
+    git(tmp_path, "add", "work.py")
     result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr == (
         "error: the working tree has uncommitted changes (work.py): a baseline must match a commit; "
         "commit them or stash them, or pass --allow-dirty\n"
     ).replace("commit them or stash them", "commit or stash them")
-    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "work")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "work")
     (tmp_path / "baselines").mkdir()
     result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

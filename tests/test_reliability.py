@@ -21,7 +21,7 @@ from perfgate.environment import git_state
 from perfgate.errors import ResultsError
 from perfgate.locking import LockTimeout, locked_folder
 from perfgate.results import parse_results
-from tests.conftest import WORKLOADS, run_cli
+from tests.conftest import WORKLOADS, git, run_cli
 from tests.test_baseline_store import entry
 
 ROOT = Path(__file__).parent.parent
@@ -146,10 +146,6 @@ def test_a_trial_that_crashes_or_is_killed_is_failed_with_the_reason(tmp_path):
     assert "trial process was killed by SIGSEGV; last output:" in result.stdout
     assert "trial process was killed by SIGKILL (the out-of-memory killer does this" in result.stdout
     assert result.stderr.strip() == "error: no trial produced a measurement; see the failures above"
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
