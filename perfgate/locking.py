@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from perfgate.errors import PerfgateError
+from perfgate.errors import PerfgateError, UsageError
 
 LOCK_TIMEOUT_S = 120.0  # longer than any write takes: a holder this slow is stuck
 _POLL_S = 0.05
@@ -34,7 +35,7 @@ def locked_folder(directory: Path, *, timeout_s: float | None = None) -> Iterato
 
     Waits up to `timeout_s` (default LOCK_TIMEOUT_S, or $PERFGATE_LOCK_TIMEOUT) for another holder."""
     if timeout_s is None:
-        timeout_s = float(os.environ.get("PERFGATE_LOCK_TIMEOUT", LOCK_TIMEOUT_S))
+        timeout_s = _timeout_from_environment()
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -63,3 +64,19 @@ def locked_folder(directory: Path, *, timeout_s: float | None = None) -> Iterato
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _timeout_from_environment() -> float:
+    text = os.environ.get("PERFGATE_LOCK_TIMEOUT")
+    if text is None:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise UsageError(
+            f"PERFGATE_LOCK_TIMEOUT must be a number of seconds above 0, not {text!r}",
+            hint=f"set it to, say, {LOCK_TIMEOUT_S:g}, or unset it for that default",
+        )
+    return value

@@ -18,7 +18,7 @@ import yaml
 
 from perfgate.baseline import BaselineError, BaselineStore, parse_baseline
 from perfgate.environment import git_state
-from perfgate.errors import ResultsError
+from perfgate.errors import ResultsError, UsageError
 from perfgate.locking import LockTimeout, locked_folder
 from perfgate.results import parse_results
 from tests.conftest import WORKLOADS, git, run_cli
@@ -82,6 +82,18 @@ def test_a_lock_held_too_long_is_a_one_line_error(tmp_path, monkeypatch):
         f"another process has been writing the baselines in {tmp_path} for over 0.3 s; wait for the other "
         "perfgate update to finish, or stop it, then run again"
     )
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf", ""])
+def test_a_bad_lock_timeout_is_a_one_line_error_and_nothing_is_written(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("PERFGATE_LOCK_TIMEOUT", value)
+    with pytest.raises(UsageError) as raised:
+        BaselineStore(tmp_path).write(entry())
+    assert raised.value.one_line() == (
+        f"PERFGATE_LOCK_TIMEOUT must be a number of seconds above 0, not {value!r}; set it to, say, 120, "
+        "or unset it for that default"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_full_disk_on_write_leaves_the_old_file_intact(tmp_path):
