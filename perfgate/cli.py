@@ -91,7 +91,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         help=f"per-trial time limit (default: {DEFAULT_TIMEOUT_S:g})",
     )
     group.add_argument(
-        "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 1) to PATH"
+        "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 2) to PATH"
     )
     group.add_argument("--quiet", action="store_true", help="no progress lines")
     group.add_argument(
@@ -199,6 +199,42 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--diagnose", action="store_true", help="diagnose every config (by default only those that regressed)"
     )
+    paired = check.add_argument_group("paired check")
+    paired.add_argument(
+        "--against",
+        default=None,
+        metavar="REF",
+        help="measure the working tree against this git ref (branch, tag, commit) in pairs, side by side, "
+        "instead of comparing with stored baselines",
+    )
+    paired.add_argument(
+        "--parallel-pairs",
+        action="store_true",
+        help="with --against: run each pair's two trials at the same time, each on half of the CPUs",
+    )
+    calibrate = _add_command(
+        commands,
+        "calibrate",
+        help="measure what this runner can detect: paired A/A noise and a planted slowdown",
+        description="Measure this runner's paired noise (the working tree against itself), check a planted slowdown "
+        "as perfgate check --against would, and report the smallest slowdown a paired check detects within the "
+        "time budget.",
+    )
+    add_run_options(calibrate, trials=DEFAULT_TRIALS)
+    add_gate_options(calibrate, measuring=True)
+    calibrate.add_argument(
+        "--pairs", type=_positive_int, default=6, metavar="N", help="A/A pairs per config (default: 6)"
+    )
+    calibrate.add_argument(
+        "--slowdown",
+        type=_fraction("--slowdown"),
+        default=0.10,
+        metavar="PCT",
+        help="the planted slowdown: every step of head takes this much longer (default: 10%%)",
+    )
+    calibrate.add_argument(
+        "--parallel-pairs", action="store_true", help="run each pair's two trials at the same time, on half the CPUs"
+    )
     update = _add_command(
         commands,
         "update",
@@ -302,15 +338,18 @@ def command_run(args: argparse.Namespace) -> int:
 
 def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool = False) -> GateSettings:
     """Gate settings from the options and [tool.perfgate]; `single_look` for a judgement that adds no trials."""
-    from perfgate.gate import GateSettings
+    from perfgate.gate import DEFAULT_MAX_PAIRS, GateSettings
     from perfgate.project import load_project_config
 
+    max_trials = getattr(args, "max_trials", None)
+    if max_trials is None and getattr(args, "against", None) is not None:
+        max_trials = max(trials, DEFAULT_MAX_PAIRS)
     return GateSettings.from_options(
         load_project_config(),
         trials=trials,
         threshold=args.threshold,
         alpha=args.alpha,
-        max_trials=trials if single_look else getattr(args, "max_trials", None),
+        max_trials=trials if single_look else max_trials,
         time_budget_s=getattr(args, "time_budget", DEFAULT_TIME_BUDGET_S),
         fail_on_inconclusive=args.fail_on_inconclusive,
     )
@@ -326,7 +365,7 @@ def command_check(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from perfgate.baseline import BaselineStore
-    from perfgate.gate import run_check
+    from perfgate.gate import gate_record, run_check
     from perfgate.report import format_run
     from perfgate.results import check_writable, write_text_atomic
 
@@ -334,11 +373,26 @@ def command_check(args: argparse.Namespace) -> int:
     gate_settings = _gate_settings(args, run_settings.trials)
     if args.markdown is not None:
         check_writable(args.markdown, "--markdown")
-    result = run_check(
-        references, run_settings, gate_settings, BaselineStore(args.baseline_dir), _progress(args), _notify(args)
-    )
+    if args.against is not None:
+        from perfgate.against import run_paired_check
+
+        result = run_paired_check(
+            references,
+            run_settings,
+            gate_settings,
+            args.against,
+            parallel=args.parallel_pairs,
+            progress=_progress(args),
+            notify=_notify(args),
+        )
+    else:
+        if args.parallel_pairs:
+            raise UsageError("--parallel-pairs needs --against", hint="add --against REF, e.g. --against main")
+        result = run_check(
+            references, run_settings, gate_settings, BaselineStore(args.baseline_dir), _progress(args), _notify(args)
+        )
     if result.run is not None:
-        run = replace(result.run, gate=gate_settings.record(args.baseline_dir))
+        run = replace(result.run, gate=gate_record(result, args.baseline_dir))
         result = replace(result, run=run)
         sys.stdout.write(format_run(run) + "\n")
         _write_json(run, args.json)
@@ -353,6 +407,31 @@ def command_check(args: argparse.Namespace) -> int:
         details = str(args.json) if args.json else None
         write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses))
     return _report_gate(result, diagnoses)
+
+
+def command_calibrate(args: argparse.Namespace) -> int:
+    from perfgate.calibrate import format_calibration, run_calibration
+    from perfgate.report import format_gate
+
+    args.against = "itself"  # paired defaults: the largest number of pairs
+    references, run_settings = _run_settings(args)
+    gate_settings = _gate_settings(args, run_settings.trials)
+    calibration = run_calibration(
+        references,
+        run_settings,
+        gate_settings,
+        pairs=args.pairs,
+        slowdown=args.slowdown,
+        parallel=args.parallel_pairs,
+        progress=_progress(args),
+        notify=_notify(args),
+    )
+    if calibration.planted.run is not None:
+        _write_json(calibration.planted.run, args.json)
+    if not args.quiet:
+        sys.stdout.write("A/A " + format_gate(calibration.aa) + "\n")
+    sys.stdout.write(format_calibration(calibration))
+    return 0
 
 
 def command_update(args: argparse.Namespace) -> int:
@@ -445,6 +524,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": command_run,
     "check": command_check,
     "update": command_update,
+    "calibrate": command_calibrate,
     "compare": command_compare,
     "report": command_report,
 }

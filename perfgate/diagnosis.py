@@ -173,6 +173,7 @@ def diagnose(
                 slower=verdict.slower,
                 memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
                 th=th,
+                changes=verdict.evidence,
             )
             if diagnosis is not None:
                 diagnoses.append(diagnosis)
@@ -192,8 +193,10 @@ def diagnose_config(
     slower: bool,
     memory_regressed: bool = False,
     th: Thresholds = DEFAULT_THRESHOLDS,
+    changes: Sequence[str] = (),
 ) -> Diagnosis | None:
-    """Attribution and findings for one config; None when no trial of it succeeded."""
+    """Attribution and findings for one config; None when no trial of it succeeded. `changes` is the
+    verdict's evidence of what else changed (the model's numerics, the data pipeline's output)."""
     ok = [t for t in current.trials if t.ok and t.step_s]
     if not ok:
         return None
@@ -203,8 +206,8 @@ def diagnose_config(
     )
     step_s = [s for t in ok for s in t.step_s]
     findings = [
-        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slower, th),
-        *_model_compute(phases, slower, th),
+        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slower, th, changes),
+        *_model_compute(phases, slower, th, changes),
         *_tail_latency(step_s, baseline, slower, th),
         *_memory(ok, baseline, memory_regressed, th),
         *_framework(ok, baseline, th),
@@ -239,6 +242,7 @@ def _data_pipeline(
     cores: int | None,
     slower: bool,
     th: Thresholds,
+    changes: Sequence[str] = (),
 ) -> list[Finding]:
     data = [p for p in phases if p.phase in ("data_wait", "h2d")]
     step = statistics.fmean(step_s)
@@ -248,8 +252,9 @@ def _data_pipeline(
     base_share = wait_before / base_step if base_step else None
     explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
     changed = _loader_changes(base_settings, settings)
+    output_changed = [c for c in changes if c.startswith("the data pipeline's output changed")]
     grew_with_change = (
-        bool(changed)
+        bool(changed or output_changed)
         and base_share is not None
         and wait_now >= th.data_wait_growth * wait_before
         and wait_now - wait_before >= 0.05 * step  # and by a noticeable part of the step
@@ -262,6 +267,7 @@ def _data_pipeline(
         evidence.append(f"explains {explains:.0%} of the slower step")
     if changed:
         evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
+    evidence.extend(output_changed)
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
     standing = (
@@ -302,13 +308,17 @@ def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
     return hints
 
 
-def _model_compute(phases: Sequence[PhaseChange], slower: bool, th: Thresholds) -> list[Finding]:
+def _model_compute(
+    phases: Sequence[PhaseChange], slower: bool, th: Thresholds, changes: Sequence[str] = ()
+) -> list[Finding]:
     compute = {"forward", "backward", "optimizer"}
     explains = _explained(phases, compute) if slower else 0.0
     if explains < th.explains:
         return []
     grown = sorted((p for p in phases if p.phase in compute), key=lambda p: p.change_s, reverse=True)
-    evidence = tuple(_per_step(p) for p in grown)
+    evidence = tuple(_per_step(p) for p in grown) + tuple(
+        c for c in changes if c.startswith("the model's numerics changed")
+    )
     top = PHASE_NAMES.get(grown[0].phase, grown[0].phase)
     line = f"model compute: {top} grew most; compute phases explain {explains:.0%} of the slower step"
     return [Finding("model compute", line, evidence)]

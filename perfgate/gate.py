@@ -19,17 +19,22 @@ from perfgate.environment import fingerprint_key, machine_fingerprint
 from perfgate.errors import UsageError
 from perfgate.project import Limits, ProjectConfig
 from perfgate.references import Reference
-from perfgate.results import RunResult, TrialResult
+from perfgate.results import Against, RunResult, TrialResult, WorkloadResult
 from perfgate.runner import LabSession, ProgressCallback, RunSettings
 from perfgate.stats import (
     DEFAULT_ALPHA,
+    DEFAULT_SPENDING,
     OUTLIER_FACTOR,
+    PASS_ERROR,
+    LookLevels,
     MemoryComparison,
     ThroughputComparison,
     Verdict,
     combine_verdicts,
     compare_memory,
+    compare_paired,
     compare_throughput,
+    look_levels,
     looks,
 )
 from perfgate.units import format_bytes, format_p_value, format_signed_pct
@@ -38,6 +43,7 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_NO_BASELINE = 3
 DEFAULT_MAX_TRIALS = 8
+DEFAULT_MAX_PAIRS = 20  # a paired check's largest number of pairs per config
 DEFAULT_TIME_BUDGET_S = 600.0
 EXIT_MEANINGS = {EXIT_OK: "pass", EXIT_REGRESSION: "fail", EXIT_NO_BASELINE: "no comparable baseline"}
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
@@ -67,11 +73,28 @@ class GateSettings:
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     fail_on_inconclusive: bool = False
     update_command: str = "perfgate update"  # what the messages tell the user to run for a new baseline
+    spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
 
     @property
     def looks(self) -> int:
-        """How often the check may test each config (its error rates are split over them)."""
+        """How often the check may test each config at most (after its first trials, then after each)."""
         return looks(self.trials, max(self.trials, self.max_trials))
+
+    def levels(self, look: Look | None) -> LookLevels:
+        """The error rates one look may spend: a spending plan over the check's looks; without a look
+        (a judgement that adds no trials) the whole of them."""
+        if look is None:
+            return LookLevels(self.alpha, PASS_ERROR)
+        if look.previous_n is None:  # a results file from before spending plans: an even split
+            return LookLevels(self.alpha / self.looks, PASS_ERROR / self.looks)
+        return look_levels(
+            look.n,
+            look.previous_n,
+            max(self.trials, self.max_trials),
+            alpha=self.alpha,
+            final=look.final,
+            shape=self.spending,
+        )
 
     def limits(self, workload: str, config: str) -> Limits:
         return self.project.limits(workload, config, threshold=self.threshold)
@@ -85,6 +108,7 @@ class GateSettings:
             "max_trials": self.max_trials,
             "fail_on_inconclusive": self.fail_on_inconclusive,
             "baseline_dir": str(baseline_dir),
+            "spending": self.spending,
         }
 
     @classmethod
@@ -97,6 +121,7 @@ class GateSettings:
             trials=int(record.get("trials", 1)),
             max_trials=int(record.get("max_trials", 1)),
             fail_on_inconclusive=bool(record.get("fail_on_inconclusive", False)),
+            spending=str(record.get("spending", DEFAULT_SPENDING)),
         )
 
     @classmethod
@@ -136,6 +161,28 @@ class GateSettings:
 
 
 @dataclass(frozen=True)
+class Look:
+    """One test of a config in a sequential check: at `n` trials (or pairs), the previous test at
+    `previous_n` (0: none; None: unknown, a file written before spending plans), `final` when no
+    more will follow."""
+
+    n: int
+    previous_n: int | None
+    final: bool
+
+    def to_record(self) -> list[object]:
+        return [self.n, self.previous_n, self.final]
+
+    @classmethod
+    def from_record(cls, record: Sequence[Any]) -> Look:
+        n, previous_n, final = record
+        return cls(int(n), None if previous_n is None else int(previous_n), bool(final))
+
+
+Looks = Mapping[tuple[str, str], Look]
+
+
+@dataclass(frozen=True)
 class ConfigVerdict:
     workload: str
     config: str
@@ -147,16 +194,14 @@ class ConfigVerdict:
     trials_failed: int = 0
     adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
     machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
+    evidence: tuple[str, ...] = ()  # what else changed: the model's numerics, the data pipeline's output
 
     @property
     def slower(self) -> bool:
         """Throughput regressed (raw and machine-adjusted agreeing), whatever peak memory did."""
         if self.throughput is None:
             return False
-        verdict = self.throughput.verdict
-        if self.adjusted is not None:
-            verdict = combine_verdicts(verdict, self.adjusted.verdict)
-        return verdict == Verdict.REGRESSION
+        return combined_verdict(self.throughput, self.adjusted) == Verdict.REGRESSION
 
 
 @dataclass(frozen=True)
@@ -176,6 +221,15 @@ class GateResult:
     settings: GateSettings
     run: RunResult | None = None
     stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
+    looks: Mapping[tuple[str, str], Look] = field(default_factory=dict)  # each config's last look
+    against: Against | None = None  # set in a paired check: the base it measured beside the working tree
+
+    @property
+    def mode(self) -> str:
+        """What the check compared with, in words, for every report."""
+        if self.against is None:
+            return "stored baselines"
+        return self.against.describe()
 
     @property
     def verdicts(self) -> list[ConfigVerdict]:
@@ -237,8 +291,12 @@ def compare_results(
     *,
     store: BaselineStore | None = None,
     baseline: RunResult | None = None,
+    looks: Looks | None = None,
 ) -> GateResult:
-    """Judge saved results against the stored baselines for their machine, or against other saved results."""
+    """Judge saved results against the stored baselines for their machine, or against other saved results;
+    a paired check's results against the base measured beside them."""
+    if candidate.against is not None and baseline is None:
+        return compare_pairs(candidate, candidate.against.base, settings, looks or {}, candidate.against)
     names = [w.name for w in candidate.workloads]
     if baseline is None:
         assert store is not None, "compare_results needs a store or a baseline run"
@@ -247,7 +305,7 @@ def compare_results(
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
-    return compare_run(candidate, baselines, settings, problems)
+    return compare_run(candidate, baselines, settings, problems, looks)
 
 
 def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | None = None) -> GateResult:
@@ -257,10 +315,22 @@ def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | Non
 
     if run.gate is None:
         settings = GateSettings.from_options(project, trials=1, max_trials=1)
+        looks: dict[tuple[str, str], Look] = {}
     else:
         settings = GateSettings.from_record(project, run.gate)
+        recorded = run.gate.get("looks")
+        if isinstance(recorded, dict):
+            looks = {_config_key(key): Look.from_record(value) for key, value in recorded.items()}
+        else:  # written before spending plans: every config judged as after the check's last look
+            looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
     directory = baseline_dir or Path(str((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR))
-    return compare_results(run, settings, store=BaselineStore(directory))
+    result = compare_results(run, settings, store=BaselineStore(directory), looks=looks)
+    return replace(result, looks=looks)
+
+
+def _config_key(text: str) -> tuple[str, str]:
+    workload, _, config = text.rpartition("/")
+    return workload, config
 
 
 def compare_entries(
@@ -271,23 +341,30 @@ def compare_entries(
     configs: Sequence[str] | None = None,
     failures: Mapping[str, str] | None = None,
     failed_trials: Mapping[str, int] | None = None,
+    looks: Looks | None = None,
+    paired: bool = False,
+    base_name: str = "the baseline",
 ) -> WorkloadVerdict:
     """Judge one workload: comparability first, then each config's throughput and memory.
 
     `configs` are the configs the candidate ran (default: those it measured); `failures` gives the
     reason for each that produced no measurement, `failed_trials` how many trials of each failed.
+    `looks` gives each config's look in a sequential check (none: one decision with the whole alpha).
+    `paired`: the i-th trials of the two sides were measured side by side (a paired check).
     """
     name = candidate.workload
     changed = _workload_changes(baseline, candidate)
     if changed:
+        command = "compare the same workload settings on both sides" if paired else f"run {settings.update_command}"
         return WorkloadVerdict(
             name,
             [],
             baseline,
-            problem=f"not comparable: the workload changed ({'; '.join(changed)}); if that was intended, "
-            f"run {settings.update_command} and commit the new baseline",
+            problem=f"not comparable: the workload's settings changed ({'; '.join(changed)}); if that was intended, "
+            f"{command}" + ("" if paired else " and commit the new baseline"),
             problem_status=Status.NOT_COMPARABLE,
         )
+    data_evidence = _data_evidence(baseline, candidate, base_name)
     verdicts = []
     for config in configs or list(candidate.configs):
         reason = (failures or {}).get(config)
@@ -295,7 +372,20 @@ def compare_entries(
             limits = settings.limits(name, config)
             verdicts.append(ConfigVerdict(name, config, Status.FAILED, f"the config failed: {reason}", limits))
             continue
-        verdict = _compare_config(name, config, baseline.configs.get(config), candidate, settings)
+        verdict = _compare_config(
+            name,
+            config,
+            baseline.configs.get(config),
+            candidate,
+            settings,
+            settings.levels((looks or {}).get((name, config))),
+            paired=paired,
+        )
+        evidence = tuple(data_evidence) + _numerics_evidence(
+            baseline.configs.get(config), candidate.configs.get(config)
+        )
+        if evidence and verdict.status not in (Status.FAILED, Status.NO_BASELINE):
+            verdict = replace(verdict, evidence=evidence, reason=f"{verdict.reason}; {'; '.join(evidence)}")
         verdicts.append(_with_failed_trials(verdict, (failed_trials or {}).get(config, 0)))
     return WorkloadVerdict(name, verdicts, baseline)
 
@@ -305,6 +395,7 @@ def compare_run(
     baselines: Mapping[str, BaselineEntry],
     settings: GateSettings,
     problems: Mapping[str, str] | None = None,
+    looks: Looks | None = None,
 ) -> GateResult:
     """Judge every workload of `run` that has a baseline; `problems` are workloads that had none."""
     workloads = [
@@ -323,9 +414,10 @@ def compare_run(
                 configs=list(workload.configs),
                 failures=failures,
                 failed_trials={name: sum(1 for t in c.trials if not t.ok) for name, c in workload.configs.items()},
+                looks=looks,
             )
         )
-    return GateResult(workloads, settings, run)
+    return GateResult(workloads, settings, run, looks=dict(looks or {}))
 
 
 def run_check(
@@ -345,84 +437,202 @@ def run_check(
         if not baselines:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
         session.run_trials(settings.trials)
-        stopped = None
-        while True:
-            result = compare_run(session.result(), baselines, settings, problems)
-            pending = [
-                (v.workload, v.config)
-                for v in result.verdicts
-                if v.status == Status.INCONCLUSIVE and len(session.trials[(v.workload, v.config)]) < settings.max_trials
-            ]
-            if not pending:
-                open_verdicts = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
-                if open_verdicts and settings.max_trials > settings.trials:
-                    stopped = f"--max-trials {settings.max_trials} reached"
-                break
-            round_s = sum(_mean_process_s(session.trials[pair]) for pair in pending)
-            if time.monotonic() - started + round_s > settings.time_budget_s:
-                stopped = f"--time-budget {settings.time_budget_s:g} s reached"
-                break
-            if notify:
-                notify(
-                    f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more trial of each"
-                )
-            session.run_more(pending)
+        tracker = LookTracker(settings)
+
+        def judge(final: bool) -> GateResult:
+            counts = {key: sum(t.ok for t in trials) for key, trials in session.trials.items()}
+            return compare_run(session.result(), baselines, settings, problems, tracker.look(counts, final))
+
+        def round_s(pending: Sequence[tuple[str, str]]) -> float:
+            return sum(_mean_process_s(session.trials[pair]) for pair in pending)
+
+        result, stopped = decide_sequentially(
+            judge,
+            lambda: {key: len(trials) for key, trials in session.trials.items()},
+            session.run_more,
+            round_s,
+            settings,
+            started,
+            notify,
+            unit="trial",
+        )
         run = result.run
         if run_settings.profile_dir is not None:
             session.profile()
             run = session.result()  # the same trials, now with the profiles: the verdicts stand
-        return GateResult(result.workloads, settings, run, stopped)
+        return replace(result, run=run, stopped_because=stopped)
+
+
+def _throughput_open(verdict: ConfigVerdict) -> bool:
+    if verdict.throughput is None or verdict.status not in (Status.REGRESSION, Status.INCONCLUSIVE):
+        return False
+    return combined_verdict(verdict.throughput, verdict.adjusted) == Verdict.INCONCLUSIVE
+
+
+class LookTracker:
+    """Each config's looks in a sequential check: the sample size of its previous look, so every look
+    spends only the error rates added since (`GateSettings.levels`)."""
+
+    def __init__(self, settings: GateSettings) -> None:
+        self.settings = settings
+        self.previous: dict[tuple[str, str], int] = {}
+        self.current: dict[tuple[str, str], Look] = {}
+
+    def look(self, counts: Mapping[tuple[str, str], int], final: bool) -> dict[tuple[str, str], Look]:
+        """The looks at these sample sizes; a config whose size did not grow since its last look keeps it."""
+        most = max(self.settings.trials, self.settings.max_trials)
+        for key, n in counts.items():
+            before = self.previous.get(key, 0)
+            if n <= before or n < 1:
+                if final and key in self.current:  # the same data, now known to be the last look
+                    self.current[key] = replace(self.current[key], final=True)
+                continue
+            self.current[key] = Look(n, before, final or n >= most)
+            self.previous[key] = n
+        return dict(self.current)
+
+
+def decide_sequentially(
+    judge: Callable[[bool], GateResult],
+    sizes: Callable[[], Mapping[tuple[str, str], int]],
+    run_more: Callable[[list[tuple[str, str]]], None],
+    round_s: Callable[[list[tuple[str, str]]], float],
+    settings: GateSettings,
+    started: float,
+    notify: Callable[[str], None] | None,
+    *,
+    unit: str,
+) -> tuple[GateResult, str | None]:
+    """Judge, and while verdicts are open add one more `unit` of each open config, until every config is
+    decided, has `max_trials`, or the next round would pass the time budget (that look is then the
+    last, and spends what is left of the error rates)."""
+    most = max(settings.trials, settings.max_trials)
+
+    def open_configs(result: GateResult) -> list[tuple[str, str]]:
+        # A config stays open while its throughput is undecided, even when peak memory already failed it:
+        # the report and the diagnosis need the throughput verdict too.
+        return [
+            (v.workload, v.config)
+            for v in result.verdicts
+            if (v.status == Status.INCONCLUSIVE or _throughput_open(v))
+            and sizes().get((v.workload, v.config), most) < most
+        ]
+
+    def budget_left_after(pending: list[tuple[str, str]]) -> bool:
+        return time.monotonic() - started + round_s(pending) <= settings.time_budget_s
+
+    result = judge(False)
+    while True:
+        pending = open_configs(result)
+        if not pending:
+            if any(v.status == Status.INCONCLUSIVE for v in result.verdicts) and most > settings.trials:
+                return result, f"--max-trials {settings.max_trials} reached"
+            return result, None
+        if not budget_left_after(pending):
+            # The data will not grow: look once more as the last look, with what is left of the error rates.
+            final = judge(True)
+            if any(v.status == Status.INCONCLUSIVE for v in final.verdicts):
+                return final, f"--time-budget {settings.time_budget_s:g} s reached"
+            return final, None
+        if notify:
+            notify(f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more {unit} of each")
+        run_more(pending)
+        result = judge(False)
+
+
+def compare_pairs(
+    head: RunResult, base: RunResult, settings: GateSettings, looks: Looks, against: Against
+) -> GateResult:
+    """Judge a paired check: each workload's head trials against the base trials measured beside them."""
+    base_workloads = {w.name: w for w in base.workloads}
+    workloads = []
+    for workload in head.workloads:
+        base_workload = base_workloads.get(workload.name)
+        if base_workload is None:
+            problem = against.problems.get(workload.name) or f"{workload.name} was not measured at {against.ref}"
+            workloads.append(
+                WorkloadVerdict(workload.name, [], None, problem=problem, problem_status=Status.NO_BASELINE)
+            )
+            continue
+        head_paired, base_paired = pair_trials(workload, base_workload)
+        failures = {name: c.failure_reason for name, c in workload.configs.items() if not any(t.ok for t in c.trials)}
+        verdict = compare_entries(
+            entry_from_workload(base, base_paired),
+            entry_from_workload(head, head_paired),
+            settings,
+            configs=list(workload.configs),
+            failures=failures,
+            failed_trials={
+                name: len(c.trials) - len(head_paired.configs[name].trials) for name, c in workload.configs.items()
+            },
+            looks=looks,
+            paired=True,
+            base_name=against.ref,
+        )
+        base_failures = {
+            name: c.failure_reason for name, c in base_workload.configs.items() if not any(t.ok for t in c.trials)
+        }
+        configs = [
+            replace(v, reason=f"the base ({against.ref}) could not run it: {base_failures[v.config]}")
+            if v.status == Status.NO_BASELINE and v.config in base_failures
+            else v
+            for v in verdict.configs
+        ]
+        workloads.append(replace(verdict, configs=configs))
+    return GateResult(workloads, settings, head, looks=dict(looks), against=against)
+
+
+def pair_trials(head: WorkloadResult, base: WorkloadResult) -> tuple[WorkloadResult, WorkloadResult]:
+    """Both sides cut to the pairs whose two trials succeeded, in pair order (a pair: the same trial index)."""
+    head_configs, base_configs = {}, {}
+    for name, config in head.configs.items():
+        base_config = base.configs.get(name)
+        base_trials = {t.trial: t for t in (base_config.trials if base_config else []) if t.ok}
+        pairs = [(base_trials[t.trial], t) for t in config.trials if t.ok and t.trial in base_trials]
+        head_configs[name] = replace(config, trials=[h for _, h in pairs])
+        if base_config is not None:
+            base_configs[name] = replace(base_config, trials=[b for b, _ in pairs])
+    return replace(head, configs=head_configs), replace(base, configs=base_configs)
 
 
 def _compare_config(
-    workload: str, config: str, base: ConfigEntry | None, candidate: BaselineEntry, settings: GateSettings
+    workload: str,
+    config: str,
+    base: ConfigEntry | None,
+    candidate: BaselineEntry,
+    settings: GateSettings,
+    levels: LookLevels,
+    *,
+    paired: bool = False,
 ) -> ConfigVerdict:
     limits = settings.limits(workload, config)
     measured = candidate.configs.get(config)
     if base is None:
-        return ConfigVerdict(
-            workload,
-            config,
-            Status.NO_BASELINE,
-            f"no baseline for config {config}; run {settings.update_command}",
-            limits,
-        )
+        fix = "the base has no measurement of it" if paired else f"run {settings.update_command}"
+        return ConfigVerdict(workload, config, Status.NO_BASELINE, f"no baseline for config {config}; {fix}", limits)
     if measured is None:
         reason = "the config failed: no trial produced a measurement"
         return ConfigVerdict(workload, config, Status.FAILED, reason, limits)
-    if not _losses_match(base.first_losses, measured.first_losses):
-        return ConfigVerdict(
-            workload,
-            config,
-            Status.NOT_COMPARABLE,
-            f"first-step losses changed ({_losses(base.first_losses)} -> {_losses(measured.first_losses)}): the model, "
-            f"loss or data changed; if that was intended, run {settings.update_command}",
-            limits,
-        )
-    throughput = compare_throughput(
-        base.samples_per_sec,
-        measured.samples_per_sec,
-        threshold=limits.throughput,
-        alpha=settings.alpha,
-        looks=settings.looks,
-    )
     adjusted = machine = None
-    throughput_verdict = throughput.verdict
-    base_probe, measured_probe = base.probe_steps_per_sec, measured.probe_steps_per_sec
-    if base_probe and measured_probe:
-        adjusted = compare_throughput(
-            [s / p for s, p in zip(base.samples_per_sec, base_probe, strict=True)],
-            [s / p for s, p in zip(measured.samples_per_sec, measured_probe, strict=True)],
-            threshold=limits.throughput,
-            alpha=settings.alpha,
-            looks=settings.looks,
+    if paired:
+        throughput = compare_paired(
+            base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, levels=levels
         )
-        machine = compare_throughput(base_probe, measured_probe, threshold=limits.throughput)
-        throughput_verdict = combine_verdicts(throughput.verdict, adjusted.verdict)
-    memory = compare_memory(
-        base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=settings.alpha, looks=settings.looks
-    )
-    verdicts = {throughput_verdict, memory.verdict}
+    else:
+        throughput = compare_throughput(
+            base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, levels=levels
+        )
+        base_probe, measured_probe = base.probe_steps_per_sec, measured.probe_steps_per_sec
+        if base_probe and measured_probe:
+            adjusted = compare_throughput(
+                [s / p for s, p in zip(base.samples_per_sec, base_probe, strict=True)],
+                [s / p for s, p in zip(measured.samples_per_sec, measured_probe, strict=True)],
+                threshold=limits.throughput,
+                levels=levels,
+            )
+            machine = compare_throughput(base_probe, measured_probe, threshold=limits.throughput)
+    memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=levels.alpha, looks=1)
+    verdicts = {combined_verdict(throughput, adjusted), memory.verdict}
     if Verdict.REGRESSION in verdicts:
         status = Status.REGRESSION
     elif Verdict.INCONCLUSIVE in verdicts:
@@ -431,12 +641,36 @@ def _compare_config(
         status = Status.IMPROVEMENT
     else:
         status = Status.NO_CHANGE
+    sample = "pair" if paired else "trial"
     reason = "; ".join(
-        part for part in (throughput_reason(throughput, adjusted, machine), _memory_reason(memory)) if part
+        part
+        for part in (throughput_reason(throughput, adjusted, machine, sample=sample), _memory_reason(memory))
+        if part
     )
     return ConfigVerdict(
         workload, config, status, reason, limits, throughput, memory, adjusted=adjusted, machine=machine
     )
+
+
+def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison | None) -> Verdict:
+    """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one.
+
+    Both must agree (`stats.combine_verdicts`), with one exception: when the machine-adjusted
+    comparison finds a significant change and the raw estimate lies beyond the threshold in the same
+    direction, a raw test that lacks the trials to be significant on its own (one disturbed trial
+    among three baseline trials leaves it two degrees of freedom) does not wave the change through.
+    The adjusted test alone holds the false-alarm rate; the raw estimate guards against a probe that
+    moved for reasons of its own.
+    """
+    if adjusted is None:
+        return raw.verdict
+    if raw.verdict == Verdict.INCONCLUSIVE:
+        bound = math.log1p(raw.threshold)
+        if adjusted.verdict == Verdict.REGRESSION and math.log(raw.ratio) < -bound:
+            return Verdict.REGRESSION
+        if adjusted.verdict == Verdict.IMPROVEMENT and math.log(raw.ratio) > bound:
+            return Verdict.IMPROVEMENT
+    return combine_verdicts(raw.verdict, adjusted.verdict)
 
 
 def throughput_reason(
@@ -459,7 +693,7 @@ def throughput_reason(
             return reason
         return f"{reason}; {speed}, and adjusted for that the verdict is the same"
     adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate", sample)
-    final = combine_verdicts(t.verdict, adjusted.verdict)
+    final = combined_verdict(t, adjusted)
     return (
         f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted, sample)}; so {final.value}"
     )
@@ -494,10 +728,11 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     if t.verdict == Verdict.NO_CHANGE:
         return f"{change}: no regression beyond {threshold}"
     detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
+    sizes = f"{t.n_candidate} pairs" if sample == "pair" else f"{t.n_baseline}+{t.n_candidate} {sample}s"
     noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
     return (
         f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} {sample}-to-{sample} "
-        f"noise and {t.n_baseline}+{t.n_candidate} {sample}s it could detect slowdowns of {detectable}"
+        f"noise and {sizes} it could detect slowdowns of {detectable}"
     )
 
 
@@ -523,14 +758,32 @@ def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:
 
 
 def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list[str]:
+    """The settings that make two runs incomparable: the amount of work and which samples it covers."""
     changes = []
-    for key in ("batch_size", "steps", "warmup_steps", "seed"):
+    for key in ("batch_size", "steps", "warmup_steps", "seed", "slice_indices"):
         old, new = baseline.settings.get(key), candidate.settings.get(key)
-        if old is not None and old != new:
-            changes.append(f"{key} {old} -> {new}")
-    if baseline.data_checksum and candidate.data_checksum and baseline.data_checksum != candidate.data_checksum:
-        changes.append(f"data-slice checksum {baseline.data_checksum[:12]} -> {candidate.data_checksum[:12]}")
+        if old is not None and new is not None and old != new:
+            shown = (str(old)[:19], str(new)[:19]) if key == "slice_indices" else (old, new)
+            changes.append(f"{'data-slice sample indices' if key == 'slice_indices' else key} {shown[0]} -> {shown[1]}")
     return changes
+
+
+def _data_evidence(baseline: BaselineEntry, candidate: BaselineEntry, base_name: str) -> list[str]:
+    """A changed data-slice checksum: the same samples now reach the model as different batches."""
+    old, new = baseline.data_checksum, candidate.data_checksum
+    if old and new and old != new:
+        return [f"the data pipeline's output changed (data-slice checksum {old[7:19]} in {base_name} -> {new[7:19]})"]
+    return []
+
+
+def _numerics_evidence(base: ConfigEntry | None, measured: ConfigEntry | None) -> tuple[str, ...]:
+    """Changed first-step losses: the model, the loss or the data computes something else now."""
+    if base is None or measured is None or _losses_match(base.first_losses, measured.first_losses):
+        return ()
+    return (
+        f"the model's numerics changed (first-step losses {_losses(base.first_losses)} -> "
+        f"{_losses(measured.first_losses)})",
+    )
 
 
 def _losses_match(old: Sequence[float], new: Sequence[float]) -> bool:
@@ -549,6 +802,14 @@ def _mean_process_s(trials: Sequence[TrialResult]) -> float:
 
 def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
+
+
+def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
+    """What a results file keeps of a check: its settings, its mode and each config's last look, so a later
+    report judges the run exactly as the check did."""
+    record: dict[str, Any] = {**result.settings.record(baseline_dir), "mode": result.mode}
+    record["looks"] = {f"{w}/{c}": look.to_record() for (w, c), look in result.looks.items()}
+    return record
 
 
 def gate_to_dict(result: GateResult) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from perfgate.diagnosis import Diagnosis, compile_line
 from perfgate.environment import fingerprint_key, machine_fingerprint
 from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.lab import read_lab
-from perfgate.report import phase_cells, verdict_counts
+from perfgate.report import confidence_text, phase_cells, verdict_counts
 from perfgate.units import format_p_value
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
@@ -67,33 +67,41 @@ def _headline(result: GateResult) -> str:
     line = f"### perfgate: {EXIT_MEANINGS.get(code, 'error')}\n\n{'; '.join(counts) or 'nothing compared'}."
     if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
         line += " Inconclusive verdicts do not fail the build."
-    return line
+    return line + f"\n\nCompared with: {_cell(result.mode)}."
 
 
 def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
     head = f"#### {workload.workload}\n\n"
-    baseline = workload.baseline
+    paired = result.against is not None
+    baseline = None if paired else workload.baseline
     if baseline is not None:
         commit = f"`{baseline.commit[:10]}`" if baseline.commit else "no git commit"
         head += f"Baseline measured {baseline.measured_at} at {commit}.\n\n"
     if workload.problem:
         return head + f"{_LABELS[workload.problem_status or Status.NO_BASELINE]}: {_cell(workload.problem)}"
+    sides = "base samples/s | head samples/s" if paired else "baseline samples/s | current samples/s"
     rows = [
-        "| config | baseline samples/s | current samples/s | ratio (CI) | p | machine | peak memory | noise | "
-        "detects | trials | verdict |",
+        f"| config | {sides} | ratio (CI) | p | machine | peak memory | noise | detects | "
+        f"{'pairs' if paired else 'trials'} | verdict |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    rows += [_row(v) for v in workload.configs]
-    looks = result.settings.looks
-    confidence = f"{100 * (1 - 0.05 / looks):.1f}%" if looks > 1 else "95%"
-    foot = (
-        f"\n\nRatio: current/baseline of geometric means, {confidence} interval; machine: the same for perfgate's "
-        "fixed probe work; noise: trial-to-trial; detects: the smallest slowdown these trials could detect."
-    )
+    rows += [_row(v, paired) for v in workload.configs]
+    confidence = confidence_text(workload)
+    if paired:
+        foot = (
+            f"\n\nRatio: geometric mean of the per-pair ratios head/base, {confidence} interval; noise: "
+            "pair-to-pair; detects: the smallest slowdown these pairs could detect."
+        )
+    else:
+        foot = (
+            f"\n\nRatio: current/baseline of geometric means, {confidence} interval; machine: the same for "
+            "perfgate's fixed probe work; noise: trial-to-trial; detects: the smallest slowdown these trials "
+            "could detect."
+        )
     return head + "\n".join(rows) + foot
 
 
-def _row(v: ConfigVerdict) -> str:
+def _row(v: ConfigVerdict, paired: bool = False) -> str:
     t, m = v.throughput, v.memory
     if t is None or m is None:
         return f"| {v.config} | - | - | - | - | - | - | - | - | - | {_LABELS[v.status]} |"
@@ -108,7 +116,7 @@ def _row(v: ConfigVerdict) -> str:
         "-" if m.change is None else f"{100 * m.change:+.1f}%",
         "-" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%",
         "-" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}%",
-        f"{t.n_baseline}+{t.n_candidate}",
+        str(t.n_candidate) if paired else f"{t.n_baseline}+{t.n_candidate}",
         _LABELS[v.status],
     ]
     return "| " + " | ".join(cells) + " |"

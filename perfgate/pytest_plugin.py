@@ -6,8 +6,13 @@ Three kinds of perf test, all collected by every run and skipped unless one of t
 - tests that use the `perfgate` fixture: `perfgate.check(gpt_small)` measures and judges one workload;
 - pytest-benchmark tests: their raw round times are judged against `baselines/pytest-benchmark.yaml`.
 
+With `--perfgate-against REF` the workloads (configured and fixture-style) are measured in pairs against
+the git ref REF instead of the stored baselines (`against.run_paired_check`, as `perfgate check --against`);
+pytest-benchmark tests stay judged against their stored baselines.
+
 This module only parses options and reports: measuring, judging and storing come from the core
-(`gate.run_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`), as for the CLI.
+(`gate.run_check`, `against.run_paired_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`),
+as for the CLI.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import pytest
 from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import PerfgateError
-from perfgate.gate import DEFAULT_MAX_TRIALS, Status
+from perfgate.gate import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, Status
 from perfgate.runner import DEFAULT_TRIALS
 from perfgate.stats import DEFAULT_ALPHA
 
@@ -75,6 +80,12 @@ OPTIONS = (
     _Option("threshold", "PCT", "samples/s regression threshold, e.g. 5% (default: [tool.perfgate], else 5%)"),
     _Option("alpha", "P", f"significance level per config, one-sided (default: {DEFAULT_ALPHA:g})"),
     _Option("json", "PATH", "write the results (the same JSON as perfgate --json) to PATH"),
+    _Option(
+        "against",
+        "REF",
+        "with --perfgate: measure the workloads against this git ref (branch, tag, commit) in pairs, side by "
+        f"side, instead of the stored baselines (default max trials then: {DEFAULT_MAX_PAIRS} pairs)",
+    ),
 )
 FLAGS = (
     ("fail-on-inconclusive", "fail perf tests whose verdict stays inconclusive"),
@@ -115,6 +126,7 @@ class PluginSettings:
     json: Path | None
     fail_on_inconclusive: bool
     allow_dirty: bool
+    against: str | None = None  # a git ref: a paired check instead of the stored baselines
 
     def run_settings(self, configs: Sequence[str] | None = None) -> RunSettings:
         from perfgate.device import select_device
@@ -131,12 +143,15 @@ class PluginSettings:
     def gate_settings(self) -> GateSettings:
         from perfgate.gate import GateSettings
 
+        max_trials = self.max_trials
+        if max_trials is None and self.against is not None:  # as `perfgate check --against`
+            max_trials = max(self.trials, DEFAULT_MAX_PAIRS)
         return GateSettings.from_options(
             self.project,
             trials=self.trials,
             threshold=self.threshold,
             alpha=self.alpha,
-            max_trials=self.max_trials,
+            max_trials=max_trials,
             fail_on_inconclusive=self.fail_on_inconclusive,
             prefix="--perfgate-",
             update_command="pytest --perfgate-update",
@@ -176,6 +191,23 @@ def read_settings(config: pytest.Config) -> PluginSettings:
             hint="use --perfgate to check against the baselines, or --perfgate-update to rewrite them",
         )
     mode = "update" if update else "check" if check else "off"
+    against, against_where = raw["against"]
+    if update and config.getoption("perfgate_against") is not None:
+        from perfgate.errors import UsageError
+
+        raise UsageError(
+            "--perfgate-against and --perfgate-update both given",
+            hint="use --perfgate --perfgate-against REF to check against REF, or --perfgate-update alone to write "
+            "the baselines",
+        )
+    if against is not None and mode == "check":  # a ref that does not resolve stops pytest before any trial
+        from perfgate.against import open_repository, resolve_ref
+
+        try:
+            resolve_ref(open_repository(config.rootpath), against)
+        except PerfgateError as error:
+            error.where = against_where
+            raise
     configs_text, configs_where = raw["configs"]
     try:
         configs = parse_configs(configs_text) if configs_text is not None else CONFIG_NAMES
@@ -199,6 +231,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
         json=json_path,
         fail_on_inconclusive=flag("fail-on-inconclusive"),
         allow_dirty=flag("allow-dirty"),
+        against=against if mode == "check" else None,  # an ini value is a default for checks: updates ignore it
     )
 
 
@@ -332,18 +365,19 @@ class PerfgateSession:
         return outcomes
 
     def _check(self, references: Sequence[Reference], configs: Sequence[str] | None = None) -> GateResult:
+        from perfgate.against import run_paired_check
         from perfgate.baseline import BaselineStore
         from perfgate.gate import run_check
 
+        run_settings, gate_settings = self.settings.run_settings(configs), self.settings.gate_settings()
         with self._terminal() as (progress, notify):
-            result = run_check(
-                references,
-                self.settings.run_settings(configs),
-                self.settings.gate_settings(),
-                BaselineStore(self.baseline_dir),
-                progress,
-                notify,
-            )
+            if self.settings.against is not None:
+                result = run_paired_check(
+                    references, run_settings, gate_settings, self.settings.against, progress=progress, notify=notify
+                )
+            else:
+                store = BaselineStore(self.baseline_dir)
+                result = run_check(references, run_settings, gate_settings, store, progress, notify)
         self.gates.append(result)
         if result.run is not None:
             self.runs.append(result.run)
@@ -481,7 +515,14 @@ class PerfgateSession:
         )
         if text:
             terminalreporter.write_sep("=", "perfgate")
+            for mode in dict.fromkeys(gate.mode for gate in self.gates):
+                terminalreporter.write_line(f"mode: {mode}")
             terminalreporter.write_line(text.rstrip("\n"))
+            if self.micro and self.settings.against is not None:
+                terminalreporter.write_line(
+                    "pytest-benchmark tests: judged against their stored baselines, not "
+                    f"{self.settings.against} (--perfgate-against measures workloads only)"
+                )
             if self.settings.json is not None and self.runs and not self.problems:
                 terminalreporter.write_line(f"results written to {self.settings.json}")
 

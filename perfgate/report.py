@@ -119,7 +119,8 @@ _STATUS_LABELS = {
 
 def format_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> str:
     """The gate's report: per workload a table of baseline against current, any diagnosis, the verdict line."""
-    blocks = [_format_gate_workload(w, result) for w in result.workloads]
+    blocks = [f"compared with: {result.mode}"]
+    blocks += [_format_gate_workload(w, result) for w in result.workloads]
     if diagnoses:
         blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
     return "\n\n".join(blocks + [format_gate_summary(result)]) + "\n"
@@ -151,11 +152,13 @@ def format_gate_summary(result: GateResult) -> str:
 
 
 def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
-    lines = [f"gate: {workload.workload}" + _baseline_note(workload)]
+    paired = result.against is not None
+    lines = [f"gate: {workload.workload}" + ("" if paired else _baseline_note(workload))]
     if workload.problem:
         lines.append(f"  ! {workload.problem}")
         return "\n".join(lines)
-    rows = [["config", "baseline s/s", "current s/s", "ratio", "CI", "p", "machine", "peak mem", "trials", "verdict"]]
+    sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
+    rows = [["config", *sides, "ratio", "CI", "p", "machine", "peak mem", "pairs" if paired else "trials", "verdict"]]
     for verdict in workload.configs:
         t, m = verdict.throughput, verdict.memory
         if t is None or m is None:
@@ -172,7 +175,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
                 "-" if math.isnan(t.p_slower) else format_p_value(min(t.p_slower, t.p_faster)),
                 "-" if verdict.machine is None else f"{verdict.machine.ratio:.2f}x",
                 memory,
-                f"{t.n_baseline}+{t.n_candidate}",
+                str(t.n_candidate) if paired else f"{t.n_baseline}+{t.n_candidate}",
                 _STATUS_LABELS[verdict.status.value],
             ]
         )
@@ -180,21 +183,36 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     settings = result.settings
     limits = sorted({(v.limits.throughput, v.limits.memory) for v in workload.configs})
     limit_text = ", ".join(f"samples/s {100 * a:g}%, peak memory {100 * b:g}%" for a, b in limits)
-    lines.append(
-        f"  samples/s: medians over trials; ratio: of geometric means, current/baseline; machine: the same for "
-        "perfgate's fixed probe work, how fast the machine itself ran (verdicts need the raw and the machine-adjusted "
-        f"ratio to agree); thresholds: {limit_text}; "
-        f"alpha {settings.alpha:g} one-sided; CI: 95%"
-        + (
-            f", widened to {100 * (1 - 0.05 / settings.looks):.1f}% for {settings.looks} looks"
-            if settings.looks > 1
-            else ""
+    if paired:
+        explained = (
+            "samples/s: medians over each side's trials; ratio: geometric mean of the per-pair ratios head/base "
+            "(each pair measured side by side, so the machine's drift drops out)"
         )
+    else:
+        explained = (
+            "samples/s: medians over trials; ratio: of geometric means, current/baseline; machine: the same for "
+            "perfgate's fixed probe work, how fast the machine itself ran (verdicts need the raw and the "
+            "machine-adjusted ratio to agree)"
+        )
+    lines.append(
+        f"  {explained}; thresholds: {limit_text}; alpha {settings.alpha:g} one-sided over all looks; "
+        f"CI: {confidence_text(workload)}"
     )
     for verdict in workload.configs:
         if verdict.status != Status.NO_CHANGE:
             lines.append(f"  {'!' if verdict.status != Status.IMPROVEMENT else '+'} {verdict.config}: {verdict.reason}")
     return "\n".join(lines)
+
+
+def confidence_text(workload: WorkloadVerdict) -> str:
+    """The intervals' level: 95% for a single look, wider at the early looks of a sequential check."""
+    levels = sorted({round(100 * v.throughput.confidence, 1) for v in workload.configs if v.throughput is not None})
+    if not levels or levels == [95.0]:
+        return "95%"
+    shown = (
+        "-".join(f"{level:g}%" for level in (levels[0], levels[-1]) if level) if len(levels) > 1 else f"{levels[0]:g}%"
+    )
+    return f"{shown} (95% spread over the sequential check's looks)"
 
 
 def _baseline_note(workload: WorkloadVerdict) -> str:

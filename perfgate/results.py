@@ -14,7 +14,8 @@ from typing import Any
 from perfgate.errors import ResultsError, UsageError
 from perfgate.summary import ConfigSummary, summarize_trials
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added the paired check's base side (`against`) and the slice's sample indices
+READABLE_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).with_name("schema") / f"results-v{SCHEMA_VERSION}.schema.json"
 
 
@@ -48,6 +49,7 @@ class TrialResult:
     threads: int | None = None
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after
     warnings: list[str] = field(default_factory=list)
+    workload: dict[str, Any] | None = None  # the workload's identity as the trial built it (trial.workload_identity)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,40 @@ class WorkloadResult:
 
 
 @dataclass(frozen=True)
+class Against:
+    """A paired check's other side: the base commit, measured beside the working tree (head) in one job."""
+
+    ref: str  # as the user gave it
+    base_commit: str
+    head_commit: str | None  # None in a repository without commits
+    head_dirty: bool  # head is the working tree, uncommitted changes included
+    base: RunResult  # the base side's trials (pair i of a config: base trial i and head trial i)
+    order: list[str] = field(default_factory=list)  # the schedule, one entry per pair: "lm-small fp32 #0: base, head"
+    parallel: bool = False  # the two trials of a pair ran at the same time, on separate CPUs
+    problems: dict[str, str] = field(default_factory=dict)  # workloads the base could not measure, and why
+
+    def describe(self) -> str:
+        head = "the working tree"
+        if self.head_commit:
+            head += f" ({self.head_commit[:10]}{', with uncommitted changes' if self.head_dirty else ''})"
+        how = "at the same time on separate CPUs" if self.parallel else "one after the other, alternating"
+        return f"paired: {head} against {self.ref} ({self.base_commit[:10]}), each pair measured {how}"
+
+    def to_dict(self) -> dict[str, Any]:
+        base = self.base.to_dict()
+        return {
+            "ref": self.ref,
+            "base_commit": self.base_commit,
+            "head_commit": self.head_commit,
+            "head_dirty": self.head_dirty,
+            "parallel": self.parallel,
+            "order": self.order,
+            "problems": self.problems,
+            "base": {"created_at": base["created_at"], "workloads": base["workloads"]},
+        }
+
+
+@dataclass(frozen=True)
 class RunResult:
     """A whole `perfgate run`: environment fingerprint plus each workload's results."""
 
@@ -114,6 +150,7 @@ class RunResult:
     environment: dict[str, Any]
     workloads: list[WorkloadResult]
     gate: dict[str, Any] | None = None  # the settings of the check that measured it (`GateSettings.record`)
+    against: Against | None = None  # a paired check: the base side, measured beside this run
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""
@@ -133,6 +170,8 @@ class RunResult:
         }
         if self.gate is not None:
             document["gate"] = self.gate
+        if self.against is not None:
+            document["against"] = self.against.to_dict()
         return document
 
     def write_json(self, path: Path) -> None:
@@ -195,7 +234,7 @@ def _finite(value: Any) -> Any:
 
 
 def load_results(path: Path) -> RunResult:
-    """Read a results file written by `--json` (schema_version 1) back into a RunResult."""
+    """Read a results file written by `--json` (schema_version 1 or 2) back into a RunResult."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -215,46 +254,67 @@ def parse_results(text: str, *, source: str) -> RunResult:
         document = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys)
     except (json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise ResultsError(f"{source} is not valid JSON: {exc}", hint=hint) from None
-    if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
-        found = document.get("schema_version") if isinstance(document, dict) else None
+    version = document.get("schema_version") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ResultsError(
-            f"{source} has schema_version {found!r}; this perfgate reads {SCHEMA_VERSION}",
-            hint="upgrade perfgate to read it" if is_newer_version(found, SCHEMA_VERSION) else hint,
+            f"{source} has schema_version {version!r}; this perfgate reads "
+            f"{' and '.join(str(v) for v in READABLE_VERSIONS)}",
+            hint="upgrade perfgate to read it" if is_newer_version(version, SCHEMA_VERSION) else hint,
         )
-    problem = _schema_problem(document)
+    problem = _schema_problem(document, version)
     if problem is not None:
         raise ResultsError(f"{source} is not a valid results file: {problem}", hint=hint)
     try:
-        workloads = [
-            WorkloadResult(
-                name=w["name"],
-                reference=w["reference"],
-                settings=w["settings"],
-                data_checksum=w["data_checksum"],
-                first_losses=w["first_losses"],
-                configs={
-                    name: ConfigResult(
-                        name,
-                        [TrialResult(**{k: v for k, v in t.items() if k in _TRIAL_FIELDS}) for t in c["trials"]],
-                        c.get("failure"),
-                    )
-                    for name, c in w["configs"].items()
-                },
-                warnings=w.get("warnings", []),
-                profiles=w.get("profiles", {}),
-            )
-            for w in document["workloads"]
-        ]
         gate = document.get("gate")
+        against = document.get("against")
+        environment = document["environment"]
         return RunResult(
             document["perfgate_version"],
             document["created_at"],
-            document["environment"],
-            workloads,
+            environment,
+            _workloads(document["workloads"]),
             gate if isinstance(gate, dict) else None,
+            None if against is None else _against(against, document["perfgate_version"], environment),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ResultsError(f"{source} is not a complete results file ({type(exc).__name__}: {exc})", hint=hint) from exc
+
+
+def _workloads(items: list[dict[str, Any]]) -> list[WorkloadResult]:
+    return [
+        WorkloadResult(
+            name=w["name"],
+            reference=w["reference"],
+            settings=w["settings"],
+            data_checksum=w["data_checksum"],
+            first_losses=w["first_losses"],
+            configs={
+                name: ConfigResult(
+                    name,
+                    [TrialResult(**{k: v for k, v in t.items() if k in _TRIAL_FIELDS}) for t in c["trials"]],
+                    c.get("failure"),
+                )
+                for name, c in w["configs"].items()
+            },
+            warnings=w.get("warnings", []),
+            profiles=w.get("profiles", {}),
+        )
+        for w in items
+    ]
+
+
+def _against(item: dict[str, Any], version: str, environment: dict[str, Any]) -> Against:
+    base = RunResult(version, item["base"]["created_at"], environment, _workloads(item["base"]["workloads"]))
+    return Against(
+        ref=item["ref"],
+        base_commit=item["base_commit"],
+        head_commit=item["head_commit"],
+        head_dirty=item["head_dirty"],
+        base=base,
+        order=list(item["order"]),
+        parallel=bool(item["parallel"]),
+        problems=dict(item["problems"]),
+    )
 
 
 def is_newer_version(found: Any, current: int) -> bool:
@@ -276,18 +336,18 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 @cache
-def _validator() -> Any:
+def _validator(version: int = SCHEMA_VERSION) -> Any:
     import jsonschema
 
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = json.loads(SCHEMA_PATH.with_name(f"results-v{version}.schema.json").read_text(encoding="utf-8"))
     return jsonschema.Draft202012Validator(schema)
 
 
-def _schema_problem(document: dict[str, Any]) -> str | None:
+def _schema_problem(document: dict[str, Any], version: int = SCHEMA_VERSION) -> str | None:
     """The first place where `document` breaks the results schema, as `workloads[0].name: ...`."""
     from jsonschema.exceptions import best_match
 
-    error = best_match(_validator().iter_errors(document))
+    error = best_match(_validator(version).iter_errors(document))
     if error is None:
         return None
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ import perfgate
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.references import Reference
 from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
-from perfgate.trial import TrialSpec
+from perfgate.trial import TrialSpec, workload_identity
 from perfgate.workload import Workload
 
 DEFAULT_TRIALS = 3
@@ -230,7 +231,7 @@ class LabSession:
     def result(self) -> RunResult:
         """Everything measured so far."""
         workloads = [
-            _collect_workload(reference, workload, self.settings, self.trials, self.config_failures, self.profiles)
+            collect_workload(reference, workload, self.settings, self.trials, self.config_failures, self.profiles)
             for reference, workload in self.loaded
         ]
         return RunResult(
@@ -241,64 +242,122 @@ class LabSession:
         )
 
 
-def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float) -> dict[str, object]:
-    """Run one trial in a fresh Python process and return its record; crashes become failed records."""
-    stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}".replace("/", "_").replace("@", "_")
-    spec_path = scratch / f"{stem}.spec.json"
-    out_path = scratch / f"{stem}.out.json"
-    log_path = scratch / f"{stem}.log"
-    spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
-    out_path.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "perfgate.trial", str(spec_path), str(out_path)]
-    started = time.perf_counter()
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=trial_environment(spec.threads),
-            start_new_session=True,
-        )
+@dataclass(frozen=True)
+class TrialPlace:
+    """Where a trial process runs: the folder, what it imports first, and its CPUs.
+
+    The default is the lab's: the current folder, perfgate importable, every CPU. A paired check
+    gives each side its own checkout (`cwd`) and the source folders its code is imported from
+    (`pythonpath`, ahead of anything installed), and `safe_path` keeps the current folder off the
+    front of `sys.path` so a checkout's files never shadow the perfgate that measures.
+    """
+
+    cwd: Path | None = None
+    pythonpath: tuple[str, ...] = ()
+    safe_path: bool = False
+    cpus: frozenset[int] | None = None  # pin the trial (and its DataLoader workers) to these CPUs
+    env: tuple[tuple[str, str], ...] = ()  # extra environment variables, e.g. OMP_WAIT_POLICY
+    harness_first: bool = False  # perfgate lives in the checkout measured: its own copy still measures
+
+
+class RunningTrial:
+    """A trial process started by `start_trial_process`; `wait` returns its record."""
+
+    def __init__(self, spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace) -> None:
+        stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{place_suffix(place)}"
+        stem = stem.replace("/", "_").replace("@", "_")
+        spec_path = scratch / f"{stem}.spec.json"
+        self.out_path = scratch / f"{stem}.out.json"
+        self.log_path = scratch / f"{stem}.log"
+        self.spec = spec
+        self.timeout_s = timeout_s
+        spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
+        self.out_path.unlink(missing_ok=True)
+        command = [sys.executable, *(["-P"] if place.safe_path else []), "-m", "perfgate.trial"]
+        command += [str(spec_path), str(self.out_path)]
+        self.started = time.perf_counter()
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=trial_environment(spec.threads, place),
+                cwd=place.cwd,
+                start_new_session=True,
+            )
+        if place.cpus is not None and hasattr(os, "sched_setaffinity"):
+            with contextlib.suppress(OSError):  # the process may already have ended
+                os.sched_setaffinity(self.process.pid, place.cpus)
+
+    def wait(self, deadline: float | None = None) -> dict[str, object]:
+        """The trial's record; a crash, a timeout or Ctrl-C takes its process group down first."""
+        timeout = self.timeout_s if deadline is None else max(0.0, deadline - time.perf_counter())
         try:
-            returncode = process.wait(timeout=timeout_s)
+            returncode = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            _kill_group(self.process)
             return _failed(
-                spec, f"timed out after {timeout_s:g} s (raise --timeout if the trial needs longer)", started
+                self.spec,
+                f"timed out after {self.timeout_s:g} s (raise --timeout if the trial needs longer)",
+                self.started,
             )
         except BaseException:
-            _kill_group(process)  # Ctrl-C: take the trial and its DataLoader workers down too
+            _kill_group(self.process)  # Ctrl-C: take the trial and its DataLoader workers down too
             raise
-    if out_path.is_file():
-        try:
-            record: dict[str, object] = json.loads(out_path.read_text(encoding="utf-8"))
-            return record
-        except json.JSONDecodeError:
-            pass
-    return _failed(spec, f"trial process {_describe_exit(returncode)}; last output: {_tail(log_path)}", started)
+        if self.out_path.is_file():
+            try:
+                record: dict[str, object] = json.loads(self.out_path.read_text(encoding="utf-8"))
+                return record
+            except json.JSONDecodeError:
+                pass
+        return _failed(
+            self.spec, f"trial process {_describe_exit(returncode)}; last output: {_tail(self.log_path)}", self.started
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            _kill_group(self.process)
 
 
-def trial_environment(threads: int) -> dict[str, str]:
-    """The trial's environment: pinned thread counts and this perfgate importable."""
+def place_suffix(place: TrialPlace) -> str:
+    return "" if place.cwd is None else f"-{abs(hash(str(place.cwd))) % 10**8}"
+
+
+def run_trial_process(
+    spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None
+) -> dict[str, object]:
+    """Run one trial in a fresh Python process and return its record; crashes become failed records."""
+    return RunningTrial(spec, scratch, timeout_s, place or TrialPlace()).wait()
+
+
+def trial_environment(threads: int, place: TrialPlace | None = None) -> dict[str, str]:
+    """The trial's environment: pinned thread counts and this perfgate importable (after `place`'s folders)."""
+    place = place or TrialPlace()
     env = dict(os.environ)
     threads_text = str(threads)
     env.update(OMP_NUM_THREADS=threads_text, MKL_NUM_THREADS=threads_text, PYTHONHASHSEED="0")
+    env.update(dict(place.env))
     package_root = str(Path(perfgate.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    paths = [*place.pythonpath, package_root, env.get("PYTHONPATH", "")]
+    if place.harness_first:
+        paths.insert(0, package_root)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     return env
 
 
-def _collect_workload(
+def collect_workload(
     reference: Reference,
-    workload: Workload,
+    workload: Workload | Mapping[str, Any],
     settings: RunSettings,
     trials: dict[tuple[str, str], list[TrialResult]],
     config_failures: dict[tuple[str, str], str],
     profiles: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> WorkloadResult:
+    identity = dict(workload) if isinstance(workload, Mapping) else workload_identity(workload)
+    name = identity["name"]
     configs = {
-        config: ConfigResult(config, trials[(workload.name, config)], config_failures.get((workload.name, config)))
+        config: ConfigResult(config, trials[(name, config)], config_failures.get((name, config)))
         for config in settings.configs
     }
     ok = [t for config in configs.values() for t in config.trials if t.ok]
@@ -310,33 +369,38 @@ def _collect_workload(
             "deterministic; seed its randomness from the sample index"
         )
     first_losses: dict[str, list[float]] = {}
-    for name, config in configs.items():
+    for config_name, config in configs.items():
         losses = [t.first_losses for t in config.trials if t.ok]
         if losses:
-            first_losses[name] = losses[0]
+            first_losses[config_name] = losses[0]
             if any(other != losses[0] for other in losses[1:]):
-                warnings.append(f"{name}: first-step losses differed between trials (non-deterministic model or data)")
+                warnings.append(
+                    f"{config_name}: first-step losses differed between trials (non-deterministic model or data)"
+                )
     for config in configs.values():
         for trial in config.trials:
             warnings.extend(f"{config.config} trial {trial.trial + 1}: {w}" for w in trial.warnings)
+    slices = sorted({str(t.workload["slice_indices"]) for t in ok if t.workload and t.workload.get("slice_indices")})
+    extra = {"slice_indices": slices[0]} if len(slices) == 1 else {}
     return WorkloadResult(
-        name=workload.name,
+        name=name,
         reference=reference.text,
         settings={
-            "batch_size": workload.batch_size,
-            "steps": workload.steps,
-            "warmup_steps": workload.warmup_steps,
-            "seed": workload.seed,
+            "batch_size": identity["batch_size"],
+            "steps": identity["steps"],
+            "warmup_steps": identity["warmup_steps"],
+            "seed": identity["seed"],
             "trials": max((len(config.trials) for config in configs.values()), default=0),
             "threads": settings.threads,
             "device": settings.device,
-            "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},
+            "loader": identity["loader"],
+            **extra,
         },
         data_checksum=checksums[0] if len(checksums) == 1 else None,
         first_losses=first_losses,
         configs=configs,
         warnings=warnings,
-        profiles={config: p for (name, config), p in (profiles or {}).items() if name == workload.name},
+        profiles={config: p for (owner, config), p in (profiles or {}).items() if owner == name},
     )
 
 

@@ -26,6 +26,10 @@ DETECTION_POWER = 0.8  # the power at which the minimum detectable effect is quo
 OUTLIER_FACTOR = 2.0  # a trial this many times off its side's median is interference, not signal
 
 
+SPENDING_SHAPES = ("even", "pocock", "obrien-fleming")
+DEFAULT_SPENDING = "even"  # benchmarks/sequential.py: as good as Pocock, better at high noise
+
+
 class Verdict(StrEnum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
@@ -58,6 +62,65 @@ class ThroughputComparison:
     def change(self) -> float:
         """Relative change of samples/sec: -0.1 is 10% fewer samples per second."""
         return self.ratio - 1.0
+
+
+@dataclass(frozen=True)
+class LookLevels:
+    """The error rates one look of a sequential check may spend: significance and the no-change error."""
+
+    alpha: float  # chance of a false regression (or improvement) call at this look
+    pass_error: float  # chance, at this look, of calling "no change" on a change exactly at the threshold
+
+
+def spent(fraction: float, total: float, shape: str = DEFAULT_SPENDING) -> float:
+    """How much of an error rate `total` a sequential check has spent once it has `fraction` of its
+    largest sample (Lan & DeMets alpha spending).
+
+    - "pocock": total * ln(1 + (e - 1) * t), generous early, so a large slowdown is decided after a
+      few pairs;
+    - "obrien-fleming": 2 - 2 * Phi(z_{1-total/2} / sqrt(t)), almost nothing early and nearly all at
+      the end;
+    - "even": total * t, Bonferroni over equally spaced looks.
+
+    Each look may use the increment since the previous look; by the union bound the looks together
+    never exceed `total`, whatever the correlation between them.
+    """
+    if shape not in SPENDING_SHAPES:
+        raise ValueError(f"unknown spending shape {shape!r}; one of {', '.join(SPENDING_SHAPES)}")
+    t = min(max(fraction, 0.0), 1.0)
+    if t == 0.0:
+        return 0.0
+    if shape == "pocock":
+        return total * math.log1p((math.e - 1.0) * t)
+    if shape == "even":
+        return total * t
+    normal = _normal()
+    return float(2.0 - 2.0 * normal.cdf(normal.ppf(1.0 - total / 2.0) / math.sqrt(t)))
+
+
+def look_levels(
+    n: int,
+    previous_n: int,
+    most: int,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    pass_error: float = PASS_ERROR,
+    final: bool = False,
+    shape: str = DEFAULT_SPENDING,
+) -> LookLevels:
+    """The levels of a look at sample size `n` whose previous look was at `previous_n` (0: none), in a
+    check that stops at `most`. A `final` look (no more samples will come: the budget is spent)
+    spends everything left."""
+    if not 0 <= previous_n < n:
+        raise ValueError(f"a look needs more samples than the previous one ({previous_n} -> {n})")
+    most = max(most, n)
+    before = previous_n / most
+
+    def level(total: float) -> float:
+        already = spent(before, total, shape)
+        return total - already if final or n >= most else spent(n / most, total, shape) - already
+
+    return LookLevels(alpha=level(alpha), pass_error=level(pass_error))
 
 
 @dataclass(frozen=True)
@@ -101,6 +164,7 @@ def compare_throughput(
     alpha: float = DEFAULT_ALPHA,
     looks: int = 1,
     run_noise: float = 0.0,
+    levels: LookLevels | None = None,
 ) -> ThroughputComparison:
     """Compare per-trial samples/sec of a candidate with a baseline and decide.
 
@@ -123,6 +187,9 @@ def compare_throughput(
     show. It adds 2 * run_noise**2 to the variance of the difference, as a term known exactly (its
     degrees of freedom are infinite in the Welch-Satterthwaite sum). The lab's trials are separate
     processes already, so they leave it at 0.
+
+    `levels`, when given, replaces `alpha / looks` and the even split of the no-change error with the
+    levels of one look of an alpha-spending plan (`look_levels`).
     """
     if not 0 <= run_noise < 1:
         raise ValueError(f"run_noise must be in [0, 1), got {run_noise}")
@@ -130,12 +197,101 @@ def compare_throughput(
     _check_level(alpha, "alpha")
     if looks < 1:
         raise ValueError(f"looks must be at least 1, got {looks}")
-    alpha /= looks
-    pass_error = PASS_ERROR / looks
+    alpha, pass_error = (alpha / looks, PASS_ERROR / looks) if levels is None else (levels.alpha, levels.pass_error)
     log_b, dropped_b = drop_outliers(_logs(baseline, "baseline"))
     log_c, dropped_c = drop_outliers(_logs(candidate, "candidate"))
     difference = statistics.fmean(log_c) - statistics.fmean(log_b)
     se, df, noise = _standard_error(log_b, log_c, run_noise)
+    return _decide(
+        difference,
+        se,
+        df,
+        noise,
+        threshold=threshold,
+        alpha=alpha,
+        pass_error=pass_error,
+        medians=(math.exp(statistics.median(log_b)), math.exp(statistics.median(log_c))),
+        sizes=(len(log_b), len(log_c)),
+        outliers=(dropped_b, dropped_c),
+    )
+
+
+def compare_paired(
+    base: Sequence[float],
+    head: Sequence[float],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    levels: LookLevels | None = None,
+) -> ThroughputComparison:
+    """Compare head with base from pairs of trials measured side by side (pair i: base[i], head[i]).
+
+    The estimate is the geometric mean of the per-pair ratios head/base, tested with a one-sample
+    t-test on the per-pair log ratios: whatever slowed the machine during a pair slowed both of its
+    trials, so drift between pairs drops out and only the noise within a pair remains. Pairs whose
+    log ratio lies more than OUTLIER_FACTOR off the median pair's are left out as interference (a
+    minority only, as in `drop_outliers`). The verdict rules are `compare_throughput`'s;
+    `n_baseline` and `n_candidate` are both the number of pairs used, and `noise` is the per-pair
+    standard deviation of the log ratio.
+    """
+    _check_level(threshold, "threshold")
+    if len(base) != len(head):
+        raise ValueError(f"paired comparison needs as many base as head trials ({len(base)} != {len(head)})")
+    levels = levels or LookLevels(DEFAULT_ALPHA, PASS_ERROR)
+    _check_level(levels.alpha, "alpha")
+    all_differences = [h - b for b, h in zip(_logs(base, "base"), _logs(head, "head"), strict=True)]
+    kept = _kept_indices(all_differences)
+    differences = [all_differences[i] for i in kept]
+    kept_base, kept_head = [base[i] for i in kept], [head[i] for i in kept]
+    dropped = len(all_differences) - len(kept)
+    n = len(differences)
+    difference = statistics.fmean(differences)
+    if n < 2:
+        se: float | None = None
+        df = noise = math.nan
+    else:
+        noise = statistics.stdev(differences)
+        se, df = noise / math.sqrt(n), float(n - 1)
+    return _decide(
+        difference,
+        se,
+        df,
+        noise,
+        threshold=threshold,
+        alpha=levels.alpha,
+        pass_error=levels.pass_error,
+        medians=(statistics.median(kept_base), statistics.median(kept_head)),
+        sizes=(n, n),
+        outliers=(dropped, dropped),
+    )
+
+
+def _exp(value: float) -> float:
+    return math.inf if value > 700 else math.exp(value)
+
+
+def _kept_indices(logs: Sequence[float]) -> list[int]:
+    """The indices `drop_outliers` keeps."""
+    if len(logs) < 3:
+        return list(range(len(logs)))
+    center = statistics.median(logs)
+    kept = [i for i, v in enumerate(logs) if abs(v - center) <= math.log(OUTLIER_FACTOR)]
+    return kept if 2 * len(kept) > len(logs) else list(range(len(logs)))
+
+
+def _decide(
+    difference: float,
+    se: float | None,
+    df: float,
+    noise: float,
+    *,
+    threshold: float,
+    alpha: float,
+    pass_error: float,
+    medians: tuple[float, float],
+    sizes: tuple[int, int],
+    outliers: tuple[int, int],
+) -> ThroughputComparison:
+    """The verdict from a log difference (head minus base), its standard error and degrees of freedom."""
     ratio = math.exp(difference)
     if se is None:  # one trial a side: no estimate of noise at all
         p_slower = p_faster = ci_low = ci_high = detectable = math.nan
@@ -149,7 +305,8 @@ def compare_throughput(
         p_slower = float(_student_t().cdf(t_statistic, df))
         p_faster = float(_student_t().sf(t_statistic, df))
         half_width = float(_student_t().ppf(1 - pass_error, df)) * se
-        ci_low, ci_high = math.exp(difference - half_width), math.exp(difference + half_width)
+        # An early look of a steep spending plan can have a huge quantile: the interval is then unbounded.
+        ci_low, ci_high = _exp(difference - half_width), _exp(difference + half_width)
         detectable_log = (float(_student_t().ppf(1 - alpha, df)) + float(_student_t().ppf(DETECTION_POWER, df))) * se
         detectable = 1.0 - math.exp(-detectable_log)
     bound = slowdown_bound(threshold)
@@ -163,22 +320,22 @@ def compare_throughput(
     else:
         verdict = Verdict.INCONCLUSIVE
     return ThroughputComparison(
-        baseline_median=math.exp(statistics.median(log_b)),
-        candidate_median=math.exp(statistics.median(log_c)),
+        baseline_median=medians[0],
+        candidate_median=medians[1],
         ratio=ratio,
         ci_low=ci_low,
         ci_high=ci_high,
         confidence=1 - 2 * pass_error,
         p_slower=p_slower,
         p_faster=p_faster,
-        n_baseline=len(log_b),
-        n_candidate=len(log_c),
+        n_baseline=sizes[0],
+        n_candidate=sizes[1],
         noise=noise,
         detectable_slowdown=detectable,
         threshold=threshold,
         alpha=alpha,
         verdict=verdict,
-        outliers=(dropped_b, dropped_c),
+        outliers=outliers,
     )
 
 
@@ -256,14 +413,8 @@ def looks(trials: int, max_trials: int) -> int:
 def drop_outliers(logs: Sequence[float]) -> tuple[list[float], int]:
     """Leave out log values more than OUTLIER_FACTOR off the median (only with three or more, and only
     a minority of them: when most values are that far apart, none of them is the outlier)."""
-    if len(logs) < 3:
-        return list(logs), 0
-    center = statistics.median(logs)
-    limit = math.log(OUTLIER_FACTOR)
-    kept = [v for v in logs if abs(v - center) <= limit]
-    if 2 * len(kept) <= len(logs):
-        return list(logs), 0
-    return kept, len(logs) - len(kept)
+    kept = _kept_indices(logs)
+    return [logs[i] for i in kept], len(logs) - len(kept)
 
 
 def smallest_mann_whitney_p(n_baseline: int, n_candidate: int) -> float:
@@ -312,6 +463,18 @@ def _logs(values: Sequence[float], side: str) -> list[float]:
     if not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"the {side}'s samples/sec must be positive and finite")
     return [math.log(v) for v in values]
+
+
+def student_t_ppf(q: float, df: float) -> float:
+    """Student's t quantile (for the calibration's detectable-slowdown figure)."""
+    return float(_student_t().ppf(q, df))
+
+
+@cache
+def _normal() -> Any:
+    from scipy import stats
+
+    return stats.norm
 
 
 @cache

@@ -42,6 +42,7 @@ class TrialSpec:
     device: str
     threads: int
     profile: str | None = None  # a trace path: profile the timed steps (their times are then not used)
+    planted_slowdown: float = 0.0  # `perfgate calibrate`: every step sleeps this fraction of its own time
 
 
 class TrialFailure(Exception):
@@ -94,6 +95,7 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     from perfgate.probe import probe_steps_per_sec
 
     probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
+    identity = workload_identity(workload)
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
@@ -158,6 +160,8 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
             current = "the optimizer step"
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
+                time.sleep(spec.planted_slowdown * (device.now() - t0))
             t5 = device.now()
             if hooks is not None:
                 autocast_check = {**(autocast_check or {}), **hooks.finish()}
@@ -237,7 +241,33 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         "probe_steps_per_sec": probe_rates,
         "threads": torch.get_num_threads(),
         "warnings": warnings,
+        "workload": {**identity, "slice_indices": _slice_digest(workload, len(dataset))},
     }
+
+
+def workload_identity(workload: Any) -> dict[str, Any]:
+    """The settings that decide whether two runs of a workload can be compared, and its loader options."""
+    return {
+        "name": workload.name,
+        "batch_size": workload.batch_size,
+        "steps": workload.steps,
+        "warmup_steps": workload.warmup_steps,
+        "seed": workload.seed,
+        "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},
+    }
+
+
+def _slice_indices(workload: Any, length: int) -> list[int]:
+    """The pinned data slice: which samples, in which order, fixed by the seed and the dataset's length."""
+    import torch
+
+    generator = torch.Generator().manual_seed(workload.seed)
+    indices: list[int] = torch.randperm(length, generator=generator)[: workload.slice_samples].tolist()
+    return indices
+
+
+def _slice_digest(workload: Any, length: int) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(_slice_indices(workload, length)).encode()).hexdigest()
 
 
 def _seed_everything(seed: int) -> None:
@@ -279,9 +309,7 @@ def _make_loader(workload: Any, dataset: Any, device_type: str) -> Any:
             f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}); "
             "make the dataset larger or lower steps/batch_size",
         )
-    # A fixed seed decides which samples and in which order: the pinned data slice.
-    generator = torch.Generator().manual_seed(workload.seed)
-    indices = torch.randperm(length, generator=generator)[:needed].tolist()
+    indices = _slice_indices(workload, length)
     options = dict(workload.loader)
     if device_type != "cuda":
         options.pop("pin_memory", None)  # pinning needs an accelerator; torch warns without one

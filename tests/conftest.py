@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 WORKLOADS = Path(__file__).parent / "workloads"
-SCHEMA = Path(__file__).parent.parent / "perfgate" / "schema" / "results-v1.schema.json"
+SCHEMA = Path(__file__).parent.parent / "perfgate" / "schema" / "results-v2.schema.json"
 
 
 @dataclass
@@ -61,5 +61,5 @@ def gated_project(tmp_path_factory):
     folder = tmp_path_factory.mktemp("project")
     result = run_cli("update", GATED, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder)
     assert result.returncode == 0, result.stderr
-    assert "baselines/gated.yaml: new baseline for gated on cpu " in result.stdout
+    assert "baselines/gated.yaml: new baseline for gated on " in result.stdout
     return folder

@@ -13,13 +13,14 @@ import pytest
 import yaml
 
 from perfgate.markdown import MARKER
-from tests.conftest import GATED
+from tests.conftest import GATED, git
 
 ACTION = yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())
 STEPS = ACTION["runs"]["steps"]
 GATE = next(step for step in STEPS if step.get("id") == "gate")
+MERGE_BASE = next(step for step in STEPS if step.get("id") == "merge-base")
 FINISH = STEPS[-1]
-INPUT = re.compile(r"^\$\{\{ inputs\.([\w-]+) \}\}$")
+EXPRESSION = re.compile(r"^\$\{\{ ([\w.-]+) \}\}$")
 CHECK_ARGS = f"{GATED} --threads 1 --max-trials 3 --quiet"
 
 
@@ -29,6 +30,20 @@ def test_no_value_reaches_a_shell_through_an_expression_and_actions_are_pinned()
         uses = step.get("uses")
         if uses:
             assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", uses), uses
+
+
+def step_env(step: dict, base: dict[str, str], inputs: dict[str, str], context: dict[str, str]) -> dict[str, str]:
+    """`base` plus the step's `env:`, its expressions resolved as the runner would: `inputs.NAME` from
+    `inputs` (else the input's default), anything else (`github.…`, `steps.…`) from `context` (else empty)."""
+    resolved = dict(base)
+    for name, value in step["env"].items():
+        expression = EXPRESSION.match(value).group(1)
+        key = expression.removeprefix("inputs.")
+        if key != expression:
+            resolved[name] = inputs.get(key, ACTION["inputs"][key]["default"])
+        else:
+            resolved[name] = context.get(expression, "")
+    return resolved
 
 
 def run_action(cwd: Path, tmp_path: Path, inputs: dict[str, str], env: dict[str, str] | None = None):
@@ -43,12 +58,13 @@ def run_action(cwd: Path, tmp_path: Path, inputs: dict[str, str], env: dict[str,
         GITHUB_EVENT_PATH=str(event),
         RUNNER_TEMP=str(tmp_path / "runner"),
     )
-    step_env = dict(base)
-    for name, value in GATE["env"].items():
-        key = INPUT.match(value).group(1)
-        step_env[name] = inputs.get(key, ACTION["inputs"][key]["default"])
     gate = subprocess.run(
-        ["bash", "-c", GATE["run"]], cwd=cwd, env=step_env, capture_output=True, text=True, timeout=600
+        ["bash", "-c", GATE["run"]],
+        cwd=cwd,
+        env=step_env(GATE, base, inputs, {}),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert gate.returncode == 0, gate.stderr  # the gate step always succeeds; the last step carries the verdict
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
@@ -108,3 +124,83 @@ def test_hostile_input_values_are_passed_through_literally(gated_project, tmp_pa
     assert literal in summary  # perfgate got the text as it was written, and said what was wrong with it
     assert not list(gated_project.glob("pwned*")) and not list(tmp_path.glob("pwned*"))
     assert "::error::injected" not in stdout.splitlines()  # a newline in a value cannot start a command
+
+
+def test_an_against_ref_reaches_perfgate_check_and_update_refuses_it(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "against": "--help"}
+    code, summary, outputs, _ = run_action(repo, tmp_path, inputs)
+    assert code == 2 and "error: '--help' is not a git ref (--against)" in summary  # the option's value, not a flag
+    code, summary, outputs, _ = run_action(repo, tmp_path, {"mode": "update", "against": "main"})
+    assert code == 2 and "error: the against input needs mode check;" in summary
+
+
+def find_merge_base(clone: Path, tmp_path: Path, base_sha: str) -> tuple[int, str, str]:
+    """The merge-base step in `clone` on a pull_request event whose base commit is `base_sha` (empty: an
+    event without a pull request)."""
+    output = tmp_path / "merge-base-output.txt"
+    output.write_text("")
+    env = step_env(
+        MERGE_BASE,
+        dict(os.environ, GITHUB_OUTPUT=str(output)),
+        {"against": "merge-base"},
+        {"github.event.pull_request.base.sha": base_sha},
+    )
+    step = subprocess.run(
+        ["bash", "-c", MERGE_BASE["run"]], cwd=clone, env=env, capture_output=True, text=True, timeout=120
+    )
+    return step.returncode, step.stdout, output.read_text()
+
+
+@pytest.fixture
+def pull_request(tmp_path) -> tuple[Path, str, str]:
+    """An origin whose main moved on 60 commits after `feature` branched off, and a clone of `feature`
+    as actions/checkout makes it (one commit deep); returns (clone, main's tip, the fork point)."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    git(origin, "config", "user.email", "ci@example.com")
+    git(origin, "config", "user.name", "CI")
+    git(origin, "commit", "-q", "--allow-empty", "-m", "start")
+    fork_point = git(origin, "rev-parse", "HEAD")
+    git(origin, "checkout", "-q", "-b", "feature")
+    git(origin, "commit", "-q", "--allow-empty", "-m", "the pull request")
+    git(origin, "checkout", "-q", "main")
+    for n in range(60):  # more than the first fetch's 50: the step has to deepen again
+        git(origin, "commit", "-q", "--allow-empty", "-m", f"main {n}")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", origin.as_uri(), str(clone))
+    return clone, git(origin, "rev-parse", "main"), fork_point
+
+
+def test_merge_base_deepens_a_shallow_clone_until_the_branches_meet(pull_request, tmp_path):
+    clone, base_sha, fork_point = pull_request
+    code, stdout, output = find_merge_base(clone, tmp_path, base_sha)
+    assert code == 0, stdout
+    assert output == f"commit={fork_point}\n"
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (
+            "pull_request",
+            "::error title=perfgate::no merge base of HEAD and the pull request's base commit {sha} in this clone, "
+            "and fetching their history failed; give actions/checkout fetch-depth: 0",
+        ),
+        (
+            "push",
+            "::error title=perfgate::against: merge-base needs a pull_request event (it measures against the pull "
+            "request's base); on other events give a branch, tag or commit",
+        ),
+    ],
+    ids=["origin-unreachable", "not-a-pull-request"],
+)
+def test_merge_base_fails_in_one_line_when_it_cannot_be_found(pull_request, tmp_path, event, message):
+    clone, base_sha, _ = pull_request
+    git(clone, "remote", "set-url", "origin", (tmp_path / "gone").as_uri())  # e.g. a private repo, no credentials
+    code, stdout, output = find_merge_base(clone, tmp_path, base_sha if event == "pull_request" else "")
+    assert code == 1 and output == ""
+    assert commands(stdout) == [message.format(sha=base_sha)]

@@ -161,7 +161,7 @@ def test_bad_gate_options_say_what_to_do(args, message):
 def test_a_results_file_of_another_version_is_refused(tmp_path):
     (tmp_path / "old.json").write_text('{"schema_version": 0}')
     result = run_cli("compare", "old.json", cwd=tmp_path)
-    assert_one_line_error(result, "old.json has schema_version 0; this perfgate reads 1")
+    assert_one_line_error(result, "old.json has schema_version 0; this perfgate reads 1 and 2")
 
 
 def test_a_broken_baseline_file_stops_the_check_before_measuring(tmp_path):

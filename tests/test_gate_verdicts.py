@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perfgate.baseline import BaselineEntry, ConfigEntry, TrialEntry
-from perfgate.gate import GateResult, GateSettings, Status, compare_entries
+from perfgate.gate import GateResult, GateSettings, Look, Status, compare_entries
 
 FINGERPRINT = {"device_type": "cpu", "device_count": 1, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "threads": 2}
 
@@ -78,3 +78,47 @@ def test_exit_codes_follow_the_worst_verdict():
     strict = GateSettings(trials=3, max_trials=3, fail_on_inconclusive=True)
     inconclusive = result(Status.INCONCLUSIVE)
     assert GateResult(inconclusive.workloads, strict).exit_code == 1
+
+
+def test_a_clear_slowdown_is_a_regression_although_one_of_three_baseline_trials_was_disturbed():
+    # Measured on an outside workload: the raw Welch test has two degrees of freedom on the baseline side
+    # and cannot be significant; the machine-adjusted comparison is, and the raw estimate is far beyond 5%.
+    base = entry([304.8, 219.6, 300.8], [1000, 722, 990])
+    candidate = entry([125, 131, 139, 128, 136, 133, 127, 130], [1001, 995, 1003, 990, 1008, 998, 1002, 996])
+    settings = GateSettings(trials=3, max_trials=8)
+    (config,) = compare_entries(base, candidate, settings, looks={("w", "fp32"): Look(8, 7, True)}).configs
+    assert config.throughput is not None and config.throughput.verdict == "inconclusive"
+    assert config.adjusted is not None and config.adjusted.verdict == "regression"
+    assert config.status == Status.REGRESSION
+
+
+def test_a_raw_slowdown_within_the_threshold_is_not_made_a_regression_by_the_probe():
+    base = entry([304.8, 219.6, 300.8], [1000, 722, 990])
+    candidate = entry([296, 299, 301], [1040, 1050, 1045])  # the probe ran faster, the raw estimate ~ -2%
+    (config,) = compare_entries(base, candidate, SETTINGS).configs
+    assert config.status != Status.REGRESSION
+
+
+def test_changed_losses_and_data_are_evidence_not_a_refusal():
+    candidate = entry([430, 432, 428], [1000, 1002, 998])
+    candidate = BaselineEntry(
+        **{
+            **candidate.__dict__,
+            "data_checksum": "sha256:11",
+            "configs": {"fp32": ConfigEntry([2.5], candidate.configs["fp32"].trials)},
+        }
+    )
+    result = compare_entries(BASE, candidate, SETTINGS)
+    assert result.problem is None
+    (config,) = result.configs
+    assert config.status == Status.REGRESSION
+    assert "the model's numerics changed (first-step losses 2 -> 2.5)" in config.reason
+    assert any(e.startswith("the data pipeline's output changed") for e in config.evidence)
+
+
+def test_a_changed_batch_size_is_still_not_comparable():
+    candidate = entry([500, 505, 495])
+    candidate = BaselineEntry(**{**candidate.__dict__, "settings": {**candidate.settings, "batch_size": 16}})
+    result = compare_entries(BASE, candidate, SETTINGS)
+    assert result.problem_status == Status.NOT_COMPARABLE
+    assert "batch_size 8 -> 16" in (result.problem or "")

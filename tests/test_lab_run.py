@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tests.conftest import WORKLOADS, run_cli, validate_results
 
@@ -38,7 +39,9 @@ def test_every_builtin_workload_runs_every_config(builtin_lab):
             assert trial["samples_per_sec"] > 0
             assert len(trial["step_s"]) == workload["settings"]["steps"]
             assert set(trial["phases_s"]) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
-            assert trial["memory"]["kind"] == "cpu-rss-above-setup"
+            assert trial["memory"]["kind"] == (
+                "cuda-max-allocated" if torch.cuda.is_available() else "cpu-rss-above-setup"
+            )
 
 
 def test_results_validate_against_the_schema(builtin_lab):

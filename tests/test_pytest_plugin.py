@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from tests.conftest import WORKLOADS, validate_results
+from tests.conftest import WORKLOADS, git, validate_results
 
 # The configured workload runs one config; `-k` tests add bf16 to show that selection decides what is measured.
 # Three trials, no extra ones, one thread: see tests/test_gate.py for why.
@@ -116,7 +116,7 @@ def test_update_writes_the_baselines(measured):
     document = yaml.safe_load((folder / "baselines" / "tiny.yaml").read_text())
     (entry,) = document["machines"].values()
     assert len(entry["configs"]["fp32"]["trials"]) == 3
-    assert "baselines/tiny.yaml: new baseline for tiny on cpu " in output
+    assert "baselines/tiny.yaml: new baseline for tiny on " in output
     assert "gated" not in output.split("= perfgate =")[1]  # -k selected the fixture test alone
 
 
@@ -186,6 +186,79 @@ def test_selection_with_k_picks_single_configs(pytester):
     assert [line for line in result.outlines if line.startswith("perfgate::")] == ["perfgate::gated[bf16]"]
 
 
+PACED = """
+import time
+
+from tiny import Points, mlp, mse
+
+import perfgate
+
+PAUSE_S = {pause_s}  # waiting, not computing: a slowdown that other jobs on the machine cannot blur
+
+
+def paced_loss(model, batch):
+    time.sleep(PAUSE_S)
+    return mse(model, batch)
+
+
+def paced():
+    return perfgate.Workload(name="paced", model=mlp, dataset=Points, loss=paced_loss, batch_size=8, steps=4)
+"""
+
+
+def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
+    """HEAD~1 pauses 5 ms a step, HEAD 25 ms. No baselines are stored: only the base commit, measured
+    beside the working tree, can show the slowdown, and let the unchanged fixture-style test pass."""
+    shutil.copy(WORKLOADS / "tiny.py", pytester.path / "tiny.py")
+    pytester.makepyprojecttoml(
+        '[tool.perfgate]\nworkloads = ["paced.py:paced"]\n\n'
+        '[tool.pytest.ini_options]\nperfgate_trials = "3"\nperfgate_max_trials = "3"\n'  # 3 pairs, no extra ones
+    )
+    pytester.makepyfile(
+        test_perf="from tiny import tiny\n\n\ndef test_fixture_style(perfgate):\n    perfgate.check(tiny)\n",
+        test_micro=TEST_MICRO,
+    )
+    paced = pytester.path / "paced.py"
+    paced.write_text(PACED.format(pause_s=0.005))
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "config", "user.email", "ci@example.com")
+    git(pytester.path, "config", "user.name", "CI")
+    git(pytester.path, "add", ".")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    paced.write_text(PACED.format(pause_s=0.025))
+    git(pytester.path, "commit", "-q", "-am", "slower")
+    base, head = git(pytester.path, "rev-parse", "HEAD~1", "HEAD").split()
+    result = pytester.runpytest_subprocess(
+        "--perfgate",
+        "--perfgate-against",
+        "HEAD~1",
+        "--perfgate-configs",
+        "fp32",
+        "--perfgate-threads",
+        "1",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == 1, result.stdout.str()
+    result.assert_outcomes(passed=2, failed=1)  # and the session fails: the micro-benchmark has no stored baseline
+    result.stdout.fnmatch_lines(
+        [
+            "*paced fp32: REGRESSION: samples/s -*",
+            "*= perfgate =*",
+            f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured one "
+            "after the other, alternating",
+            "*tiny*fp32*",
+            "*paced*fp32*REGRESSION*",
+            "*test_micro.py::test_augmentation*NO BASELINE*",
+            "pytest-benchmark tests: judged against their stored baselines, not HEAD~1 "
+            "(--perfgate-against measures workloads only)",
+        ]
+    )
+    assert "FAILED perfgate::paced[fp32]" in result.stdout.str()
+    assert result.stdout.str().count("mode: ") == 1  # the configured item and the fixture test: one base, one mode
+    assert not (pytester.path / "baselines").exists()
+
+
 def test_pytest_benchmark_results_are_gated(pytester, monkeypatch):
     (pytester.path / "test_micro.py").write_text(TEST_MICRO)
     update = pytester.runpytest_subprocess("--perfgate-update")
@@ -252,6 +325,12 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
             "",
             "ERROR: perfgate: --perfgate and --perfgate-update both given; use --perfgate to check against the "
             "baselines, or --perfgate-update to rewrite them",
+        ),
+        (
+            ["--perfgate-update", "--perfgate-against", "main"],
+            "",
+            "ERROR: perfgate: --perfgate-against and --perfgate-update both given; use --perfgate --perfgate-against "
+            "REF to check against REF, or --perfgate-update alone to write the baselines",
         ),
         (
             ["--perfgate", "--perfgate-trials", "4", "--perfgate-max-trials", "2"],

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from perfgate.errors import ResultsError
-from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult, write_text_atomic
+from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult, parse_results, write_text_atomic
 from tests.conftest import validate_results
 
 
@@ -76,9 +76,30 @@ def test_schema_rejects_an_unknown_version(tmp_path):
     import jsonschema
 
     document = _run().to_dict()
-    document["schema_version"] = 2
+    document["schema_version"] = 3
     with pytest.raises(jsonschema.ValidationError):
         validate_results(document)
+
+
+def _written(tmp_path) -> dict:
+    _run().write_json(tmp_path / "results.json")
+    return json.loads((tmp_path / "results.json").read_text())
+
+
+def test_a_results_file_of_schema_version_1_is_still_read(tmp_path):
+    document = _written(tmp_path)
+    document["schema_version"] = 1
+    run = parse_results(json.dumps(document), source="old.json")
+    assert run.against is None
+    assert [w.name for w in run.workloads] == [w.name for w in _run().workloads]
+
+
+def test_a_paired_section_is_refused_in_a_schema_version_1_file(tmp_path):
+    document = _written(tmp_path)
+    document["schema_version"] = 1
+    document["against"] = {"ref": "main"}
+    with pytest.raises(ResultsError, match="against"):
+        parse_results(json.dumps(document), source="old.json")
 
 
 def test_ctrl_c_during_a_write_leaves_the_old_file_and_no_debris(tmp_path, monkeypatch):

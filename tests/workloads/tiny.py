@@ -106,7 +106,9 @@ def nondeterministic_data() -> perfgate.Workload:
 
 def oom_under_autocast() -> perfgate.Workload:
     def loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        if torch.is_autocast_enabled("cpu"):  # as a larger config would on a full GPU
+        if torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled(
+            "cuda"
+        ):  # as a larger config would on a full GPU
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return mse(model, batch)
 

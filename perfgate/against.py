@@ -1,0 +1,458 @@
+"""Paired checks: the working tree (head) against a git ref (base), measured side by side on one runner.
+
+A stored baseline was measured at another time, and a shared runner's speed drifts between then and
+now by more than the regressions a gate must catch. A paired check removes that drift: the base
+commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
+identical settings, each a fresh process) runs back to back, in alternating order (base-head, then
+head-base: ABBA), or at the same time on separate CPUs. The verdict comes from the per-pair ratios
+(`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or
+the time budget (`gate.decide_sequentially`).
+
+The base side imports the workload and the user's own code from the worktree: the checkout's source
+folders (its root, `src/`, and any folder of it on `sys.path` or behind an editable install) come
+first on each side's PYTHONPATH, with the mapping from the working tree to the worktree applied for
+the base. perfgate itself, the harness that measures, is the same on both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import perfgate
+from perfgate.errors import UsageError, WorkloadError
+from perfgate.references import Reference
+from perfgate.results import Against, RunResult, TrialResult
+from perfgate.runner import (
+    PlannedTrial,
+    ProgressCallback,
+    RunningTrial,
+    RunSettings,
+    TrialEvent,
+    TrialPlace,
+    collect_workload,
+    load_workloads,
+)
+from perfgate.trial import TrialSpec
+
+SIDES = ("base", "head")
+
+
+class GitError(UsageError):
+    """The repository or the ref cannot give a base to measure against."""
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One side's code: the folder it runs in and the folders its Python code is imported from."""
+
+    name: str  # "base" or "head"
+    root: Path  # the repository's top folder on this side
+    commit: str | None
+    dirty: bool = False
+
+    def place(self, repo_root: Path, sources: Sequence[Path], cpus: frozenset[int] | None, env: Any) -> TrialPlace:
+        """Where this side's trials run: the same folder relative to the checkout as the user is in now."""
+        cwd = self.root / _relative(Path.cwd(), repo_root) if _inside(Path.cwd(), repo_root) else Path.cwd()
+        package_root = Path(perfgate.__file__).resolve().parent.parent
+        return TrialPlace(
+            cwd=cwd if cwd.is_dir() else self.root,
+            pythonpath=tuple(str(self.root / _relative(p, repo_root)) for p in sources),
+            safe_path=True,
+            cpus=cpus,
+            env=tuple(env),
+            harness_first=_inside(package_root, repo_root),
+        )
+
+    def reference(self, reference: Reference, repo_root: Path) -> Reference:
+        """The reference as this side sees it: a workload file inside the repository is this side's copy."""
+        kind, _, rest = reference.target.partition(":")
+        if kind != "file":
+            return reference
+        location, _, function = rest.rpartition(":")
+        path = Path(location)
+        if not _inside(path, repo_root):
+            return reference
+        return Reference(reference.text, f"file:{self.root / _relative(path, repo_root)}:{function}")
+
+
+@contextlib.contextmanager
+def base_checkout(ref: str, directory: Path | None = None) -> Iterator[tuple[Checkout, Checkout]]:
+    """Check `ref` out into a temporary git worktree; yield (base, head); remove the worktree on any exit."""
+    repo = open_repository(directory or Path.cwd())
+    root = Path(repo.working_tree_dir or ".").resolve()
+    base_commit = resolve_ref(repo, ref)
+    try:
+        head_commit: str | None = repo.head.commit.hexsha
+    except ValueError:
+        head_commit = None
+    dirty = repo.is_dirty(untracked_files=False)
+    scratch = Path(tempfile.mkdtemp(prefix="perfgate-base-"))
+    path = scratch / root.name
+    # One cleanup for everything from `worktree add` on: git registers the worktree before it checks
+    # the files out, so a failing post-checkout hook or a Ctrl-C during the checkout leaves one too.
+    try:
+        try:
+            repo.git.worktree("add", "--detach", str(path), base_commit)
+        except Exception as exc:
+            raise GitError(f"cannot check out {ref} into a worktree: {_git_message(exc)}", where="--against") from exc
+        yield Checkout("base", path, base_commit), Checkout("head", root, head_commit, dirty)
+    finally:
+        with contextlib.suppress(Exception):
+            repo.git.worktree("remove", "--force", str(path))
+        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            repo.git.worktree("prune")
+
+
+def working_tree() -> Checkout:
+    """The working tree as a side of its own: the repository's top folder, or the current folder outside git."""
+    import git
+
+    try:
+        repo = git.Repo(Path.cwd(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return Checkout("head", Path.cwd().resolve(), None)
+    try:
+        commit: str | None = repo.head.commit.hexsha
+    except ValueError:
+        commit = None
+    return Checkout("head", Path(repo.working_tree_dir or ".").resolve(), commit, repo.is_dirty(untracked_files=False))
+
+
+def open_repository(directory: Path) -> Any:
+    import git
+
+    try:
+        return git.Repo(directory, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitError(
+            f"{directory} is not inside a git repository",
+            where="--against",
+            hint="run perfgate check --against from your project's git checkout, or drop --against to compare "
+            "with the stored baselines",
+        ) from None
+
+
+def resolve_ref(repo: Any, ref: str) -> str:
+    """The commit `ref` names, or a one-line error that says how to get it (a shallow clone lacks history)."""
+    import git
+
+    if not ref.strip() or ref.startswith("-"):
+        raise GitError(f"{ref!r} is not a git ref", where="--against", hint="give a branch, tag or commit, e.g. main")
+    # git itself, not GitPython's parser: in a shallow clone GitPython resolves HEAD~1 to the parent's id
+    # from the commit object, a commit that is not there (git rev-parse honours the shallow boundary).
+    try:
+        return str(repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")).strip()
+    except git.GitCommandError:
+        pass
+    shallow = Path(repo.git_dir, "shallow").is_file()
+    if shallow:
+        raise GitError(
+            f"{ref} is not in this shallow clone (it holds only the most recent commits)",
+            where="--against",
+            hint=f"fetch it first: git fetch --deepen=100 origin, or git fetch origin {ref}; in GitHub Actions give "
+            "actions/checkout fetch-depth: 0",
+        )
+    raise GitError(
+        f"unknown git ref {ref}",
+        where="--against",
+        hint="give a branch, tag or commit that exists here (git fetch origin first if it lives on the remote)",
+    )
+
+
+def source_folders(repo_root: Path) -> list[Path]:
+    """The repository's folders Python imports the user's code from: editable installs' package folders,
+    folders on sys.path, `src/`, and the root; in the working tree's coordinates."""
+    found: list[Path] = []
+    for finder in sys.meta_path:  # setuptools' editable finders map package names to folders
+        module = sys.modules.get(getattr(finder, "__module__", "") or "")
+        mapping = getattr(module, "MAPPING", None)
+        if isinstance(mapping, dict):
+            found.extend(Path(str(location)).resolve().parent for location in mapping.values())
+    found.extend(Path(entry or ".").resolve() for entry in sys.path)
+    found.extend([repo_root / "src", repo_root])
+    folders = []
+    for folder in found:
+        if folder.is_dir() and _inside(folder, repo_root) and folder not in folders:
+            folders.append(folder)
+    return folders
+
+
+@dataclass
+class SideTrials:
+    """One side's trials so far, per (workload, config), and configs that cannot run on it."""
+
+    trials: dict[tuple[str, str], list[TrialResult]] = field(default_factory=dict)
+    config_failures: dict[tuple[str, str], str] = field(default_factory=dict)
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)  # workload settings, from its trials
+    problems: dict[str, str] = field(default_factory=dict)  # workloads this side cannot measure at all
+
+
+class PairedSession:
+    """Both sides' trials, scheduled in pairs: the lab of a paired check."""
+
+    def __init__(
+        self,
+        references: Sequence[Reference],
+        settings: RunSettings,
+        base: Checkout,
+        head: Checkout,
+        ref: str,
+        *,
+        parallel: bool = False,
+        progress: ProgressCallback | None = None,
+        planted_slowdown: float = 0.0,
+    ) -> None:
+        from perfgate.environment import collect_environment
+
+        self.settings = settings
+        self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
+        self.ref = ref
+        self.progress = progress
+        self.parallel = parallel
+        repo_root = head.root
+        sources = source_folders(repo_root)
+        # Head's workloads load here as its trials will: the checkout's folders first, so a bad
+        # reference or a missing module fails before any trial.
+        sys.path[:0] = [str(p) for p in sources if str(p) not in sys.path]
+        self.loaded = load_workloads(references, settings)
+        self.names = [workload.name for _, workload in self.loaded]
+        self.checkouts = {"base": base, "head": head}
+        cpus = _cpu_halves() if parallel else (None, None)
+        self.places = {
+            "base": base.place(repo_root, sources, cpus[0], ()),
+            "head": head.place(repo_root, sources, cpus[1], ()),
+        }
+        self.references = {
+            (side, workload.name): self.checkouts[side].reference(reference, repo_root)
+            for reference, workload in self.loaded
+            for side in SIDES
+        }
+        self.sides = {side: SideTrials() for side in SIDES}
+        for side in SIDES:
+            self.sides[side].trials = {(n, c): [] for n in self.names for c in settings.configs}
+        self.sides["head"].identities = {w.name: _identity(w) for _, w in self.loaded}
+        self.order: list[str] = []
+        self.environment = collect_environment(settings.device, settings.threads)
+        self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
+
+    def __enter__(self) -> PairedSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._scratch.cleanup()
+
+    def pairs(self, key: tuple[str, str]) -> int:
+        """How many pairs of this (workload, config) have run."""
+        return len(self.sides["head"].trials[key])
+
+    def ok_pairs(self, key: tuple[str, str]) -> int:
+        head = {t.trial for t in self.sides["head"].trials[key] if t.ok}
+        return sum(1 for t in self.sides["base"].trials[key] if t.ok and t.trial in head)
+
+    def run_pairs(self, count: int) -> None:
+        """`count` more pairs of every workload and config."""
+        for _ in range(count):
+            self.run_more([(n, c) for n in self.names for c in self.settings.configs])
+
+    def run_more(self, keys: Sequence[tuple[str, str]]) -> None:
+        """One more pair of each (workload, config), configs rotated, each pair's order alternating (ABBA)."""
+        keys = [k for k in keys if not self._stopped(k)]
+        if not keys:
+            return
+        shift = self.pairs(keys[0]) % len(keys)
+        keys = keys[shift:] + keys[:shift]
+        for index, key in enumerate(keys):
+            pair = self.pairs(key)
+            sides = SIDES if pair % 2 == 0 else SIDES[::-1]
+            self.order.append(f"{key[0]} {key[1]} #{pair}: {', '.join(sides)}")
+            self._run_pair(key, pair, sides, index, len(keys))
+
+    def _stopped(self, key: tuple[str, str]) -> bool:
+        """A config that cannot run on either side, or a workload the base cannot measure, gets no more pairs."""
+        return any(key in self.sides[s].config_failures or key[0] in self.sides[s].problems for s in SIDES)
+
+    def _run_pair(self, key: tuple[str, str], pair: int, sides: Sequence[str], index: int, total: int) -> None:
+        planned = PlannedTrial(index, key[0], key[1], pair)
+        if self.progress:
+            self.progress(TrialEvent(planned, total))
+        if self.parallel:
+            running: dict[str, RunningTrial] = {}
+            try:  # started one by one inside the try: Ctrl-C between the two starts takes the first down too
+                for side in sides:
+                    running[side] = self._start(side, key, pair)
+                records = {side: running[side].wait() for side in sides}
+            finally:
+                for process in running.values():
+                    process.kill()
+        else:
+            records = {side: self._start(side, key, pair).wait() for side in sides}
+        for side in sides:
+            self._record(side, key, records[side])
+        if self.progress:
+            head = self.sides["head"].trials[key][-1]
+            self.progress(TrialEvent(planned, total, finished=head))
+
+    def _start(self, side: str, key: tuple[str, str], pair: int) -> RunningTrial:
+        reference = self.references[(side, key[0])]
+        spec = TrialSpec(
+            reference_text=reference.text,
+            reference_target=reference.target,
+            config=key[1],
+            trial=pair,
+            device=self.settings.device,
+            threads=self.settings.threads,
+            planted_slowdown=self.planted[side],
+        )
+        return RunningTrial(spec, Path(self._scratch.name), self.settings.timeout_s, self.places[side])
+
+    def _record(self, side: str, key: tuple[str, str], record: dict[str, Any]) -> None:
+        trials = self.sides[side]
+        if record.get("status") == "error" and record.get("kind") == "workload":
+            message = str(record.get("message"))
+            if side == "head":
+                raise WorkloadError(
+                    message,
+                    where=f"workload {key[0]!r}, config {key[1]}",
+                    hint="fix the workload and run again (--debug shows the trial's traceback)",
+                    details=str(record.get("traceback") or "") or None,
+                )
+            trials.problems[key[0]] = f"{key[0]} cannot be measured at {self.ref}: {message}"
+        result = TrialResult.from_record(record)
+        if record.get("status") == "error" and record.get("kind") == "config":
+            trials.config_failures[key] = result.failure or "failed"
+        if result.ok and result.workload and key[0] not in trials.identities:
+            trials.identities[key[0]] = {k: v for k, v in result.workload.items() if k != "slice_indices"}
+        trials.trials[key].append(result)
+
+    def result(self, side: str) -> RunResult:
+        """Everything one side measured so far, as a run."""
+        trials = self.sides[side]
+        workloads = [
+            collect_workload(
+                self.references[(side, workload.name)],
+                trials.identities.get(workload.name) or _identity(workload),
+                self.settings,
+                trials.trials,
+                trials.config_failures,
+            )
+            for _, workload in self.loaded
+            if workload.name not in trials.problems
+        ]
+        return RunResult(
+            perfgate_version=perfgate.__version__,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            environment=self.environment,
+            workloads=workloads,
+        )
+
+    def against(self) -> Against:
+        base, head = self.checkouts["base"], self.checkouts["head"]
+        assert base.commit is not None
+        return Against(
+            ref=self.ref,
+            base_commit=base.commit,
+            head_commit=head.commit,
+            head_dirty=head.dirty,
+            base=self.result("base"),
+            order=list(self.order),
+            parallel=self.parallel,
+            problems=dict(self.sides["base"].problems),
+        )
+
+    def paired_run(self) -> RunResult:
+        """The head run, carrying the base side: what the results file of a paired check holds."""
+        return replace(self.result("head"), against=self.against())
+
+    def mean_pair_s(self, key: tuple[str, str]) -> float:
+        """How long one more pair of this config should take, from the pairs so far."""
+        times = [[t.process_s for t in self.sides[side].trials[key] if t.process_s] for side in SIDES]
+        per_side = [sum(values) / len(values) if values else 10.0 for values in times]
+        return max(per_side) if self.parallel else sum(per_side)
+
+
+def run_paired_check(
+    references: Sequence[Reference],
+    run_settings: RunSettings,
+    settings: Any,
+    ref: str,
+    *,
+    parallel: bool = False,
+    progress: ProgressCallback | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> Any:
+    """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open."""
+    from perfgate.gate import LookTracker, compare_pairs, decide_sequentially
+
+    started = time.monotonic()
+    with (
+        base_checkout(ref) as (base, head),
+        PairedSession(references, run_settings, base, head, ref, parallel=parallel, progress=progress) as session,
+    ):
+        if notify:
+            notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
+        session.run_pairs(settings.trials)
+        tracker = LookTracker(settings)
+
+        def judge(final: bool) -> Any:
+            counts = {key: session.ok_pairs(key) for key in session.sides["head"].trials}
+            run = session.paired_run()
+            assert run.against is not None
+            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+
+        result, stopped = decide_sequentially(
+            judge,
+            lambda: {key: session.pairs(key) for key in session.sides["head"].trials},
+            session.run_more,
+            lambda pending: sum(session.mean_pair_s(key) for key in pending),
+            settings,
+            started,
+            notify,
+            unit="pair",
+        )
+        return replace(result, stopped_because=stopped)
+
+
+def _identity(workload: Any) -> dict[str, Any]:
+    from perfgate.trial import workload_identity
+
+    return workload_identity(workload)
+
+
+def _cpu_halves() -> tuple[frozenset[int], frozenset[int]]:
+    """The CPUs this process may use, split in two halves: one for each side of a pair run at once."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cpus) < 2:
+        raise UsageError(
+            "--parallel-pairs needs at least two CPUs", hint="drop --parallel-pairs to run each pair's trials in turn"
+        )
+    half = len(cpus) // 2
+    return frozenset(cpus[:half]), frozenset(cpus[half:])
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _relative(path: Path, folder: Path) -> Path:
+    return path.resolve().relative_to(folder.resolve())
+
+
+def _git_message(exc: BaseException) -> str:
+    text = str(getattr(exc, "stderr", "") or exc).strip().splitlines()
+    return text[-1].strip().removeprefix("stderr: ").strip("'") if text else type(exc).__name__

@@ -1,0 +1,200 @@
+"""`perfgate calibrate`: what this runner can detect, measured on this runner.
+
+Two passes over the working tree, each a paired check of the code against itself:
+
+1. A/A: a fixed number of pairs of every workload and config, both sides the same code. The spread of
+   the per-pair log ratios is the runner's paired noise, and the seconds per pair say how many pairs
+   the time budget allows. From the two follows the smallest slowdown a check would call a
+   regression with 80% probability at its last look (`detectable_slowdown`).
+2. Planted: the same paired check with a known slowdown in head (every step sleeps a fraction of its
+   own time, `TrialSpec.planted_slowdown`), decided as `perfgate check --against` decides. A runner
+   that cannot call a planted 10% slowdown a regression cannot gate 5% either.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from perfgate.against import PairedSession, working_tree
+from perfgate.gate import GateResult, GateSettings, LookTracker, compare_pairs, decide_sequentially
+from perfgate.references import Reference
+from perfgate.runner import ProgressCallback, RunSettings
+from perfgate.stats import DETECTION_POWER, look_levels, student_t_ppf
+
+DEFAULT_CALIBRATION_PAIRS = 6
+DEFAULT_PLANTED_SLOWDOWN = 0.10
+
+
+@dataclass(frozen=True)
+class ConfigCalibration:
+    workload: str
+    config: str
+    noise: float  # per-pair standard deviation of the log ratio, A/A (nan: too few pairs)
+    pair_s: float  # seconds one pair takes
+    budget_pairs: int  # pairs the time budget allows
+    detectable_slowdown: float  # with budget_pairs pairs, 80% power at the last look (nan: unknown)
+    planted_status: str  # the paired check's verdict on the planted slowdown
+    planted_pairs: int
+    planted_ratio: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    configs: list[ConfigCalibration]
+    slowdown: float
+    threshold_text: str
+    settings_text: str
+    aa: GateResult
+    planted: GateResult
+
+
+def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, threshold: float) -> float:
+    """The slowdown a paired check with `pairs` pairs calls a regression with 80% probability at its last look.
+
+    A regression needs the estimate beyond the threshold and a significant difference, so the true
+    slowdown must clear the larger of the two bars by the power margin."""
+    if not math.isfinite(noise) or pairs < 2:
+        return math.nan
+    levels = look_levels(pairs, max(0, pairs - 1), pairs, alpha=settings.alpha, final=True, shape=settings.spending)
+    se = noise / math.sqrt(pairs)
+    df = pairs - 1
+    bar = max(math.log1p(threshold), student_t_ppf(1 - levels.alpha, df) * se)
+    return math.expm1(bar + student_t_ppf(DETECTION_POWER, df) * se)
+
+
+def run_calibration(
+    references: Sequence[Reference],
+    run_settings: RunSettings,
+    settings: GateSettings,
+    *,
+    pairs: int = DEFAULT_CALIBRATION_PAIRS,
+    slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
+    parallel: bool = False,
+    progress: ProgressCallback | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Measure the runner's paired A/A noise, then check a planted slowdown as a paired check would."""
+    tree = working_tree()
+    if notify:
+        notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
+    with PairedSession(references, run_settings, tree, tree, "itself", parallel=parallel, progress=progress) as aa:
+        aa.run_pairs(pairs)
+        aa_run = aa.paired_run()
+        assert aa_run.against is not None
+        aa_result = compare_pairs(aa_run, aa_run.against.base, settings, {}, aa_run.against)
+        pair_s = {key: aa.mean_pair_s(key) for key in aa.sides["head"].trials}
+    if notify:
+        notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
+    started = time.monotonic()
+    with PairedSession(
+        references, run_settings, tree, tree, "itself", parallel=parallel, progress=progress, planted_slowdown=slowdown
+    ) as planted:
+        planted.run_pairs(settings.trials)
+        tracker = LookTracker(settings)
+
+        def judge(final: bool) -> GateResult:
+            counts = {key: planted.ok_pairs(key) for key in planted.sides["head"].trials}
+            run = planted.paired_run()
+            assert run.against is not None
+            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+
+        planted_result, _ = decide_sequentially(
+            judge,
+            lambda: {key: planted.pairs(key) for key in planted.sides["head"].trials},
+            planted.run_more,
+            lambda pending: sum(planted.mean_pair_s(key) for key in pending),
+            settings,
+            started,
+            notify,
+            unit="pair",
+        )
+    planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
+    configs = []
+    for verdict in aa_result.verdicts:
+        key = (verdict.workload, verdict.config)
+        noise = verdict.throughput.noise if verdict.throughput is not None else math.nan
+        per_pair = pair_s.get(key, math.nan)
+        budget_pairs = max(settings.trials, min(settings.max_trials, int(settings.time_budget_s // per_pair)))
+        threshold = verdict.limits.throughput
+        other = planted_by_key.get(key)
+        configs.append(
+            ConfigCalibration(
+                workload=verdict.workload,
+                config=verdict.config,
+                noise=noise,
+                pair_s=per_pair,
+                budget_pairs=budget_pairs,
+                detectable_slowdown=detectable_slowdown(noise, budget_pairs, settings, threshold),
+                planted_status="failed" if other is None else other.status.value,
+                planted_pairs=0 if other is None or other.throughput is None else other.throughput.n_candidate,
+                planted_ratio=math.nan if other is None or other.throughput is None else other.throughput.ratio,
+            )
+        )
+    how = "at the same time on separate CPUs" if parallel else "one after the other, alternating"
+    return Calibration(
+        configs=configs,
+        slowdown=slowdown,
+        threshold_text=", ".join(sorted({f"{100 * v.limits.throughput:g}%" for v in aa_result.verdicts})) or "5%",
+        settings_text=f"{run_settings.threads} torch thread(s) per trial on {run_settings.device}, each pair's trials "
+        f"{how}; time budget {settings.time_budget_s:g} s, at most {settings.max_trials} pairs per config",
+        aa=aa_result,
+        planted=planted_result,
+    )
+
+
+def format_calibration(calibration: Calibration) -> str:
+    """The calibration table and what it means for a gate on this runner."""
+    header = ["workload", "config", "pair noise", "s/pair", "pairs in budget", "detects", "planted", "pairs", "ratio"]
+    rows = [header]
+    for c in calibration.configs:
+        rows.append(
+            [
+                c.workload,
+                c.config,
+                "-" if math.isnan(c.noise) else f"{100 * c.noise:.1f}%",
+                "-" if math.isnan(c.pair_s) else f"{c.pair_s:.1f}",
+                str(c.budget_pairs),
+                "-" if math.isnan(c.detectable_slowdown) else f"{100 * c.detectable_slowdown:.1f}%",
+                c.planted_status,
+                str(c.planted_pairs),
+                "-" if math.isnan(c.planted_ratio) else f"{c.planted_ratio:.3f}x",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["calibration: this runner, the working tree against itself"]
+    for index, row in enumerate(rows):
+        lines.append(
+            "  "
+            + "  ".join(
+                cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if index == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    lines.append(
+        f"  pair noise: s.d. of the per-pair log ratio, A/A; detects: the smallest slowdown a paired check calls a "
+        f"regression with 80% probability in the pairs the budget allows (threshold {calibration.threshold_text}); "
+        f"planted: the verdict on head made {100 * calibration.slowdown:g}% slower"
+    )
+    lines.append(f"  settings: {calibration.settings_text}")
+    caught = [c for c in calibration.configs if c.planted_status == "regression"]
+    worst = max(
+        (c.detectable_slowdown for c in calibration.configs if math.isfinite(c.detectable_slowdown)), default=math.nan
+    )
+    if len(caught) == len(calibration.configs) and math.isfinite(worst):
+        lines.append(
+            f"This runner resolves slowdowns of {100 * worst:.0f}% or more in every config within the budget, and "
+            f"caught the planted {100 * calibration.slowdown:g}% everywhere. Next: perfgate check --against main"
+        )
+    else:
+        missed = [f"{c.workload} {c.config}" for c in calibration.configs if c.planted_status != "regression"]
+        lines.append(
+            f"The planted {100 * calibration.slowdown:g}% slowdown was not called a regression in: "
+            f"{', '.join(missed)}. "
+            "Give the check more time (--time-budget, --max-trials), use fewer threads per trial (--threads 1), or "
+            "a quieter runner."
+        )
+    return "\n".join(lines) + "\n"

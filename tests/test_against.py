@@ -1,0 +1,645 @@
+"""`perfgate check --against REF`: the working tree against a git ref, measured in pairs of trials.
+
+Real git repositories under the test's temporary folder, real trials in real processes. Each paired
+check here is two or three pairs of a tiny MLP (one config, one thread); where several tests read the
+same check, a module fixture runs it once. Every check runs with TMPDIR in the test's folder, so the
+base worktree perfgate creates (`perfgate-base-*`) is found, and its removal checked, there. Commands
+that start no trial (errors, report, compare) run in this process, through the CLI's entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from perfgate.against import base_checkout
+from perfgate.cli import main
+from perfgate.gate import GateSettings, Look, LookTracker
+from perfgate.project import ProjectConfig
+from perfgate.stats import (
+    DEFAULT_ALPHA,
+    PASS_ERROR,
+    SPENDING_SHAPES,
+    Verdict,
+    compare_paired,
+    compare_throughput,
+    look_levels,
+    spent,
+)
+from tests.conftest import CliResult, git, run_cli
+
+ROOT = Path(__file__).parent.parent
+SCHEMA_V2 = ROOT / "perfgate" / "schema" / "results-v2.schema.json"
+WORKLOAD = "perf/bench.py:bench"
+# One config, one thread (two OpenMP threads on a busy 2-core machine stall each other), three pairs.
+FAST = ("--configs", "fp32", "--threads", "1", "--trials", "3")
+# Where a check needs no verdict, or only a pass (any verdict but a regression): two pairs, one look.
+TWO_PAIRS = ("--configs", "fp32", "--threads", "1", "--trials", "2", "--max-trials", "2", "--time-budget", "60")
+
+# The workload: an MLP learning the sum of generated points, 22 steps of batch 64 a trial. `{header}`
+# defines WIDTH (the hidden layer), OFFSET (added to the data), SCALE (of the loss) and SLEEP_S.
+WORKLOAD_SOURCE = """\
+import os
+import time
+
+import torch
+from torch.nn import functional as F
+
+import perfgate
+
+{header}
+
+
+class Points(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64 * 22
+
+    def __getitem__(self, index):
+        x = torch.randn(16, generator=torch.Generator().manual_seed(index)) + OFFSET
+        return x, x.sum(dim=0, keepdim=True)
+
+
+def model():
+    return torch.nn.Sequential(torch.nn.Linear(16, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, 1))
+
+
+def loss(model, batch):
+    if SLEEP_S:
+        time.sleep(SLEEP_S)  # every step: a real slowdown
+    x, y = batch
+    return SCALE * F.mse_loss(model(x), y)
+
+
+class PlainSGD:  # by hand: torch.optim's optimizers import torch._dynamo, 1-2 s of each trial process
+    def __init__(self, params):
+        self.params = list(params)
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            p -= 0.01 * p.grad
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+
+def bench():
+    return perfgate.Workload(
+        name="bench", model=model, dataset=Points, loss=loss, optimizer=PlainSGD, batch_size=64, steps=20,
+        warmup_steps=2,
+    )
+"""
+
+
+def logged(name: str) -> str:
+    """Source that logs `name`, VALUE and which copy of the file a process imported."""
+    return (
+        'if os.environ.get("IMPORT_LOG"):\n'
+        '    with open(os.environ["IMPORT_LOG"], "a", encoding="utf-8") as log:\n'
+        f'        log.write({name} + " " + str(VALUE) + " " + __file__ + "\\n")\n'
+    )
+
+
+def bench(*, sleep: float = 0.0, tag: str = "committed", comment: str = "", activation: str = "ReLU") -> str:
+    """The workload on its own; `tag` is logged, `comment` changes nothing."""
+    header = f"# {comment}\nWIDTH, OFFSET, SCALE, SLEEP_S = 32, 0, 1, {sleep}\nVALUE = {tag!r}\n{logged(repr('bench'))}"
+    return WORKLOAD_SOURCE.format(header=header).replace("torch.nn.ReLU()", f"torch.nn.{activation}()")
+
+
+def commit(path: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text, encoding="utf-8")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", message)
+    return git(path, "rev-parse", "HEAD")
+
+
+def make_repo(path: Path, *versions: dict[str, str]) -> Path:
+    """A git repository with one commit per version (each: the files it writes)."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "ci@example.com")
+    git(path, "config", "user.name", "CI")
+    for n, files in enumerate(versions, 1):
+        commit(path, files, f"version {n}")
+    return path
+
+
+def scratch(folder: Path) -> dict[str, str]:
+    """An environment whose temporary files (the base worktree among them) go to `folder`."""
+    folder.mkdir(exist_ok=True)
+    return {"TMPDIR": str(folder)}
+
+
+def worktrees(repo: Path) -> list[Path]:
+    listing = git(repo, "worktree", "list", "--porcelain").splitlines()
+    return [Path(line.removeprefix("worktree ")) for line in listing if line.startswith("worktree ")]
+
+
+def left_behind(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("perfgate-"))
+
+
+def assert_clean(repo: Path, tmp: Path) -> None:
+    """No worktree but the main one, and nothing of perfgate's left in the temporary folder."""
+    assert worktrees(repo) == [repo.resolve()]
+    assert left_behind(tmp) == []
+
+
+def validate_v2(document: dict) -> None:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_V2.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(document)
+
+
+# --- The base side imports the base's code --------------------------------------------------------
+
+# Three local packages, each imported from the repository without being installed the usual way:
+# `mypkg` at the root, `datapkg` in a src/ layout on PYTHONPATH, and `edpkg` installed in editable
+# mode into a virtual environment (setuptools' finder, not a path entry). Each logs which copy a
+# process imported; the second commit changes each package's constant. The workload takes its
+# model's width, its data's offset and its loss's scale from the three packages.
+PACKAGED_BENCH = WORKLOAD_SOURCE.format(
+    header="from datapkg import VALUE as OFFSET\nfrom edpkg import VALUE as SCALE\nfrom mypkg import VALUE as WIDTH"
+    "\n\nSLEEP_S = 0"
+)
+EDITABLE_PROJECT = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "edpkg"
+version = "0"
+
+[tool.setuptools]
+packages = ["edpkg"]
+"""
+BASE_VALUES = {"mypkg": 32, "datapkg": 0, "edpkg": 1}
+HEAD_VALUES = {"mypkg": 48, "datapkg": 1, "edpkg": 2}
+
+
+def packages(values: dict[str, int]) -> dict[str, str]:
+    def source(name: str) -> str:
+        return f"import os\n\nVALUE = {values[name]}\n{logged('__name__')}"
+
+    return {
+        "mypkg/__init__.py": source("mypkg"),
+        "src/datapkg/__init__.py": source("datapkg"),
+        "edlib/edpkg/__init__.py": source("edpkg"),
+    }
+
+
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory):
+    """One paired check of a repository whose two commits differ only inside its local packages."""
+    top = tmp_path_factory.mktemp("packaged")
+    repo = make_repo(
+        top / "repo",
+        {
+            "perf/bench.py": PACKAGED_BENCH,
+            "edlib/pyproject.toml": EDITABLE_PROJECT,
+            ".gitignore": "*.egg-info/\nbuild/\n__pycache__/\n",
+            **packages(BASE_VALUES),
+        },
+    )
+    base_commit = git(repo, "rev-parse", "HEAD")
+    head_commit = commit(repo, packages(HEAD_VALUES), "the packages change")
+    venv = top / "venv"  # beside the repository, as a CI job's environment would be
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    install = ["-m", "pip", "install", "-q", "-e", str(repo / "edlib"), "--no-deps", "--no-build-isolation"]
+    subprocess.run([python, *install, "--no-index"], check=True, capture_output=True)
+    assert git(repo, "status", "--porcelain") == ""  # the install left the checkout clean
+    tmp, log, results = top / "tmp", top / "imports.log", top / "results.json"
+    env = {**scratch(tmp), "IMPORT_LOG": str(log), "PYTHONPATH": str(repo / "src")}
+    command = [python, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *TWO_PAIRS, "--json", str(results)]
+    process = subprocess.run(command, cwd=repo, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    return {
+        "repo": repo,
+        "tmp": tmp,
+        "process": process,
+        "results": results,
+        "imports": [line.split(" ", 2) for line in log.read_text(encoding="utf-8").splitlines()],
+        "commits": (base_commit, head_commit),
+    }
+
+
+def imported(run: dict, package: str, side: str) -> list[tuple[int, Path]]:
+    """(value, file) of each import of `package` by the base's or the head's processes."""
+    found = []
+    for name, value, file in run["imports"]:
+        path = Path(file).resolve()
+        in_base = path.is_relative_to(run["tmp"].resolve())
+        if name == package and in_base == (side == "base"):
+            found.append((int(value), path))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "relative"),
+    [
+        ("mypkg", "mypkg/__init__.py"),  # a package at the repository's root
+        ("datapkg", "src/datapkg/__init__.py"),  # a src/ layout on PYTHONPATH
+        ("edpkg", "edlib/edpkg/__init__.py"),  # installed in editable mode
+    ],
+)
+def test_the_base_side_imports_the_bases_version_of_a_local_package(packaged, package, relative):
+    process = packaged["process"]
+    assert process.returncode in (0, 1), process.stdout + process.stderr
+    base = imported(packaged, package, "base")
+    head = imported(packaged, package, "head")
+    assert len(base) == 2, packaged["imports"]  # each of the two base trials imported it, from the base
+    for value, path in base:
+        assert value == BASE_VALUES[package]
+        scratch_folder, checkout, *inside = path.relative_to(packaged["tmp"].resolve()).parts
+        assert scratch_folder.startswith("perfgate-base-") and checkout == "repo" and Path(*inside) == Path(relative)
+    assert len(head) == 3  # the head's two trials, and perfgate itself loading the workload
+    assert {(value, path) for value, path in head} == {(HEAD_VALUES[package], packaged["repo"].resolve() / relative)}
+
+
+def test_the_base_trials_measured_the_bases_model_and_data(packaged):
+    document = json.loads(packaged["results"].read_text(encoding="utf-8"))
+    validate_v2(document)
+    assert document["schema_version"] == 2
+    against = document["against"]
+    assert (against["base_commit"], against["head_commit"]) == packaged["commits"]
+    assert against["ref"] == "HEAD~1" and against["head_dirty"] is False and against["parallel"] is False
+    (base,), (head,) = against["base"]["workloads"], document["workloads"]
+    assert base["first_losses"]["fp32"] != head["first_losses"]["fp32"]  # a wider model, other data, a scale
+    assert base["data_checksum"] != head["data_checksum"]
+    assert len(base["configs"]["fp32"]["trials"]) == len(head["configs"]["fp32"]["trials"]) == 2
+    # ABBA: the order of each pair's two trials alternates.
+    assert against["order"] == ["bench fp32 #0: base, head", "bench fp32 #1: head, base"]
+    assert_clean(packaged["repo"], packaged["tmp"])
+
+
+def test_a_changed_model_and_data_are_judged_and_reported_as_evidence_not_refused(packaged):
+    process = packaged["process"]
+    assert process.returncode in (0, 1), process.stdout + process.stderr  # never 3: the check judged it
+    assert "not comparable" not in process.stdout
+    assert "the model's numerics changed (first-step losses " in process.stdout
+    assert "the data pipeline's output changed (data-slice checksum " in process.stdout
+    assert " in HEAD~1 -> " in process.stdout
+
+
+def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
+    packaged, tmp_path, monkeypatch, capsys
+):
+    """Outside the repository: a results file is all they need."""
+    monkeypatch.chdir(tmp_path)
+    base_commit, head_commit = packaged["commits"]
+    mode = (
+        f"paired: the working tree ({head_commit[:10]}) against HEAD~1 ({base_commit[:10]}), "
+        "each pair measured one after the other, alternating"
+    )
+    results = str(packaged["results"])
+    report = perfgate(capsys, "report", results)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert f"compared with: {mode}" in report.stdout
+    assert "base s/s" in report.stdout and "head s/s" in report.stdout and "pairs" in report.stdout
+    assert "the model's numerics changed" in report.stdout
+    markdown = perfgate(capsys, "report", results, "--format", "markdown")
+    assert markdown.returncode == 0, markdown.stderr
+    assert f"Compared with: {mode}." in markdown.stdout
+    assert "| config | base samples/s | head samples/s |" in markdown.stdout
+    compared = perfgate(capsys, "compare", results)
+    assert compared.returncode in (0, 1), compared.stdout + compared.stderr
+    assert f"compared with: {mode}" in compared.stdout
+    assert "base s/s" in compared.stdout and "head s/s" in compared.stdout
+
+
+# --- Verdicts --------------------------------------------------------------------------------------
+
+
+def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(tmp_path):
+    """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after three pairs."""
+    repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
+    tmp = tmp_path / "tmp"
+    more = ("--max-trials", "5", "--time-budget", "90")  # a noisy pair or two may need one more look
+    result = run_cli("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "compared with: paired: the working tree" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
+    assert len(rows) == 1, result.stdout  # the verdict table's row for the config
+    assert "! fp32: samples/s -" in result.stdout and ": a regression beyond the 5% threshold" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "perfgate check: 1 regression (bench fp32). Exit 1 (fail)."
+    assert_clean(repo, tmp)
+
+
+@pytest.fixture(scope="module")
+def a_a(tmp_path_factory):
+    """HEAD~1 and HEAD differ in a comment only; the working tree changes a string the workload logs."""
+    top = tmp_path_factory.mktemp("aa")
+    versions = ({"perf/bench.py": bench(comment="one")}, {"perf/bench.py": bench(comment="two")})
+    repo = make_repo(top / "repo", *versions)
+    (repo / "perf" / "bench.py").write_text(bench(comment="two", tag="uncommitted"), encoding="utf-8")
+    tmp, log, results = top / "tmp", top / "imports.log", top / "results.json"
+    env = {**scratch(tmp), "IMPORT_LOG": str(log)}
+    result = run_cli(
+        "check", WORKLOAD, "--against", "HEAD~1", *TWO_PAIRS, "--json", str(results), cwd=repo, env=env, timeout=300
+    )
+    return {"repo": repo, "tmp": tmp, "result": result, "results": results, "log": log}
+
+
+def test_an_a_a_pair_of_commits_passes(a_a):
+    result = a_a["result"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "REGRESSION" not in result.stdout
+    assert "Exit 0 (pass)." in result.stdout
+    assert "numerics changed" not in result.stdout and "data pipeline" not in result.stdout
+    assert_clean(a_a["repo"], a_a["tmp"])
+
+
+def test_a_dirty_working_tree_is_measured_as_the_head_and_recorded_dirty(a_a):
+    result, repo = a_a["result"], a_a["repo"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    head_commit = git(repo, "rev-parse", "HEAD")
+    assert f"the working tree ({head_commit[:10]}, with uncommitted changes) against HEAD~1" in result.stdout
+    against = json.loads(a_a["results"].read_text(encoding="utf-8"))["against"]
+    assert against["head_dirty"] is True and against["head_commit"] == head_commit
+    lines = [line.split(" ", 2) for line in a_a["log"].read_text(encoding="utf-8").splitlines()]
+    tags = {(tag, Path(file).resolve().is_relative_to(a_a["tmp"].resolve())) for name, tag, file in lines}
+    assert {name for name, _, _ in lines} == {"bench"}
+    assert tags == {("uncommitted", False), ("committed", True)}  # head: the working tree; base: HEAD~1
+    assert git(repo, "status", "--porcelain") == "M perf/bench.py"  # the uncommitted change is still there
+
+
+def test_stored_baselines_judge_changed_model_numerics_and_report_them_as_evidence(tmp_path):
+    """The stored-baseline mode: first-step losses that differ are evidence beside the verdict, not exit 3."""
+    project = tmp_path / "project"
+    (project / "perf").mkdir(parents=True)
+    workload = project / "perf" / "bench.py"
+    workload.write_text(bench(), encoding="utf-8")
+    update = run_cli("update", WORKLOAD, *TWO_PAIRS[:6], "--quiet", cwd=project)  # two trials
+    assert update.returncode == 0, update.stdout + update.stderr
+    workload.write_text(bench(activation="Tanh"), encoding="utf-8")  # the same data, another model
+    check = run_cli("check", WORKLOAD, *TWO_PAIRS, "--quiet", cwd=project)
+    assert check.returncode in (0, 1), check.stdout + check.stderr
+    assert "compared with: stored baselines" in check.stdout
+    assert "the model's numerics changed (first-step losses " in check.stdout
+    assert "the data pipeline's output changed" not in check.stdout  # the same data: the checksum agrees
+
+
+# --- Errors ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(comment="two")})
+
+
+@pytest.fixture
+def scratch_here(tmp_path, monkeypatch) -> Path:
+    """This process's temporary files (a base worktree among them) go to tmp_path/tmp."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def perfgate(capsys, *args: str) -> CliResult:
+    """`perfgate ARGS` in this process: the CLI's own entry point, for commands that start no trial."""
+    code = main(list(args))
+    out = capsys.readouterr()
+    return CliResult(code, out.out, out.err)
+
+
+def assert_one_line_error(result: CliResult, *parts: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    for part in parts:
+        assert part in line, line
+
+
+def test_an_unknown_ref_is_a_one_line_error_and_leaves_no_worktree(repo, scratch_here, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    result = perfgate(capsys, "check", WORKLOAD, "--against", "no-such-branch", *FAST)
+    assert_one_line_error(result, "unknown git ref no-such-branch (--against); give a branch, tag or commit")
+    assert_clean(repo, scratch_here)
+
+
+def test_against_outside_a_git_repository_is_a_one_line_error(tmp_path, scratch_here, monkeypatch, capsys):
+    folder = tmp_path / "plain"
+    (folder / "perf").mkdir(parents=True)
+    (folder / "perf" / "bench.py").write_text(bench(), encoding="utf-8")
+    monkeypatch.chdir(folder)
+    result = perfgate(capsys, "check", WORKLOAD, "--against", "main", *FAST)
+    assert_one_line_error(result, f"{folder} is not inside a git repository (--against)")
+    assert left_behind(scratch_here) == []
+
+
+def test_a_ref_missing_from_a_shallow_clone_says_how_to_fetch_it(repo, tmp_path, scratch_here, monkeypatch, capsys):
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
+    monkeypatch.chdir(clone)
+    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
+    assert_one_line_error(result, "HEAD~1 is not in this shallow clone", "git fetch --deepen", "fetch-depth: 0")
+    assert_clean(clone, scratch_here)
+
+
+def test_parallel_pairs_without_against_is_a_one_line_error(repo, scratch_here, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    result = perfgate(capsys, "check", WORKLOAD, "--parallel-pairs", *FAST)
+    assert_one_line_error(result, "--parallel-pairs needs --against; add --against REF")
+    assert_clean(repo, scratch_here)
+
+
+def post_checkout_hook(repo: Path, body: str) -> None:
+    """A post-checkout hook: git runs it in `git worktree add`, after registering the worktree."""
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!{sys.executable}\nimport os, signal, sys\n{body}\n", encoding="utf-8")
+    hook.chmod(0o755)
+
+
+def test_a_failing_post_checkout_hook_is_a_one_line_error_and_leaves_no_worktree(
+    repo, scratch_here, monkeypatch, capsys
+):
+    post_checkout_hook(repo, "sys.exit(3)")
+    monkeypatch.chdir(repo)
+    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
+    assert_one_line_error(result, "cannot check out HEAD~1 into a worktree: ", "(--against)")
+    assert_clean(repo, scratch_here)
+
+
+def test_ctrl_c_while_git_checks_out_the_base_leaves_no_worktree(repo, tmp_path):
+    """The hook sends perfgate (git's parent) SIGINT while `git worktree add` is still running."""
+    tmp = tmp_path / "tmp"
+    post_checkout_hook(repo, "import psutil\nos.kill(psutil.Process(os.getppid()).ppid(), signal.SIGINT)")
+    command = [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *FAST]
+    process = subprocess.run(
+        command,
+        cwd=repo,
+        env={**os.environ, **scratch(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # see the test below
+    )
+    assert process.returncode == 130, process.stdout + process.stderr
+    assert process.stderr.startswith("interrupted: ")
+    assert_clean(repo, tmp)
+
+
+def test_ctrl_c_during_a_paired_check_removes_the_worktree_and_stops_the_trials(repo, tmp_path):
+    tmp = tmp_path / "tmp"
+    command = [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *FAST]
+    process = subprocess.Popen(
+        command,
+        cwd=repo,
+        env={**os.environ, **scratch(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell without job control starts background commands with SIGINT ignored, and an ignored
+        # signal stays ignored across exec: perfgate must see Ctrl-C as a user's terminal sends it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        parent = psutil.Process(process.pid)
+        deadline = time.monotonic() + 120
+        trials: list[psutil.Process] = []
+        while not trials and time.monotonic() < deadline:  # the worktree exists and a trial runs in it
+            if len(worktrees(repo)) == 2:
+                trials = [p for p in _children(parent) if "perfgate.trial" in " ".join(_cmdline(p))]
+            time.sleep(0.05)
+        assert trials, "no trial started"
+        (worktree,) = [w for w in worktrees(repo) if w != repo.resolve()]
+        assert worktree.parent.parent == tmp.resolve() and worktree.parent.name.startswith("perfgate-base-")
+        helpers = _children(parent)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stdout + stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted: trials stopped;")
+    assert "Traceback" not in stderr
+    _, alive = psutil.wait_procs(helpers, timeout=10)
+    assert not alive  # the trial (and anything it started) went down with perfgate
+    assert_clean(repo, tmp)
+    assert not worktree.exists()
+
+
+def _children(parent: psutil.Process) -> list[psutil.Process]:
+    try:
+        return parent.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # exited meanwhile
+        return []
+
+
+def test_the_base_worktree_is_removed_when_the_check_inside_it_raises_or_is_interrupted(repo, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    for error in (RuntimeError("a bug"), KeyboardInterrupt()):
+        with pytest.raises(type(error)), base_checkout("HEAD~1", repo) as (base, head):
+            assert (base.root / "perf" / "bench.py").read_text(encoding="utf-8") == bench()
+            assert base.commit == git(repo, "rev-parse", "HEAD~1") and head.commit == git(repo, "rev-parse", "HEAD")
+            assert head.root == repo.resolve() and not head.dirty
+            raise error
+        assert_clean(repo, tmp)
+
+
+# --- The statistics of pairs, looks and spending ---------------------------------------------------
+
+
+def paired_samples(
+    n: int, *, slowdown: float = 1.0, noise: float = 0.02, drift: float = 0.3, seed: int = 0
+) -> tuple[list[float], list[float]]:
+    """Pairs of samples/s: the machine's speed drifts by up to `drift` between pairs; within a pair both
+    sides see the same speed, and each trial adds log-normal noise of size `noise`."""
+    rng = random.Random(seed)
+    base, head = [], []
+    for _ in range(n):
+        speed = 1000.0 * math.exp(rng.uniform(-drift, drift))
+        base.append(speed * math.exp(rng.gauss(0.0, noise)))
+        head.append(speed / slowdown * math.exp(rng.gauss(0.0, noise)))
+    return base, head
+
+
+def test_a_ten_percent_slowdown_with_two_percent_noise_over_eight_pairs_is_a_regression():
+    base, head = paired_samples(8, slowdown=1.1, seed=1)
+    paired = compare_paired(base, head)
+    assert paired.verdict == Verdict.REGRESSION
+    assert paired.ratio == pytest.approx(1 / 1.1, rel=0.03)
+    assert paired.ci_high < 1 / 1.05 and paired.n_baseline == paired.n_candidate == 8
+    # The same numbers unpaired: the machine's drift between pairs swamps the slowdown.
+    assert compare_throughput(base, head).verdict == Verdict.INCONCLUSIVE
+
+
+def test_identical_pairs_are_no_change():
+    base = [900.0, 1000.0, 1100.0, 1300.0]
+    paired = compare_paired(base, list(base))
+    assert paired.verdict == Verdict.NO_CHANGE
+    assert paired.ratio == 1.0 and paired.ci_low == paired.ci_high == 1.0 and paired.noise == 0.0
+
+
+def test_a_pair_disturbed_by_another_job_is_left_out():
+    base, head = paired_samples(8, seed=2)
+    head[3] /= 20  # another job ran beside this pair's head trial
+    paired = compare_paired(base, head)
+    assert paired.outliers == (1, 1) and paired.n_baseline == 7
+    assert paired.verdict == Verdict.NO_CHANGE
+    assert paired.ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_paired_comparison_needs_as_many_base_as_head_trials():
+    with pytest.raises(ValueError, match="as many base as head trials"):
+        compare_paired([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize("shape", SPENDING_SHAPES)
+def test_the_increments_of_a_spending_plan_sum_to_alpha(shape):
+    assert spent(0.0, 0.01, shape) == 0.0
+    assert spent(1.0, 0.01, shape) == pytest.approx(0.01)
+    fractions = [n / 8 for n in range(9)]
+    assert all(spent(a, 0.01, shape) <= spent(b, 0.01, shape) for a, b in zip(fractions, fractions[1:], strict=False))
+    sizes = [0, 3, 4, 5, 6, 7, 8]  # looks after 3, 4, ... 8 trials of a check that stops at 8
+    levels = [look_levels(n, before, 8, shape=shape) for before, n in zip(sizes, sizes[1:], strict=False)]
+    assert all(level.alpha > 0 for level in levels)
+    assert sum(level.alpha for level in levels) == pytest.approx(DEFAULT_ALPHA)
+    assert sum(level.pass_error for level in levels) == pytest.approx(PASS_ERROR)
+
+
+def test_a_final_look_spends_whatever_is_left():
+    early = look_levels(3, 0, 8)
+    final = look_levels(5, 3, 8, final=True)  # the time budget ran out at 5 of 8
+    assert early.alpha + final.alpha == pytest.approx(DEFAULT_ALPHA)
+    assert final.alpha > look_levels(5, 3, 8).alpha
+    assert look_levels(8, 5, 8).alpha == pytest.approx(DEFAULT_ALPHA - spent(5 / 8, DEFAULT_ALPHA))
+    with pytest.raises(ValueError, match="more samples than the previous one"):
+        look_levels(3, 3, 8)
+
+
+def test_the_look_tracker_counts_each_configs_looks_from_its_previous_one():
+    tracker = LookTracker(GateSettings(ProjectConfig(), trials=3, max_trials=5))
+    a, b = ("bench", "fp32"), ("bench", "bf16")
+    assert tracker.look({a: 3, b: 3}, final=False) == {a: Look(3, 0, False), b: Look(3, 0, False)}
+    assert tracker.look({a: 4, b: 3}, final=False) == {a: Look(4, 3, False), b: Look(3, 0, False)}  # b: no new data
+    assert tracker.look({a: 5, b: 4}, final=False) == {a: Look(5, 4, True), b: Look(4, 3, False)}  # a: at max_trials
+    assert tracker.look({a: 5, b: 4}, final=True) == {a: Look(5, 4, True), b: Look(4, 3, True)}  # the budget ran out
+    assert tracker.look({a: 0}, final=False)[a] == Look(5, 4, True)  # a count that did not grow keeps its look
