@@ -270,7 +270,13 @@ def main() -> int:
         (repo / "perf" / "workloads.py").write_text(WORKLOADS, encoding="utf-8")
         write_package(repo, 0.0, 1.0, "probe")
         extra = list(getattr(args, "extra", []))
-        threads = extra[extra.index("--threads") : extra.index("--threads") + 2] if "--threads" in extra else []
+        if "--threads" in extra:
+            threads = extra[extra.index("--threads") : extra.index("--threads") + 2]
+        else:  # the paired check's own default, so the planted sleep is the intended share of its step
+            from perfgate.device import select_device
+            from perfgate.environment import default_threads
+
+            threads = ["--threads", str(default_threads(select_device("auto").type, paired=True))]
         step_s = base_step_s(repo, threads)
         shutil.rmtree(repo)
         repo.mkdir()

@@ -17,6 +17,7 @@ the base. perfgate itself, the harness that measures, is the same on both sides.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import sys
 import tempfile
@@ -59,7 +60,13 @@ class Checkout:
     commit: str | None
     dirty: bool = False
 
-    def place(self, repo_root: Path, sources: Sequence[Path], cpus: frozenset[int] | None, env: Any) -> TrialPlace:
+    def place(
+        self,
+        repo_root: Path,
+        sources: Sequence[Path],
+        cpus: frozenset[int] | None,
+        env: Sequence[tuple[str, str]] = (),
+    ) -> TrialPlace:
         """Where this side's trials run: the same folder relative to the checkout as the user is in now."""
         cwd = self.root / _relative(Path.cwd(), repo_root) if _inside(Path.cwd(), repo_root) else Path.cwd()
         package_root = Path(perfgate.__file__).resolve().parent.parent
@@ -137,8 +144,8 @@ def open_repository(directory: Path) -> Any:
         raise GitError(
             f"{directory} is not inside a git repository",
             where="--against",
-            hint="run perfgate check --against from your project's git checkout, or drop --against to compare "
-            "with the stored baselines",
+            hint="run the paired check from your project's git checkout, or give no ref to compare with the "
+            "stored baselines",
         ) from None
 
 
@@ -159,8 +166,9 @@ def resolve_ref(repo: Any, ref: str) -> str:
         raise GitError(
             f"{ref} is not in this shallow clone (it holds only the most recent commits)",
             where="--against",
-            hint=f"fetch it first: git fetch --deepen=100 origin, or git fetch origin {ref}; in GitHub Actions give "
-            "actions/checkout fetch-depth: 0",
+            hint="fetch it first: git fetch --deepen=100 origin"
+            + ("" if any(c in ref for c in "~^@") else f", or git fetch origin {ref}")
+            + "; in GitHub Actions give actions/checkout fetch-depth: 0",
         )
     raise GitError(
         f"unknown git ref {ref}",
@@ -181,7 +189,10 @@ def source_folders(repo_root: Path) -> list[Path]:
     found.extend(Path(entry or ".").resolve() for entry in sys.path)
     found.extend([repo_root / "src", repo_root])
     folders = []
+    installed = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
     for folder in found:
+        if any(_inside(folder, prefix) for prefix in installed) or "site-packages" in folder.parts:
+            continue  # a virtual environment inside the repository: installed packages, not the user's code
         if folder.is_dir() and _inside(folder, repo_root) and folder not in folders:
             folders.append(folder)
     return folders
@@ -228,9 +239,15 @@ class PairedSession:
         self.names = [workload.name for _, workload in self.loaded]
         self.checkouts = {"base": base, "head": head}
         cpus = _cpu_halves() if parallel else (None, None)
+        if parallel and cpus[0] is not None and settings.threads > len(cpus[0]):
+            raise UsageError(
+                f"--threads {settings.threads} is more than the {len(cpus[0])} CPU(s) each side of a parallel pair "
+                "gets",
+                hint=f"give --threads {len(cpus[0])} or fewer, or drop --parallel-pairs",
+            )
         self.places = {
-            "base": base.place(repo_root, sources, cpus[0], ()),
-            "head": head.place(repo_root, sources, cpus[1], ()),
+            "base": base.place(repo_root, sources, cpus[0]),
+            "head": head.place(repo_root, sources, cpus[1]),
         }
         self.references = {
             (side, workload.name): self.checkouts[side].reference(reference, repo_root)
@@ -357,10 +374,9 @@ class PairedSession:
 
     def against(self) -> Against:
         base, head = self.checkouts["base"], self.checkouts["head"]
-        assert base.commit is not None
         return Against(
             ref=self.ref,
-            base_commit=base.commit,
+            base_commit=base.commit or "",  # empty: calibration outside git, the working tree against itself
             head_commit=head.commit,
             head_dirty=head.dirty,
             base=self.result("base"),
@@ -372,6 +388,36 @@ class PairedSession:
     def paired_run(self) -> RunResult:
         """The head run, carrying the base side: what the results file of a paired check holds."""
         return replace(self.result("head"), against=self.against())
+
+    def decide(self, settings: Any, started: float, notify: Callable[[str], None] | None) -> Any:
+        """The paired check: the first pairs (as far as the time budget allows), then more pairs for open
+        configs until each is decided or the budget or `max_trials` is reached (`gate.decide_sequentially`)."""
+        from perfgate.gate import LookTracker, compare_pairs, decide_sequentially
+
+        keys = list(self.sides["head"].trials)
+        for index in range(settings.trials):
+            if index and time.monotonic() - started + sum(map(self.mean_pair_s, keys)) > settings.time_budget_s:
+                break
+            self.run_more(keys)
+        tracker = LookTracker(settings)
+
+        def judge(final: bool) -> Any:
+            counts = {key: self.ok_pairs(key) for key in keys}
+            run = self.paired_run()
+            assert run.against is not None
+            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+
+        result, stopped = decide_sequentially(
+            judge,
+            lambda: {key: self.pairs(key) for key in keys},
+            self.run_more,
+            lambda pending: sum(map(self.mean_pair_s, pending)),
+            settings,
+            started,
+            notify,
+            unit="pair",
+        )
+        return replace(result, stopped_because=stopped, workloads=_time_needed(result, self))
 
     def mean_pair_s(self, key: tuple[str, str]) -> float:
         """How long one more pair of this config should take, from the pairs so far."""
@@ -391,8 +437,6 @@ def run_paired_check(
     notify: Callable[[str], None] | None = None,
 ) -> Any:
     """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open."""
-    from perfgate.gate import LookTracker, compare_pairs, decide_sequentially
-
     started = time.monotonic()
     with (
         base_checkout(ref) as (base, head),
@@ -400,26 +444,40 @@ def run_paired_check(
     ):
         if notify:
             notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
-        session.run_pairs(settings.trials)
-        tracker = LookTracker(settings)
+        return session.decide(settings, started, notify)
 
-        def judge(final: bool) -> Any:
-            counts = {key: session.ok_pairs(key) for key in session.sides["head"].trials}
-            run = session.paired_run()
-            assert run.against is not None
-            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
 
-        result, stopped = decide_sequentially(
-            judge,
-            lambda: {key: session.pairs(key) for key in session.sides["head"].trials},
-            session.run_more,
-            lambda pending: sum(session.mean_pair_s(key) for key in pending),
-            settings,
-            started,
-            notify,
-            unit="pair",
-        )
-        return replace(result, stopped_because=stopped)
+def _time_needed(result: Any, session: PairedSession) -> list[Any]:
+    """Each open verdict's reason, with how many pairs (and minutes) resolving its threshold would take."""
+    from perfgate.gate import Status
+
+    workloads = []
+    for workload in result.workloads:
+        configs = []
+        for verdict in workload.configs:
+            t = verdict.throughput
+            if verdict.status == Status.INCONCLUSIVE and t is not None:
+                pair_s = session.mean_pair_s((verdict.workload, verdict.config))
+                note = pairs_needed_note(t.noise, t.n_candidate, t.threshold, pair_s)
+                verdict = replace(verdict, reason=f"{verdict.reason}; {note}")
+            configs.append(verdict)
+        workloads.append(replace(workload, configs=configs))
+    return workloads
+
+
+def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:
+    """`to resolve the 5% threshold it would need about 24 pairs, 9 more minutes at 31 s a pair`.
+
+    Resolving means a slowdown at the threshold would be detectable with 80% power at alpha 0.01:
+    (z_0.99 + z_0.8) * noise / sqrt(n) <= log(1 + threshold), in the normal approximation."""
+    if not math.isfinite(noise):
+        return f"one pair gives no estimate of noise; each pair took {pair_s:.0f} s (raise --time-budget)"
+    needed = max(pairs + 1, math.ceil(((2.326 + 0.842) * noise / math.log1p(threshold)) ** 2))
+    minutes = (needed - pairs) * pair_s / 60
+    return (
+        f"to resolve the {100 * threshold:g}% threshold it would need about {needed} pairs, "
+        f"{minutes:.0f} more minutes at {pair_s:.0f} s a pair (--time-budget, --max-trials)"
+    )
 
 
 def _identity(workload: Any) -> dict[str, Any]:

@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfgate.against import PairedSession, working_tree
-from perfgate.gate import GateResult, GateSettings, LookTracker, compare_pairs, decide_sequentially
+from perfgate.gate import GateResult, GateSettings, compare_pairs
 from perfgate.references import Reference
 from perfgate.runner import ProgressCallback, RunSettings
 from perfgate.stats import DETECTION_POWER, look_levels, student_t_ppf
 
-DEFAULT_CALIBRATION_PAIRS = 6
+DEFAULT_CALIBRATION_PAIRS = 5
 DEFAULT_PLANTED_SLOWDOWN = 0.10
 
 
@@ -92,25 +92,7 @@ def run_calibration(
     with PairedSession(
         references, run_settings, tree, tree, "itself", parallel=parallel, progress=progress, planted_slowdown=slowdown
     ) as planted:
-        planted.run_pairs(settings.trials)
-        tracker = LookTracker(settings)
-
-        def judge(final: bool) -> GateResult:
-            counts = {key: planted.ok_pairs(key) for key in planted.sides["head"].trials}
-            run = planted.paired_run()
-            assert run.against is not None
-            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
-
-        planted_result, _ = decide_sequentially(
-            judge,
-            lambda: {key: planted.pairs(key) for key in planted.sides["head"].trials},
-            planted.run_more,
-            lambda pending: sum(planted.mean_pair_s(key) for key in pending),
-            settings,
-            started,
-            notify,
-            unit="pair",
-        )
+        planted_result = planted.decide(settings, started, notify)
     planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
     configs = []
     for verdict in aa_result.verdicts:

@@ -222,8 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(calibrate, trials=DEFAULT_TRIALS)
     add_gate_options(calibrate, measuring=True)
+    calibrate.set_defaults(configs="fp32")  # a first answer in minutes; --configs adds the others
     calibrate.add_argument(
-        "--pairs", type=_positive_int, default=6, metavar="N", help="A/A pairs per config (default: 6)"
+        "--pairs", type=_positive_int, default=5, metavar="N", help="A/A pairs per config (default: 5)"
     )
     calibrate.add_argument(
         "--slowdown",
@@ -285,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSettings]:
     from perfgate.device import select_device
-    from perfgate.environment import available_cpus
+    from perfgate.environment import default_threads
     from perfgate.references import resolve_references
     from perfgate.results import check_writable
     from perfgate.runner import RunSettings
@@ -299,7 +300,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
         configs=configs,
         trials=args.trials,
         device=device.type,
-        threads=args.threads or available_cpus(),
+        threads=args.threads or default_threads(device.type, paired=getattr(args, "against", None) is not None),
         timeout_s=args.timeout,
         profile_dir=args.profile_dir if args.profile else None,
     )
@@ -369,6 +370,10 @@ def command_check(args: argparse.Namespace) -> int:
     from perfgate.report import format_run
     from perfgate.results import check_writable, write_text_atomic
 
+    if args.against is not None:
+        from perfgate.against import open_repository, resolve_ref
+
+        resolve_ref(open_repository(Path.cwd()), args.against)  # a bad ref fails at once, before torch loads
     references, run_settings = _run_settings(args)
     gate_settings = _gate_settings(args, run_settings.trials)
     if args.markdown is not None:
@@ -530,8 +535,22 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _stop_on_sigterm() -> None:
+    """A cancelled CI job is sent SIGTERM: stop as on Ctrl-C, so trials are killed and a paired check's
+    worktree is removed, instead of dying where it stands."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 usage or input error, 4 nothing measured)."""
+    if argv is None:
+        _stop_on_sigterm()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:

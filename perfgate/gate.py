@@ -700,6 +700,14 @@ def throughput_reason(
 
 
 def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
+    if sample == "pair":
+        n = t.outliers[0]
+        if not n:
+            return ""
+        return (
+            f" (left out {n} pair{'s' if n > 1 else ''} whose ratio is more than {OUTLIER_FACTOR:g}x off the median "
+            "pair's: interference from another job, most likely)"
+        )
     left_out = [
         f"{n} {side} {sample}{'s' if n > 1 else ''}"
         for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
@@ -728,7 +736,11 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     if t.verdict == Verdict.NO_CHANGE:
         return f"{change}: no regression beyond {threshold}"
     detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
-    sizes = f"{t.n_candidate} pairs" if sample == "pair" else f"{t.n_baseline}+{t.n_candidate} {sample}s"
+    sizes = (
+        f"{t.n_candidate} pair{'s' if t.n_candidate != 1 else ''}"
+        if sample == "pair"
+        else f"{t.n_baseline}+{t.n_candidate} {sample}s"
+    )
     noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
     return (
         f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} {sample}-to-{sample} "
@@ -853,6 +865,7 @@ def gate_to_dict(result: GateResult) -> dict[str, Any]:
                 }
             )
         baseline = w.baseline
+        against = result.against
         workloads.append(
             {
                 "workload": w.workload,
@@ -860,9 +873,13 @@ def gate_to_dict(result: GateResult) -> dict[str, Any]:
                 "problem_status": None if w.problem_status is None else w.problem_status.value,
                 "baseline": None
                 if baseline is None
-                else {"measured_at": baseline.measured_at, "commit": baseline.commit, "machine": baseline.key},
+                else {
+                    "measured_at": against.base.created_at if against else baseline.measured_at,
+                    "commit": against.base_commit if against else baseline.commit,
+                    "machine": baseline.key,
+                },
                 "configs": configs,
             }
         )
     machine = None if result.run is None else fingerprint_key(machine_fingerprint(result.run.environment))
-    return {"exit_code": result.exit_code, "machine": machine, "workloads": workloads}
+    return {"exit_code": result.exit_code, "mode": result.mode, "machine": machine, "workloads": workloads}

@@ -130,14 +130,15 @@ class PluginSettings:
 
     def run_settings(self, configs: Sequence[str] | None = None) -> RunSettings:
         from perfgate.device import select_device
-        from perfgate.environment import available_cpus
+        from perfgate.environment import default_threads
         from perfgate.runner import RunSettings
 
+        device = select_device("auto").type
         return RunSettings(
             configs=tuple(configs or self.configs),
             trials=self.trials,
-            device=select_device("auto").type,
-            threads=self.threads or available_cpus(),
+            device=device,
+            threads=self.threads or default_threads(device, paired=self.against is not None),
         )
 
     def gate_settings(self) -> GateSettings:

@@ -280,7 +280,9 @@ def format_pytest_summary(
 ) -> str:
     """One summary for a pytest session: every verdict in one table, the lab reading, what was written."""
     lines: list[str] = []
-    rows = [["workload", "config", "baseline s/s", "current s/s", "ratio (CI)", "peak mem", "verdict"]]
+    paired = bool(gates) and all(g.against is not None for g in gates)
+    sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
+    rows = [["workload", "config", *sides, "ratio (CI)", "peak mem", "verdict"]]
     notes = []
     for gate in gates:
         for workload in gate.workloads:

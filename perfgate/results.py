@@ -125,7 +125,8 @@ class Against:
         if self.head_commit:
             head += f" ({self.head_commit[:10]}{', with uncommitted changes' if self.head_dirty else ''})"
         how = "at the same time on separate CPUs" if self.parallel else "one after the other, alternating"
-        return f"paired: {head} against {self.ref} ({self.base_commit[:10]}), each pair measured {how}"
+        base = f"{self.ref} ({self.base_commit[:10]})" if self.base_commit else self.ref
+        return f"paired: {head} against {base}, each pair measured {how}"
 
     def to_dict(self) -> dict[str, Any]:
         base = self.base.to_dict()
@@ -184,7 +185,33 @@ def merge_runs(runs: list[RunResult]) -> RunResult:
     if not runs:
         raise ValueError("merge_runs needs at least one run")
     workloads = {w.name: w for run in runs for w in run.workloads}
-    return RunResult(runs[0].perfgate_version, runs[-1].created_at, runs[0].environment, list(workloads.values()))
+    return RunResult(
+        runs[0].perfgate_version,
+        runs[-1].created_at,
+        runs[0].environment,
+        list(workloads.values()),
+        against=_merged_against(runs),
+    )
+
+
+def _merged_against(runs: list[RunResult]) -> Against | None:
+    """The base side of paired runs against one base commit, merged as their head sides are."""
+    sides = [run.against for run in runs]
+    first = sides[0]
+    if first is None or any(a is None or a.base_commit != first.base_commit for a in sides):
+        return None
+    present = [a for a in sides if a is not None]
+    base = merge_runs([a.base for a in present])
+    return Against(
+        ref=first.ref,
+        base_commit=first.base_commit,
+        head_commit=present[-1].head_commit,
+        head_dirty=present[-1].head_dirty,
+        base=base,
+        order=[entry for a in present for entry in a.order],
+        parallel=first.parallel,
+        problems={k: v for a in present for k, v in a.problems.items()},
+    )
 
 
 def check_writable(path: Path, option: str) -> None:

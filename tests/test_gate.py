@@ -65,6 +65,9 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
         "max_trials": 2,
         "fail_on_inconclusive": False,
         "baseline_dir": "baselines",
+        "spending": "even",
+        "mode": "stored baselines",
+        "looks": {"gated/fp32": [2, 0, True]},  # one look, at 2 trials, the last: the whole alpha
     }
     assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
     assert as_json["diagnoses"] == []  # a pass: nothing regressed, nothing to diagnose

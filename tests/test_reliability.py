@@ -248,7 +248,7 @@ RESULTS = {
     [
         ('{"schema_version": 1, "schema_version": 1}', "the key 'schema_version' appears twice in one object"),
         ('{"schema_version": NaN}', "NaN is not a number JSON allows"),
-        ('{"schema_version": 2}', "has schema_version 2; this perfgate reads 1; upgrade perfgate to read it"),
+        ('{"schema_version": 3}', "has schema_version 3; this perfgate reads 1 and 2; upgrade perfgate to read it"),
         ('{"schema_version": 1', "is not valid JSON"),
         ("", "is not valid JSON"),
         (json.dumps({**RESULTS, "workloads": []}), "is not a valid results file: the document: 'environment' is a"),
