@@ -66,6 +66,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from power import _markdown, _pct, _upper_95  # the report's helpers, shared with power.py (run from benchmarks/)
 from scipy import stats as scipy_stats
 
 import perfgate.gate
@@ -388,21 +389,6 @@ def perfgate_old(base: Sequence[float], cand: Sequence[float], *, trials: int, m
 
 # --------------------------------------------------------------------------------------------------
 # the report
-
-
-def _pct(fraction: float, digits: int = 1) -> str:
-    return f"{100 * fraction:.{digits}f}%"
-
-
-def _upper_95(count: int, n: int) -> float:
-    """One-sided 95% Clopper-Pearson upper bound of a rate seen `count` times in `n`."""
-    return 1.0 if count >= n else float(scipy_stats.beta.ppf(0.95, count + 1, n - count))
-
-
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _summary(outcome: Outcome) -> str:

@@ -246,8 +246,9 @@ class PairedSession:
                 hint=f"give --threads {len(cpus[0])} or fewer, or drop --parallel-pairs",
             )
         self.places = {
-            "base": base.place(repo_root, sources, cpus[0]),
-            "head": head.place(repo_root, sources, cpus[1]),
+            # Named by side, not by checkout: calibration measures one checkout on both sides.
+            "base": replace(base.place(repo_root, sources, cpus[0]), name="base"),
+            "head": replace(head.place(repo_root, sources, cpus[1]), name="head"),
         }
         self.references = {
             (side, workload.name): self.checkouts[side].reference(reference, repo_root)

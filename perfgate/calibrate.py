@@ -139,7 +139,7 @@ def format_calibration(calibration: Calibration) -> str:
                 "-" if math.isnan(c.noise) else f"{100 * c.noise:.1f}%",
                 "-" if math.isnan(c.pair_s) else f"{c.pair_s:.1f}",
                 str(c.budget_pairs),
-                "-" if math.isnan(c.detectable_slowdown) else f"{100 * c.detectable_slowdown:.1f}%",
+                _slowdown_text(c.detectable_slowdown),
                 c.planted_status,
                 str(c.planted_pairs),
                 "-" if math.isnan(c.planted_ratio) else f"{c.planted_ratio:.3f}x",
@@ -168,7 +168,7 @@ def format_calibration(calibration: Calibration) -> str:
     )
     if len(caught) == len(calibration.configs) and math.isfinite(worst):
         lines.append(
-            f"This runner resolves slowdowns of {100 * worst:.0f}% or more in every config within the budget, and "
+            f"This runner resolves slowdowns of {_slowdown_text(worst)} or more in every config within the budget, and "
             f"caught the planted {100 * calibration.slowdown:g}% everywhere. Next: perfgate check --against main"
         )
     else:
@@ -180,3 +180,10 @@ def format_calibration(calibration: Calibration) -> str:
             "a quieter runner."
         )
     return "\n".join(lines) + "\n"
+
+
+def _slowdown_text(fraction: float) -> str:
+    """`7.5%`; beyond 100% (a step more than twice as long) the figure says only that it is hopeless."""
+    if math.isnan(fraction):
+        return "-"
+    return ">100%" if fraction > 1 else f"{100 * fraction:.1f}%"

@@ -252,6 +252,7 @@ class TrialPlace:
     front of `sys.path` so a checkout's files never shadow the perfgate that measures.
     """
 
+    name: str = ""  # which side of a pair ("base", "head"): names its files in the scratch folder
     cwd: Path | None = None
     pythonpath: tuple[str, ...] = ()
     safe_path: bool = False
@@ -264,7 +265,8 @@ class RunningTrial:
     """A trial process started by `start_trial_process`; `wait` returns its record."""
 
     def __init__(self, spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace) -> None:
-        stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{place_suffix(place)}"
+        side = f"-{place.name}" if place.name else ""
+        stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{side}"
         stem = stem.replace("/", "_").replace("@", "_")
         spec_path = scratch / f"{stem}.spec.json"
         self.out_path = scratch / f"{stem}.out.json"
@@ -318,10 +320,6 @@ class RunningTrial:
     def kill(self) -> None:
         if self.process.poll() is None:
             _kill_group(self.process)
-
-
-def place_suffix(place: TrialPlace) -> str:
-    return "" if place.cwd is None else f"-{abs(hash(str(place.cwd))) % 10**8}"
 
 
 def run_trial_process(
