@@ -14,7 +14,8 @@ Two commands:
     python benchmarks/ab_power.py noise [--pairs 8] [--rounds 1]
         paired A/A noise of the trial settings, side by side: torch threads (1 against all cores),
         base and head at the same time on separate cores (--parallel-pairs) against one after the
-        other, CPU affinity, OMP_WAIT_POLICY=PASSIVE; and, from the same trials, the per-trial
+        other, CPU affinity, OMP_WAIT_POLICY=PASSIVE, trials forked from a server against fresh
+        processes (--fresh-processes); and, from the same trials, the per-trial
         estimator (total time, median step, 20%-trimmed mean step). Prints per setting the per-pair
         standard deviation of the log ratio, seconds per pair, and the noise left after one minute
         of pairs (s.d. x sqrt(seconds per pair / 60)): lower is better.
@@ -182,6 +183,7 @@ def probe_rate(document: dict) -> float:
 SETTINGS = {
     "2 threads, in turn": ([], {}, []),
     "1 thread, in turn": (["--threads", "1"], {}, []),
+    "1 thread, in turn, fresh processes": (["--threads", "1", "--fresh-processes"], {}, []),
     "1 thread, at once on separate cores": (["--threads", "1", "--parallel-pairs"], {}, []),
     "1 thread, in turn, pinned to core 0": (["--threads", "1"], {}, ["taskset", "-c", "0"]),
     "2 threads, in turn, OMP_WAIT_POLICY=PASSIVE": ([], {"OMP_WAIT_POLICY": "PASSIVE"}, []),
@@ -193,7 +195,7 @@ def command_noise(args: argparse.Namespace, repo: Path, commits: dict[str, str])
     seconds: dict[str, list[float]] = {name: [] for name in SETTINGS}
     for round_index in range(args.rounds):
         for name, (extra, env, prefix) in SETTINGS.items():
-            if args.only and args.only != name or prefix and not shutil.which(prefix[0]):
+            if args.only and name not in args.only.split(";") or prefix and not shutil.which(prefix[0]):
                 continue
             pairs = ["--trials", str(args.pairs), "--max-trials", str(args.pairs)]
             outcome = check(repo, commits["aa"], commits["base"], [*extra, *pairs], env, prefix)
@@ -256,7 +258,7 @@ def main() -> int:
     noise = commands.add_parser("noise")
     noise.add_argument("--pairs", type=int, default=8)
     noise.add_argument("--rounds", type=int, default=1)
-    noise.add_argument("--only", default="", help="only the setting of this name")
+    noise.add_argument("--only", default="", help="only the settings of these names, separated by ';'")
     real = commands.add_parser("real")
     real.add_argument("--runs", type=int, default=20)
     real.add_argument("--scenarios", default="aa,slow10,slow7.5")

@@ -3,8 +3,10 @@
 A stored baseline was measured at another time, and a shared runner's speed drifts between then and
 now by more than the regressions a gate must catch. A paired check removes that drift: the base
 commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
-identical settings, each a fresh process) runs back to back, in alternating order (base-head, then
-head-base: ABBA), or at the same time on separate CPUs. The verdict comes from the per-pair ratios
+identical settings, each its own process) runs back to back, in alternating order (base-head, then
+head-base: ABBA), or at the same time on separate CPUs. On the CPU each side's trials are forked
+from a server that imported torch once (`perfgate.trialserver`): the imports a fresh process would
+spend on every trial are paid once a side. The verdict comes from the per-pair ratios
 (`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or
 the time budget (`gate.decide_sequentially`).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -41,8 +44,10 @@ from perfgate.runner import (
     TrialPlace,
     collect_workload,
     load_workloads,
+    start_trial_server,
 )
 from perfgate.trial import TrialSpec
+from perfgate.trialserver import ServerGone, TrialServer
 
 SIDES = ("base", "head")
 
@@ -222,10 +227,15 @@ class PairedSession:
         parallel: bool = False,
         progress: ProgressCallback | None = None,
         planted_slowdown: float = 0.0,
+        fork: bool = True,
     ) -> None:
         from perfgate.environment import collect_environment
 
         self.settings = settings
+        # Trials forked from one server a side (torch imported once): CPU only, see perfgate.trialserver.
+        self.fork = fork and settings.device == "cpu" and hasattr(os, "fork")
+        self.servers: dict[str, TrialServer] = {}
+        self.fork_problem: str | None = None  # why the servers were given up for fresh processes
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
         self.progress = progress
@@ -267,6 +277,8 @@ class PairedSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for server in self.servers.values():
+            server.close()
         self._scratch.cleanup()
 
     def pairs(self, key: tuple[str, str]) -> int:
@@ -331,7 +343,21 @@ class PairedSession:
             threads=self.settings.threads,
             planted_slowdown=self.planted[side],
         )
-        return RunningTrial(spec, Path(self._scratch.name), self.settings.timeout_s, self.places[side])
+        scratch = Path(self._scratch.name)
+        place = self.places[side]
+        if not self.fork:
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place)
+        server = self.servers.get(side)
+        if server is None or not server.alive:
+            if server is not None:
+                server.close()
+            server = self.servers[side] = start_trial_server(self.settings.threads, place, scratch)
+        try:
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place, server)
+        except ServerGone as exc:  # the side's code cannot even start a server: measure with fresh processes
+            self.fork = False
+            self.fork_problem = str(exc)
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place)
 
     def _record(self, side: str, key: tuple[str, str], record: dict[str, Any]) -> None:
         trials = self.sides[side]
@@ -384,6 +410,7 @@ class PairedSession:
             order=list(self.order),
             parallel=self.parallel,
             problems=dict(self.sides["base"].problems),
+            forked=self.fork,
         )
 
     def paired_run(self) -> RunResult:
@@ -434,6 +461,7 @@ def run_paired_check(
     ref: str,
     *,
     parallel: bool = False,
+    fork: bool = True,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Any:
@@ -441,7 +469,9 @@ def run_paired_check(
     started = time.monotonic()
     with (
         base_checkout(ref) as (base, head),
-        PairedSession(references, run_settings, base, head, ref, parallel=parallel, progress=progress) as session,
+        PairedSession(
+            references, run_settings, base, head, ref, parallel=parallel, fork=fork, progress=progress
+        ) as session,
     ):
         if notify:
             notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")

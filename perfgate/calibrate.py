@@ -73,6 +73,7 @@ def run_calibration(
     pairs: int = DEFAULT_CALIBRATION_PAIRS,
     slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
     parallel: bool = False,
+    fork: bool = True,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -80,17 +81,28 @@ def run_calibration(
     tree = working_tree()
     if notify:
         notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
-    with PairedSession(references, run_settings, tree, tree, "itself", parallel=parallel, progress=progress) as aa:
+    with PairedSession(
+        references, run_settings, tree, tree, "itself", parallel=parallel, fork=fork, progress=progress
+    ) as aa:
         aa.run_pairs(pairs)
         aa_run = aa.paired_run()
         assert aa_run.against is not None
         aa_result = compare_pairs(aa_run, aa_run.against.base, settings, {}, aa_run.against)
         pair_s = {key: aa.mean_pair_s(key) for key in aa.sides["head"].trials}
+        aa_forked = aa.fork
     if notify:
         notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
     started = time.monotonic()
     with PairedSession(
-        references, run_settings, tree, tree, "itself", parallel=parallel, progress=progress, planted_slowdown=slowdown
+        references,
+        run_settings,
+        tree,
+        tree,
+        "itself",
+        parallel=parallel,
+        fork=fork,
+        progress=progress,
+        planted_slowdown=slowdown,
     ) as planted:
         planted_result = planted.decide(settings, started, notify)
     planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
@@ -116,6 +128,7 @@ def run_calibration(
             )
         )
     how = "at the same time on separate CPUs" if parallel else "one after the other, alternating"
+    how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     return Calibration(
         configs=configs,
         slowdown=slowdown,

@@ -6,13 +6,16 @@ Three kinds of perf test, all collected by every run and skipped unless one of t
 - tests that use the `perfgate` fixture: `perfgate.check(gpt_small)` measures and judges one workload;
 - pytest-benchmark tests: their raw round times are judged against `baselines/pytest-benchmark.yaml`.
 
-With `--perfgate-against REF` the workloads (configured and fixture-style) are measured in pairs against
-the git ref REF instead of the stored baselines (`against.run_paired_check`, as `perfgate check --against`);
-pytest-benchmark tests stay judged against their stored baselines.
+With `--perfgate-against REF` everything is measured against the git ref REF instead of the stored
+baselines: the workloads (configured and fixture-style) in pairs of trials (`against.run_paired_check`,
+as `perfgate check --against`), the pytest-benchmark tests in pairs of whole pytest sessions of REF and
+the working tree (`micro_pairs.run_paired_micro`). This session's own pytest-benchmark run then only
+shows that the tests pass. The paired sessions set `micro_pairs.INNER_SESSION_ENV`, which turns this
+plugin off inside them, whatever their options say.
 
 This module only parses options and reports: measuring, judging and storing come from the core
-(`gate.run_check`, `against.run_paired_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`),
-as for the CLI.
+(`gate.run_check`, `against.run_paired_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`,
+`micro_pairs`), as for the CLI.
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import PerfgateError
 from perfgate.gate import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, Status
+from perfgate.micro_pairs import inner_session
 from perfgate.runner import DEFAULT_TRIALS
 from perfgate.stats import DEFAULT_ALPHA
 
 if TYPE_CHECKING:
     from perfgate.baseline import StoredUpdate
     from perfgate.gate import ConfigVerdict, GateResult, GateSettings, WorkloadVerdict
+    from perfgate.micro_pairs import PairedMicro
     from perfgate.microbench import MicroBenchmark, MicroVerdict
     from perfgate.project import ProjectConfig
     from perfgate.references import Reference
@@ -192,6 +197,8 @@ def read_settings(config: pytest.Config) -> PluginSettings:
             hint="use --perfgate to check against the baselines, or --perfgate-update to rewrite them",
         )
     mode = "update" if update else "check" if check else "off"
+    if inner_session():  # a paired pytest-benchmark session started by a gate: measure, never gate
+        mode = "off"
     against, against_where = raw["against"]
     if update and config.getoption("perfgate_against") is not None:
         from perfgate.errors import UsageError
@@ -258,6 +265,25 @@ def pytest_configure(config: pytest.Config) -> None:
         session.capture_pytest_benchmark_json()
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict[str, Any] | None:
+    """In a paired session, pytest-benchmark's machine info without its CPU survey, which costs a second or
+    more per session and is never read there; elsewhere (None) pytest-benchmark's own."""
+    if not inner_session():
+        return None
+    import platform
+
+    return {
+        "node": platform.node(),
+        "machine": platform.machine(),
+        "python_implementation": platform.python_implementation(),
+        "python_version": platform.python_version(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "cpu": {},
+    }
+
+
 def _refuse_parallel_workers(config: pytest.Config) -> None:
     workers = config.getoption("numprocesses", None)
     if workers not in (None, 0, "0") or os.environ.get("PYTEST_XDIST_WORKER"):
@@ -284,6 +310,7 @@ class PerfgateSession:
     updates: list[StoredUpdate] = field(default_factory=list)
     micro: list[MicroVerdict] = field(default_factory=list)
     micro_updates: list[tuple[MicroBenchmark, MicroBenchmark | None]] = field(default_factory=list)
+    micro_paired: PairedMicro | None = None  # --perfgate-against: the session pairs that judged `micro`
     problems: list[str] = field(default_factory=list)  # what failed outside any test: the run fails
     _configured: dict[tuple[str, str], ConfigVerdict | str | None] | None = None
     _probes: list[float] = field(default_factory=list)
@@ -428,6 +455,8 @@ class PerfgateSession:
         stream = Stream()
         with capture.global_and_fixture_disabled() if capture else _nothing():
             terminal.ensure_newline()
+            if getattr(getattr(terminal, "_tw", None), "width_of_current_line", 0):  # e.g. after the last "[100%]"
+                terminal.write("\n")
         yield Progress(self.settings.trials, stream), lambda message: stream.write(f"perfgate: {message}\n")
 
     # -- pytest-benchmark ---------------------------------------------------------------------------
@@ -441,12 +470,17 @@ class PerfgateSession:
             self.config.option.benchmark_json = _JsonTarget(self._benchmark_json)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if not self._probes and "benchmark" in getattr(item, "fixturenames", ()) and self.settings.mode != "off":
+        if self.settings.mode == "off" or self.settings.against is not None:  # paired: no probe needed
+            return
+        if not self._probes and "benchmark" in getattr(item, "fixturenames", ()):
             self._probes.append(_probe())
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_json(self, config: pytest.Config, benchmarks: Any, output_json: Any) -> None:
         if self.settings.mode == "off":
+            return
+        if self.settings.against is not None:
+            self._pair_pytest_benchmark(output_json)
             return
         from perfgate.microbench import DEFAULT_RUN_NOISE, MicroStore, compare_micro, parse_pytest_benchmark
         from perfgate.probe import combine
@@ -480,6 +514,36 @@ class PerfgateSession:
         except PerfgateError as error:
             self.problems.append(f"pytest-benchmark results not judged: {error.one_line()}")
 
+    def _pair_pytest_benchmark(self, output_json: Any) -> None:
+        """--perfgate-against: this session's run showed the benchmarks pass; session pairs of REF and the
+        working tree measure them (`micro_pairs.run_paired_micro`)."""
+        from perfgate.micro_pairs import run_paired_micro
+        from perfgate.microbench import parse_pytest_benchmark
+
+        assert self.settings.against is not None
+        try:
+            names = [m.name for m in parse_pytest_benchmark(output_json)]
+            if not names:
+                return
+            gate = self.settings.gate_settings()
+            with self._terminal() as (_, notify):
+                self.micro_paired = run_paired_micro(
+                    self.settings.against,
+                    names,
+                    rootdir=self.config.rootpath,
+                    threshold=gate.limits("", "").throughput,
+                    alpha=gate.alpha,
+                    max_pairs=max(gate.trials, gate.max_trials),
+                    min_pairs=gate.trials,
+                    time_budget_s=gate.time_budget_s,
+                    notify=notify,
+                )
+            self.micro = self.micro_paired.verdicts
+        except PerfgateError as error:
+            self.problems.append(
+                f"pytest-benchmark tests not measured against {self.settings.against}: {error.one_line()}"
+            )
+
     # -- the end ------------------------------------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -497,7 +561,9 @@ class PerfgateSession:
             yield  # pytest-benchmark hands over its results, the terminal summary is written
         if self._benchmark_json is not None:
             self._benchmark_json.unlink(missing_ok=True)
-        micro_failed = any(v.status in FAILING for v in self.micro) or self.problems
+        # Paired, a benchmark that REF lacks is new: nothing to compare, and nothing wrong.
+        micro_failing = [s for s in FAILING if not (self.micro_paired and s == Status.NO_BASELINE)]
+        micro_failed = any(v.status in micro_failing for v in self.micro) or self.problems
         micro_open = self.settings.fail_on_inconclusive and any(v.status == Status.INCONCLUSIVE for v in self.micro)
         if (micro_failed or micro_open) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -512,6 +578,7 @@ class PerfgateSession:
             store_dir=self.baseline_dir,
             micro=self.micro,
             micro_updates=self.micro_updates,
+            micro_paired=self.micro_paired is not None,
             problems=self.problems,
         )
         if text:
@@ -519,10 +586,12 @@ class PerfgateSession:
             for mode in dict.fromkeys(gate.mode for gate in self.gates):
                 terminalreporter.write_line(f"mode: {mode}")
             terminalreporter.write_line(text.rstrip("\n"))
-            if self.micro and self.settings.against is not None:
+            paired = self.micro_paired
+            if paired is not None and paired.pairs:
+                stopped = f"; undecided ones stopped at {paired.stopped_because}" if paired.stopped_because else ""
                 terminalreporter.write_line(
-                    "pytest-benchmark tests: judged against their stored baselines, not "
-                    f"{self.settings.against} (--perfgate-against measures workloads only)"
+                    f"pytest-benchmark tests: measured in {paired.pairs} session pair{'s' if paired.pairs > 1 else ''}"
+                    f" against {paired.ref} ({paired.base_commit[:10]}), alternating which side runs first{stopped}"
                 )
             if self.settings.json is not None and self.runs and not self.problems:
                 terminalreporter.write_line(f"results written to {self.settings.json}")

@@ -276,9 +276,13 @@ def format_pytest_summary(
     store_dir: Path,
     micro: Sequence[MicroVerdict] = (),
     micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
+    micro_paired: bool = False,
     problems: Sequence[str] = (),
 ) -> str:
-    """One summary for a pytest session: every verdict in one table, the lab reading, what was written."""
+    """One summary for a pytest session: every verdict in one table, the lab reading, what was written.
+
+    `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
+    head), not from stored baselines."""
     lines: list[str] = []
     paired = bool(gates) and all(g.against is not None for g in gates)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
@@ -322,7 +326,8 @@ def format_pytest_summary(
     if updates:
         lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
     if micro:
-        rows = [["pytest-benchmark test", "baseline calls/s", "current calls/s", "ratio (CI)", "machine", "verdict"]]
+        columns = ["base calls/s", "head calls/s"] if micro_paired else ["baseline calls/s", "current calls/s"]
+        rows = [["pytest-benchmark test", *columns, "ratio (CI)", "machine", "verdict"]]
         for v in micro:
             t = v.throughput
             rows.append(
@@ -332,7 +337,7 @@ def format_pytest_summary(
                     "-" if t is None else f"{t.candidate_median:,.4g}",
                     "-" if t is None else _ratio_cell(t),
                     "-" if v.machine is None else f"{v.machine.ratio:.2f}x",
-                    _STATUS_LABELS[v.status.value],
+                    "new" if micro_paired and v.status == Status.NO_BASELINE else _STATUS_LABELS[v.status.value],
                 ]
             )
         lines.extend(_table(rows))

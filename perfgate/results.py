@@ -119,6 +119,7 @@ class Against:
     order: list[str] = field(default_factory=list)  # the schedule, one entry per pair: "lm-small fp32 #0: base, head"
     parallel: bool = False  # the two trials of a pair ran at the same time, on separate CPUs
     problems: dict[str, str] = field(default_factory=dict)  # workloads the base could not measure, and why
+    forked: bool = False  # trials forked from a per-side server that imported torch once (`perfgate.trialserver`)
 
     def describe(self) -> str:
         head = "the working tree"
@@ -126,7 +127,8 @@ class Against:
             head += f" ({self.head_commit[:10]}{', with uncommitted changes' if self.head_dirty else ''})"
         how = "at the same time on separate CPUs" if self.parallel else "one after the other, alternating"
         base = f"{self.ref} ({self.base_commit[:10]})" if self.base_commit else self.ref
-        return f"paired: {head} against {base}, each pair measured {how}"
+        processes = ", trials forked from one server a side" if self.forked else ""
+        return f"paired: {head} against {base}, each pair measured {how}{processes}"
 
     def to_dict(self) -> dict[str, Any]:
         base = self.base.to_dict()
@@ -138,6 +140,7 @@ class Against:
             "parallel": self.parallel,
             "order": self.order,
             "problems": self.problems,
+            "forked": self.forked,
             "base": {"created_at": base["created_at"], "workloads": base["workloads"]},
         }
 
@@ -211,6 +214,7 @@ def _merged_against(runs: list[RunResult]) -> Against | None:
         order=[entry for a in present for entry in a.order],
         parallel=first.parallel,
         problems={k: v for a in present for k, v in a.problems.items()},
+        forked=first.forked,
     )
 
 
@@ -341,6 +345,7 @@ def _against(item: dict[str, Any], version: str, environment: dict[str, Any]) ->
         order=list(item["order"]),
         parallel=bool(item["parallel"]),
         problems=dict(item["problems"]),
+        forked=bool(item.get("forked", False)),
     )
 
 

@@ -21,6 +21,7 @@ from perfgate.errors import UsageError, WorkloadError
 from perfgate.references import Reference
 from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
 from perfgate.trial import TrialSpec, workload_identity
+from perfgate.trialserver import ForkedProcess, TrialServer
 from perfgate.workload import Workload
 
 DEFAULT_TRIALS = 3
@@ -262,9 +263,11 @@ class TrialPlace:
 
 
 class RunningTrial:
-    """A trial process started by `start_trial_process`; `wait` returns its record."""
+    """A trial process, fresh or forked by a `TrialServer` (`server`); `wait` returns its record."""
 
-    def __init__(self, spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace) -> None:
+    def __init__(
+        self, spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace, server: TrialServer | None = None
+    ) -> None:
         side = f"-{place.name}" if place.name else ""
         stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{side}"
         stem = stem.replace("/", "_").replace("@", "_")
@@ -275,9 +278,12 @@ class RunningTrial:
         self.timeout_s = timeout_s
         spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
-        command = [sys.executable, *(["-P"] if place.safe_path else []), "-m", "perfgate.trial"]
-        command += [str(spec_path), str(self.out_path)]
         self.started = time.perf_counter()
+        self.process: subprocess.Popen[bytes] | ForkedProcess
+        if server is not None:
+            self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus)
+            return
+        command = [*python_command(place), "-m", "perfgate.trial", str(spec_path), str(self.out_path)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -322,6 +328,17 @@ class RunningTrial:
             _kill_group(self.process)
 
 
+def python_command(place: TrialPlace) -> list[str]:
+    """The interpreter a trial process of `place` runs: this one, `-P` where the checkout must not shadow perfgate."""
+    return [sys.executable, *(["-P"] if place.safe_path else [])]
+
+
+def start_trial_server(threads: int, place: TrialPlace, scratch: Path) -> TrialServer:
+    """A fork server for `place`'s trials (`perfgate.trialserver`), started as a trial process would be."""
+    log = scratch / f"server-{place.name or 'lab'}.log"
+    return TrialServer(python_command(place), trial_environment(threads, place), place.cwd, log)
+
+
 def run_trial_process(
     spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None
 ) -> dict[str, object]:
@@ -331,10 +348,16 @@ def run_trial_process(
 
 def trial_environment(threads: int, place: TrialPlace | None = None) -> dict[str, str]:
     """The trial's environment: pinned thread counts and this perfgate importable (after `place`'s folders)."""
-    place = place or TrialPlace()
-    env = dict(os.environ)
     threads_text = str(threads)
-    env.update(OMP_NUM_THREADS=threads_text, MKL_NUM_THREADS=threads_text, PYTHONHASHSEED="0")
+    pinned = {"OMP_NUM_THREADS": threads_text, "MKL_NUM_THREADS": threads_text, "PYTHONHASHSEED": "0"}
+    return side_environment(place or TrialPlace(), pinned)
+
+
+def side_environment(place: TrialPlace, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with `defaults`, then `place`'s variables, and `place`'s source folders
+    ahead of this perfgate on PYTHONPATH (perfgate first where it lives in the checkout measured)."""
+    env = dict(os.environ)
+    env.update(defaults or {})
     env.update(dict(place.env))
     package_root = str(Path(perfgate.__file__).resolve().parent.parent)
     paths = [*place.pythonpath, package_root, env.get("PYTHONPATH", "")]
@@ -413,7 +436,7 @@ def _failed(spec: TrialSpec, message: str, started: float) -> dict[str, object]:
     }
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes] | ForkedProcess) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -305,7 +305,7 @@ def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
     base_commit, head_commit = packaged["commits"]
     mode = (
         f"paired: the working tree ({head_commit[:10]}) against HEAD~1 ({base_commit[:10]}), "
-        "each pair measured one after the other, alternating"
+        "each pair measured one after the other, alternating, trials forked from one server a side"
     )
     results = str(packaged["results"])
     report = perfgate(capsys, "report", results)

@@ -208,11 +208,13 @@ def paced():
 
 def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
     """HEAD~1 pauses 5 ms a step, HEAD 25 ms. No baselines are stored: only the base commit, measured
-    beside the working tree, can show the slowdown, and let the unchanged fixture-style test pass."""
+    beside the working tree, can show the slowdown, and let the unchanged fixture-style test pass. The
+    unchanged pytest-benchmark test is measured in session pairs against HEAD~1 too (tests/test_micro_pairs.py)."""
     shutil.copy(WORKLOADS / "tiny.py", pytester.path / "tiny.py")
     pytester.makepyprojecttoml(
         '[tool.perfgate]\nworkloads = ["paced.py:paced"]\n\n'
         '[tool.pytest.ini_options]\nperfgate_trials = "3"\nperfgate_max_trials = "3"\n'  # 3 pairs, no extra ones
+        'addopts = ["--benchmark-max-time=0.05"]\n'  # short sessions for the benchmark's pairs
     )
     pytester.makepyfile(
         test_perf="from tiny import tiny\n\n\ndef test_fixture_style(perfgate):\n    perfgate.check(tiny)\n",
@@ -240,20 +242,22 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
         "no:cacheprovider",
     )
     assert result.ret == 1, result.stdout.str()
-    result.assert_outcomes(passed=2, failed=1)  # and the session fails: the micro-benchmark has no stored baseline
+    result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*paced fp32: REGRESSION: samples/s -*",
             "*= perfgate =*",
             f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured one "
-            "after the other, alternating",
+            "after the other, alternating, trials forked from one server a side",
             "*tiny*fp32*",
             "*paced*fp32*REGRESSION*",
-            "*test_micro.py::test_augmentation*NO BASELINE*",
-            "pytest-benchmark tests: judged against their stored baselines, not HEAD~1 "
-            "(--perfgate-against measures workloads only)",
+            "*test_micro.py::test_augmentation *",
+            f"pytest-benchmark tests: measured in 3 session pairs against HEAD~1 ({base[:10]}), alternating which "
+            "side runs first",
         ]
     )
+    micro = [line for line in result.outlines if line.strip().startswith("test_micro.py::test_augmentation ")]
+    assert len(micro) == 1 and "REGRESSION" not in micro[0]  # the unchanged benchmark
     assert "FAILED perfgate::paced[fp32]" in result.stdout.str()
     assert result.stdout.str().count("mode: ") == 1  # the configured item and the fixture test: one base, one mode
     assert not (pytester.path / "baselines").exists()

@@ -1,0 +1,193 @@
+"""A fork server for a paired check's trials: one per side, torch imported once, a forked child per trial.
+
+A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, which creating an
+optimizer imports) before it measures anything; a paired check runs twice the trials of a lab. The
+server is started like a trial process (the side's folder, source folders and thread settings),
+imports what every trial imports, and then forks one child per trial, which runs exactly what
+`python -m perfgate.trial` runs. A child is a fresh trial in everything it builds (workload, model,
+data, RNG state); what it shares with its siblings is the imported code.
+
+Memory above setup is not the same measure as a fresh process's: a forked child maps the server's
+library pages lazily, so pages touched during the steps count as growth (docs/performance.md).
+Both sides of a pair are forked alike, so the paired comparison stays fair; the stored-baseline lab,
+whose baselines were measured in fresh processes, keeps fresh processes. CPU only: CUDA is set up
+in each child, never in the server, but that path has not been measured.
+
+Protocol, one JSON line each way per step: the client sends
+`{"spec", "out", "log", "cpus"}`; the server answers `{"pid"}` once the child runs and
+`{"returncode"}` when it has ended. The child is its own process group (`os.setsid`), so the client
+kills it and its DataLoader workers with `os.killpg`, as it does a fresh trial process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+
+class ServerGone(RuntimeError):
+    """The fork server exited or stopped answering."""
+
+
+class TrialServer:
+    """The client side: start the server process, ask it for children, stop it."""
+
+    def __init__(self, command: list[str], env: dict[str, str], cwd: Path | None, log_path: Path) -> None:
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [*command, "-m", "perfgate.trialserver"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # Ctrl-C in the terminal reaches perfgate, which stops the server
+            )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._stdin: IO[bytes] = self.process.stdin
+        self._stdout: IO[bytes] = self.process.stdout
+        self._buffer = b""
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def fork(self, spec_path: Path, out_path: Path, log_path: Path, cpus: frozenset[int] | None) -> ForkedProcess:
+        """Start one trial as a forked child; the returned object waits and is killed like a `Popen`."""
+        request = {"spec": str(spec_path), "out": str(out_path), "log": str(log_path), "cpus": sorted(cpus or ())}
+        try:
+            self._stdin.write(json.dumps(request).encode() + b"\n")
+            self._stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ServerGone(f"the trial server has exited: {self._last_log_line()}") from exc
+        reply = self.read_reply(None)
+        if reply is None or "pid" not in reply:
+            raise ServerGone(f"the trial server did not start a trial: {self._last_log_line()}")
+        return ForkedProcess(self, int(reply["pid"]))
+
+    def read_reply(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next reply line; None when `timeout` passes first. Raises ServerGone at end of file."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._stdout], [], [], wait)
+            if not ready:
+                return None
+            chunk = os.read(self._stdout.fileno(), 65536)
+            if not chunk:
+                raise ServerGone(f"the trial server has exited: {self._last_log_line()}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        """Stop the server (a child still running is the caller's to kill first)."""
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        with contextlib.suppress(OSError):
+            self._stdout.close()
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = [x for x in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return "(no output)"
+        return lines[-1][:300] if lines else "(no output)"
+
+
+class ForkedProcess:
+    """A forked trial as `runner.RunningTrial` uses a `Popen`: `pid`, `wait(timeout)`, `poll()`."""
+
+    def __init__(self, server: TrialServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                reply = self.server.read_reply(timeout)
+            except ServerGone:
+                reply = {"returncode": -9}  # the server died with its child: report it as killed
+            if reply is None:
+                raise subprocess.TimeoutExpired(f"trial {self.pid}", timeout or 0.0)
+            self.returncode = int(reply["returncode"])
+        return self.returncode
+
+    def poll(self) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.wait(0.0)
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def serve(requests: IO[str], replies: IO[str]) -> int:
+    """The server's loop: import what every trial imports, then fork a child per request."""
+    import torch
+    import torch._dynamo  # noqa: F401 - creating an optimizer imports it: 1-2 s a trial otherwise
+    import torch.optim  # noqa: F401
+
+    import perfgate.trial  # noqa: F401 - the harness: configs, device, probe, sampler, references
+
+    del torch
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the loop
+            code = 70
+            try:
+                code = _child(request)
+            except BaseException:
+                traceback.print_exc()  # into the trial's log, where the client reads its last line
+            finally:
+                os._exit(code)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.flush()
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+        replies.flush()
+    return 0
+
+
+def _child(request: dict[str, Any]) -> int:
+    os.setsid()  # its own process group: killed with its DataLoader workers, as a fresh trial is
+    if request.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(request["cpus"]))  # before any DataLoader worker starts
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    from perfgate.trial import main
+
+    try:
+        return main([request["spec"], request["out"]])
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.stdin, sys.stdout))
