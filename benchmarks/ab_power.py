@@ -14,8 +14,8 @@ Two commands:
     python benchmarks/ab_power.py noise [--pairs 8] [--rounds 1]
         paired A/A noise of the trial settings, side by side: torch threads (1 against all cores),
         base and head at the same time on separate cores (--parallel-pairs) against one after the
-        other, CPU affinity, OMP_WAIT_POLICY=PASSIVE, trials forked from a server against fresh
-        processes (--fresh-processes); and, from the same trials, the per-trial
+        other, CPU affinity, OMP_WAIT_POLICY=PASSIVE, trials forked from a server (--fork-trials)
+        against fresh processes; and, from the same trials, the per-trial
         estimator (total time, median step, 20%-trimmed mean step). Prints per setting the per-pair
         standard deviation of the log ratio, seconds per pair, and the noise left after one minute
         of pairs (s.d. x sqrt(seconds per pair / 60)): lower is better.
@@ -183,7 +183,7 @@ def probe_rate(document: dict) -> float:
 SETTINGS = {
     "2 threads, in turn": ([], {}, []),
     "1 thread, in turn": (["--threads", "1"], {}, []),
-    "1 thread, in turn, fresh processes": (["--threads", "1", "--fresh-processes"], {}, []),
+    "1 thread, in turn, forked": (["--threads", "1", "--fork-trials"], {}, []),
     "1 thread, at once on separate cores": (["--threads", "1", "--parallel-pairs"], {}, []),
     "1 thread, in turn, pinned to core 0": (["--threads", "1"], {}, ["taskset", "-c", "0"]),
     "2 threads, in turn, OMP_WAIT_POLICY=PASSIVE": ([], {"OMP_WAIT_POLICY": "PASSIVE"}, []),

@@ -4,9 +4,9 @@ A stored baseline was measured at another time, and a shared runner's speed drif
 now by more than the regressions a gate must catch. A paired check removes that drift: the base
 commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
 identical settings, each its own process) runs back to back, in alternating order (base-head, then
-head-base: ABBA), or at the same time on separate CPUs. On the CPU each side's trials are forked
-from a server that imported torch once (`perfgate.trialserver`): the imports a fresh process would
-spend on every trial are paid once a side. The verdict comes from the per-pair ratios
+head-base: ABBA), or at the same time on separate CPUs. With `fork` (CPU only) each side's trials
+are forked from a server that imported torch once (`perfgate.trialserver`): the imports a fresh
+process would spend on every trial are paid once a side. The verdict comes from the per-pair ratios
 (`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or
 the time budget (`gate.decide_sequentially`).
 
@@ -227,7 +227,7 @@ class PairedSession:
         parallel: bool = False,
         progress: ProgressCallback | None = None,
         planted_slowdown: float = 0.0,
-        fork: bool = True,
+        fork: bool = False,
     ) -> None:
         from perfgate.environment import collect_environment
 
@@ -461,7 +461,7 @@ def run_paired_check(
     ref: str,
     *,
     parallel: bool = False,
-    fork: bool = True,
+    fork: bool = False,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Any:

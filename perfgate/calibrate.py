@@ -73,7 +73,7 @@ def run_calibration(
     pairs: int = DEFAULT_CALIBRATION_PAIRS,
     slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
     parallel: bool = False,
-    fork: bool = True,
+    fork: bool = False,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:

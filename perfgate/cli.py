@@ -36,9 +36,9 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"see '{self.prog} --help'")
 
 
-FRESH_HELP = (
-    "start every trial as a fresh Python process (default on the CPU: each side's trials are forked from one "
-    "process that imported torch, about 3 s less a trial)"
+FORK_HELP = (
+    "fork each side's trials from one process that imported torch (CPU only): about a third less time a pair, "
+    "but not the default until its noise is measured better (default: a fresh process per trial)"
 )
 
 
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --against: run each pair's two trials at the same time, each on half of the CPUs",
     )
-    paired.add_argument("--fresh-processes", action="store_true", help=f"with --against: {FRESH_HELP}")
+    paired.add_argument("--fork-trials", action="store_true", help=f"with --against: {FORK_HELP}")
     calibrate = _add_command(
         commands,
         "calibrate",
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--parallel-pairs", action="store_true", help="run each pair's two trials at the same time, on half the CPUs"
     )
-    calibrate.add_argument("--fresh-processes", action="store_true", help=FRESH_HELP)
+    calibrate.add_argument("--fork-trials", action="store_true", help=FORK_HELP)
     update = _add_command(
         commands,
         "update",
@@ -395,12 +395,12 @@ def command_check(args: argparse.Namespace) -> int:
             gate_settings,
             args.against,
             parallel=args.parallel_pairs,
-            fork=not args.fresh_processes,
+            fork=args.fork_trials,
             progress=_progress(args),
             notify=_notify(args),
         )
     else:
-        for given, option in ((args.parallel_pairs, "--parallel-pairs"), (args.fresh_processes, "--fresh-processes")):
+        for given, option in ((args.parallel_pairs, "--parallel-pairs"), (args.fork_trials, "--fork-trials")):
             if given:
                 raise UsageError(f"{option} needs --against", hint="add --against REF, e.g. --against main")
         result = run_check(
@@ -438,7 +438,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
         pairs=args.pairs,
         slowdown=args.slowdown,
         parallel=args.parallel_pairs,
-        fork=not args.fresh_processes,
+        fork=args.fork_trials,
         progress=_progress(args),
         notify=_notify(args),
     )

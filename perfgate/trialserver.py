@@ -1,4 +1,4 @@
-"""A fork server for a paired check's trials: one per side, torch imported once, a forked child per trial.
+"""A fork server for a paired check's trials (`--fork-trials`): one per side, torch imported once, a child per trial.
 
 A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, which creating an
 optimizer imports) before it measures anything; a paired check runs twice the trials of a lab. The

@@ -248,7 +248,7 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
             "*paced fp32: REGRESSION: samples/s -*",
             "*= perfgate =*",
             f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured one "
-            "after the other, alternating, trials forked from one server a side",
+            "after the other, alternating",
             "*tiny*fp32*",
             "*paced*fp32*REGRESSION*",
             "*test_micro.py::test_augmentation *",
