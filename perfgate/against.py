@@ -235,7 +235,6 @@ class PairedSession:
         # Trials forked from one server a side (torch imported once): CPU only, see perfgate.trialserver.
         self.fork = fork and settings.device == "cpu" and hasattr(os, "fork")
         self.servers: dict[str, TrialServer] = {}
-        self.fork_problem: str | None = None  # why the servers were given up for fresh processes
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
         self.progress = progress
@@ -354,9 +353,8 @@ class PairedSession:
             server = self.servers[side] = start_trial_server(self.settings.threads, place, scratch)
         try:
             return RunningTrial(spec, scratch, self.settings.timeout_s, place, server)
-        except ServerGone as exc:  # the side's code cannot even start a server: measure with fresh processes
+        except ServerGone:  # the side's code cannot even start a server: measure with fresh processes
             self.fork = False
-            self.fork_problem = str(exc)
             return RunningTrial(spec, scratch, self.settings.timeout_s, place)
 
     def _record(self, side: str, key: tuple[str, str], record: dict[str, Any]) -> None:
