@@ -15,9 +15,9 @@ Two commands:
         paired A/A noise of the trial settings, side by side: torch threads (1 against all cores),
         base and head at the same time on separate cores (--parallel-pairs) against one after the
         other, CPU affinity, OMP_WAIT_POLICY=PASSIVE, trials forked from a server (--fork-trials)
-        against fresh processes; and, from the same trials, the per-trial
+        against fresh processes, a pair's trials taking turns at the steps (--interleaved-pairs); and, from the same trials, the per-trial
         estimator (total time, median step, 20%-trimmed mean step). Prints per setting the per-pair
-        standard deviation of the log ratio, seconds per pair, and the noise left after one minute
+        standard deviation of the log ratio (and a robust one, 1.4826 x MAD), seconds per pair, and the noise left after one minute
         of pairs (s.d. x sqrt(seconds per pair / 60)): lower is better.
 
     python benchmarks/ab_power.py real [--runs 20] [--scenarios aa,slow10,slow7.5]
@@ -184,6 +184,8 @@ SETTINGS = {
     "2 threads, in turn": ([], {}, []),
     "1 thread, in turn": (["--threads", "1"], {}, []),
     "1 thread, in turn, forked": (["--threads", "1", "--fork-trials"], {}, []),
+    "1 thread, interleaved": (["--threads", "1", "--interleaved-pairs"], {}, []),
+    "1 thread, interleaved, forked": (["--threads", "1", "--interleaved-pairs", "--fork-trials"], {}, []),
     "1 thread, at once on separate cores": (["--threads", "1", "--parallel-pairs"], {}, []),
     "1 thread, in turn, pinned to core 0": (["--threads", "1"], {}, ["taskset", "-c", "0"]),
     "2 threads, in turn, OMP_WAIT_POLICY=PASSIVE": ([], {"OMP_WAIT_POLICY": "PASSIVE"}, []),
@@ -205,16 +207,21 @@ def command_noise(args: argparse.Namespace, repo: Path, commits: dict[str, str])
             ratios = [f"{math.exp(v):.3f}" for v in pair_estimates(outcome["document"])["total time"]]
             print(f"  head/base per pair: {' '.join(ratios)}", file=sys.stderr, flush=True)
             print(f"round {round_index + 1} {name}: {outcome['seconds']:.0f} s", file=sys.stderr, flush=True)
-    print("| setting | estimator | pairs | s.d. of log ratio per pair | s per pair | noise after 1 min of pairs |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| setting | estimator | pairs | s.d. of log ratio per pair | robust s.d. | s per pair "
+        "| noise after 1 min of pairs |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for name, by_estimator in results.items():
         if not seconds[name]:
             continue
         per_pair = statistics.fmean(seconds[name])
         for estimator, values in by_estimator.items():
             sd = statistics.stdev(values) if len(values) > 1 else math.nan
+            middle = statistics.median(values)
+            robust = 1.4826 * statistics.median(abs(v - middle) for v in values)
             print(
-                f"| {name} | {estimator} | {len(values)} | {100 * sd:.2f}% | {per_pair:.1f} | "
+                f"| {name} | {estimator} | {len(values)} | {100 * sd:.2f}% | {100 * robust:.2f}% | {per_pair:.1f} | "
                 f"{100 * sd * math.sqrt(per_pair / 60):.2f}% |"
             )
 

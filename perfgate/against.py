@@ -4,7 +4,8 @@ A stored baseline was measured at another time, and a shared runner's speed drif
 now by more than the regressions a gate must catch. A paired check removes that drift: the base
 commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
 identical settings, each its own process) runs back to back, in alternating order (base-head, then
-head-base: ABBA), or at the same time on separate CPUs. With `fork` (CPU only) each side's trials
+head-base: ABBA), at the same time on separate CPUs (`parallel`), or started together and taking
+turns at their training steps, the waiting side stopped (`interleaved`, `perfgate.turns`). With `fork` (CPU only) each side's trials
 are forked from a server that imported torch once (`perfgate.trialserver`): the imports a fresh
 process would spend on every trial are paid once a side. The verdict comes from the per-pair ratios
 (`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or
@@ -22,6 +23,7 @@ import contextlib
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -48,6 +50,7 @@ from perfgate.runner import (
 )
 from perfgate.trial import TrialSpec
 from perfgate.trialserver import ServerGone, TrialServer
+from perfgate.turns import TurnCoordinator
 
 SIDES = ("base", "head")
 
@@ -228,6 +231,7 @@ class PairedSession:
         progress: ProgressCallback | None = None,
         planted_slowdown: float = 0.0,
         fork: bool = False,
+        interleaved: bool = False,
     ) -> None:
         from perfgate.environment import collect_environment
 
@@ -238,7 +242,15 @@ class PairedSession:
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
         self.progress = progress
+        if parallel and interleaved:
+            raise UsageError(
+                "--parallel-pairs and --interleaved-pairs cannot be combined: a pair runs either at once or in turns",
+                hint="keep one of the two options",
+            )
         self.parallel = parallel
+        # A pair's trials take turns at the steps (`perfgate.turns`); where processes cannot be stopped
+        # and resumed (Windows) the pair runs in turn.
+        self.interleaved = interleaved and hasattr(os, "mkfifo") and hasattr(signal, "SIGSTOP")
         repo_root = head.root
         sources = source_folders(repo_root)
         # Head's workloads load here as its trials will: the checkout's folders first, so a bad
@@ -314,13 +326,19 @@ class PairedSession:
         planned = PlannedTrial(index, key[0], key[1], pair)
         if self.progress:
             self.progress(TrialEvent(planned, total))
-        if self.parallel:
+        if self.parallel or self.interleaved:
             running: dict[str, RunningTrial] = {}
+            turns = TurnCoordinator(Path(self._scratch.name) / "turns", sides) if self.interleaved else None
             try:  # started one by one inside the try: Ctrl-C between the two starts takes the first down too
                 for side in sides:
-                    running[side] = self._start(side, key, pair)
+                    running[side] = self._start(side, key, pair, None if turns is None else turns.prefix(side))
+                if turns is not None:
+                    processes = {side: trial.process for side, trial in running.items()}
+                    turns.run(processes, sides[0], time.perf_counter() + self.settings.timeout_s)
                 records = {side: running[side].wait() for side in sides}
             finally:
+                if turns is not None:
+                    turns.close({side: trial.process for side, trial in running.items()})
                 for process in running.values():
                     process.kill()
         else:
@@ -331,7 +349,7 @@ class PairedSession:
             head = self.sides["head"].trials[key][-1]
             self.progress(TrialEvent(planned, total, finished=head))
 
-    def _start(self, side: str, key: tuple[str, str], pair: int) -> RunningTrial:
+    def _start(self, side: str, key: tuple[str, str], pair: int, turns: str | None = None) -> RunningTrial:
         reference = self.references[(side, key[0])]
         spec = TrialSpec(
             reference_text=reference.text,
@@ -341,6 +359,7 @@ class PairedSession:
             device=self.settings.device,
             threads=self.settings.threads,
             planted_slowdown=self.planted[side],
+            turns=turns,
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]
@@ -409,6 +428,7 @@ class PairedSession:
             parallel=self.parallel,
             problems=dict(self.sides["base"].problems),
             forked=self.fork,
+            interleaved=self.interleaved,
         )
 
     def paired_run(self) -> RunResult:
@@ -449,7 +469,7 @@ class PairedSession:
         """How long one more pair of this config should take, from the pairs so far."""
         times = [[t.process_s for t in self.sides[side].trials[key] if t.process_s] for side in SIDES]
         per_side = [sum(values) / len(values) if values else 10.0 for values in times]
-        return max(per_side) if self.parallel else sum(per_side)
+        return max(per_side) if self.parallel or self.interleaved else sum(per_side)
 
 
 def run_paired_check(
@@ -460,6 +480,7 @@ def run_paired_check(
     *,
     parallel: bool = False,
     fork: bool = False,
+    interleaved: bool = False,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Any:
@@ -468,7 +489,15 @@ def run_paired_check(
     with (
         base_checkout(ref) as (base, head),
         PairedSession(
-            references, run_settings, base, head, ref, parallel=parallel, fork=fork, progress=progress
+            references,
+            run_settings,
+            base,
+            head,
+            ref,
+            parallel=parallel,
+            fork=fork,
+            interleaved=interleaved,
+            progress=progress,
         ) as session,
     ):
         if notify:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from perfgate.against import PairedSession, working_tree
 from perfgate.gate import GateResult, GateSettings, compare_pairs
 from perfgate.references import Reference
+from perfgate.results import pairing_text
 from perfgate.runner import ProgressCallback, RunSettings
 from perfgate.stats import DETECTION_POWER, look_levels, student_t_ppf
 
@@ -74,6 +75,7 @@ def run_calibration(
     slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
     parallel: bool = False,
     fork: bool = False,
+    interleaved: bool = False,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -82,7 +84,15 @@ def run_calibration(
     if notify:
         notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
     with PairedSession(
-        references, run_settings, tree, tree, "itself", parallel=parallel, fork=fork, progress=progress
+        references,
+        run_settings,
+        tree,
+        tree,
+        "itself",
+        parallel=parallel,
+        fork=fork,
+        interleaved=interleaved,
+        progress=progress,
     ) as aa:
         aa.run_pairs(pairs)
         aa_run = aa.paired_run()
@@ -90,6 +100,7 @@ def run_calibration(
         aa_result = compare_pairs(aa_run, aa_run.against.base, settings, {}, aa_run.against)
         pair_s = {key: aa.mean_pair_s(key) for key in aa.sides["head"].trials}
         aa_forked = aa.fork
+        aa_interleaved = aa.interleaved
     if notify:
         notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
     started = time.monotonic()
@@ -101,6 +112,7 @@ def run_calibration(
         "itself",
         parallel=parallel,
         fork=fork,
+        interleaved=interleaved,
         progress=progress,
         planted_slowdown=slowdown,
     ) as planted:
@@ -127,7 +139,7 @@ def run_calibration(
                 planted_ratio=math.nan if other is None or other.throughput is None else other.throughput.ratio,
             )
         )
-    how = "at the same time on separate CPUs" if parallel else "one after the other, alternating"
+    how = pairing_text(parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     return Calibration(
         configs=configs,

@@ -40,6 +40,10 @@ FORK_HELP = (
     "fork each side's trials from one process that imported torch (CPU only): about a third less time a pair, "
     "but not the default until its noise is measured better (default: a fresh process per trial)"
 )
+INTERLEAVE_HELP = (
+    "start each pair's two trials together and let them take turns at the training steps, the waiting side "
+    "stopped (POSIX only): a busy neighbour hits both sides alike"
+)
 
 
 def _positive_int(text: str) -> int:
@@ -219,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --against: run each pair's two trials at the same time, each on half of the CPUs",
     )
     paired.add_argument("--fork-trials", action="store_true", help=f"with --against: {FORK_HELP}")
+    paired.add_argument("--interleaved-pairs", action="store_true", help=f"with --against: {INTERLEAVE_HELP}")
     calibrate = _add_command(
         commands,
         "calibrate",
@@ -244,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel-pairs", action="store_true", help="run each pair's two trials at the same time, on half the CPUs"
     )
     calibrate.add_argument("--fork-trials", action="store_true", help=FORK_HELP)
+    calibrate.add_argument("--interleaved-pairs", action="store_true", help=INTERLEAVE_HELP)
     update = _add_command(
         commands,
         "update",
@@ -396,11 +402,16 @@ def command_check(args: argparse.Namespace) -> int:
             args.against,
             parallel=args.parallel_pairs,
             fork=args.fork_trials,
+            interleaved=args.interleaved_pairs,
             progress=_progress(args),
             notify=_notify(args),
         )
     else:
-        for given, option in ((args.parallel_pairs, "--parallel-pairs"), (args.fork_trials, "--fork-trials")):
+        for given, option in (
+            (args.parallel_pairs, "--parallel-pairs"),
+            (args.fork_trials, "--fork-trials"),
+            (args.interleaved_pairs, "--interleaved-pairs"),
+        ):
             if given:
                 raise UsageError(f"{option} needs --against", hint="add --against REF, e.g. --against main")
         result = run_check(
@@ -439,6 +450,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
         slowdown=args.slowdown,
         parallel=args.parallel_pairs,
         fork=args.fork_trials,
+        interleaved=args.interleaved_pairs,
         progress=_progress(args),
         notify=_notify(args),
     )

@@ -107,6 +107,15 @@ class WorkloadResult:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # per config: trace and top operators
 
 
+def pairing_text(parallel: bool, interleaved: bool) -> str:
+    """How a pair's two trials shared the machine, as reports say it."""
+    if parallel:
+        return "at the same time on separate CPUs"
+    if interleaved:
+        return "taking turns at the training steps"
+    return "one after the other, alternating"
+
+
 @dataclass(frozen=True)
 class Against:
     """A paired check's other side: the base commit, measured beside the working tree (head) in one job."""
@@ -120,12 +129,13 @@ class Against:
     parallel: bool = False  # the two trials of a pair ran at the same time, on separate CPUs
     problems: dict[str, str] = field(default_factory=dict)  # workloads the base could not measure, and why
     forked: bool = False  # trials forked from a per-side server that imported torch once (`perfgate.trialserver`)
+    interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.turns`)
 
     def describe(self) -> str:
         head = "the working tree"
         if self.head_commit:
             head += f" ({self.head_commit[:10]}{', with uncommitted changes' if self.head_dirty else ''})"
-        how = "at the same time on separate CPUs" if self.parallel else "one after the other, alternating"
+        how = pairing_text(self.parallel, self.interleaved)
         base = f"{self.ref} ({self.base_commit[:10]})" if self.base_commit else self.ref
         processes = ", trials forked from one server a side" if self.forked else ""
         return f"paired: {head} against {base}, each pair measured {how}{processes}"
@@ -141,6 +151,7 @@ class Against:
             "order": self.order,
             "problems": self.problems,
             "forked": self.forked,
+            "interleaved": self.interleaved,
             "base": {"created_at": base["created_at"], "workloads": base["workloads"]},
         }
 
@@ -215,6 +226,7 @@ def _merged_against(runs: list[RunResult]) -> Against | None:
         parallel=first.parallel,
         problems={k: v for a in present for k, v in a.problems.items()},
         forked=first.forked,
+        interleaved=first.interleaved,
     )
 
 
@@ -346,6 +358,7 @@ def _against(item: dict[str, Any], version: str, environment: dict[str, Any]) ->
         parallel=bool(item["parallel"]),
         problems=dict(item["problems"]),
         forked=bool(item.get("forked", False)),
+        interleaved=bool(item.get("interleaved", False)),
     )
 
 

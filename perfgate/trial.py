@@ -27,6 +27,7 @@ from perfgate._bytes import tensor_bytes
 from perfgate.profiling import StepProfiler
 from perfgate.sampler import SystemSampler
 from perfgate.summary import PHASES
+from perfgate.turns import TurnTaker
 
 FIRST_LOSSES = 3
 
@@ -43,6 +44,7 @@ class TrialSpec:
     threads: int
     profile: str | None = None  # a trace path: profile the timed steps (their times are then not used)
     planted_slowdown: float = 0.0  # `perfgate calibrate`: every step sleeps this fraction of its own time
+    turns: str | None = None  # an interleaved pair: take turns at the steps with the other side (`perfgate.turns`)
 
 
 class TrialFailure(Exception):
@@ -131,7 +133,10 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     timed_started = 0.0
     sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
     profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile else None
+    turns = TurnTaker(spec.turns) if spec.turns else None
     try:
+        if turns is not None:
+            turns.begin()
         for step in range(total_steps):
             timed = step >= workload.warmup_steps
             if step == workload.warmup_steps:
@@ -178,7 +183,11 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
                     phases[phase].append(duration)
             else:
                 warmup_step_s.append(t5 - t0)
-        timed_elapsed_s = device.now() - timed_started
+            if turns is not None:
+                turns.step_done()
+        timed_elapsed_s = device.now() - timed_started  # with turns, the other side's turns too
+        if turns is not None:
+            turns.finish()
         sampler.stop()
         if profiler is not None:
             profiler.stop()

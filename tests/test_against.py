@@ -326,7 +326,9 @@ def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
 # --- Verdicts --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fork", [(), ("--fork-trials",)], ids=["fresh", "forked"])
+@pytest.mark.parametrize(
+    "fork", [(), ("--fork-trials",), ("--interleaved-pairs",)], ids=["fresh", "forked", "interleaved"]
+)
 def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(fork, tmp_path):
     """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after three pairs."""
     repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
@@ -335,7 +337,8 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     result = run_cli("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "compared with: paired: the working tree" in result.stdout
-    assert ("trials forked from one server a side" in result.stdout) == bool(fork)
+    assert ("trials forked from one server a side" in result.stdout) == ("--fork-trials" in fork)
+    assert ("taking turns at the training steps" in result.stdout) == ("--interleaved-pairs" in fork)
     rows = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
     assert len(rows) == 1, result.stdout  # the verdict table's row for the config
     assert "! fp32: samples/s -" in result.stdout and ": a regression beyond the 5% threshold" in result.stdout
@@ -455,11 +458,19 @@ def test_a_ref_missing_from_a_shallow_clone_says_how_to_fetch_it(repo, tmp_path,
     assert_clean(clone, scratch_here)
 
 
-@pytest.mark.parametrize("option", ["--parallel-pairs", "--fork-trials"])
+@pytest.mark.parametrize("option", ["--parallel-pairs", "--fork-trials", "--interleaved-pairs"])
 def test_paired_options_without_against_are_a_one_line_error(option, repo, scratch_here, monkeypatch, capsys):
     monkeypatch.chdir(repo)
     result = perfgate(capsys, "check", WORKLOAD, option, *FAST)
     assert_one_line_error(result, f"{option} needs --against; add --against REF")
+    assert_clean(repo, scratch_here)
+
+
+def test_parallel_and_interleaved_pairs_together_are_a_one_line_error(repo, scratch_here, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    both = ("--parallel-pairs", "--interleaved-pairs")
+    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *both, *FAST)
+    assert_one_line_error(result, "--parallel-pairs and --interleaved-pairs cannot be combined", "keep one")
     assert_clean(repo, scratch_here)
 
 
