@@ -15,9 +15,11 @@ Two commands:
         paired A/A noise of the trial settings, side by side: torch threads (1 against all cores),
         base and head at the same time on separate cores (--parallel-pairs) against one after the
         other, CPU affinity, OMP_WAIT_POLICY=PASSIVE, trials forked from a server (--fork-trials)
-        against fresh processes, a pair's trials taking turns at the steps (--interleaved-pairs); and, from the same trials, the per-trial
+        against fresh processes, a pair's trials taking turns at the steps
+        (--interleaved-pairs); and, from the same trials, the per-trial
         estimator (total time, median step, 20%-trimmed mean step). Prints per setting the per-pair
-        standard deviation of the log ratio (and a robust one, 1.4826 x MAD), seconds per pair, and the noise left after one minute
+        standard deviation of the log ratio (and a robust one, 1.4826 x MAD), seconds per
+        pair, and the noise left after one minute
         of pairs (s.d. x sqrt(seconds per pair / 60)): lower is better.
 
     python benchmarks/ab_power.py real [--runs 20] [--scenarios aa,slow10,slow7.5]

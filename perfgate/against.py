@@ -4,8 +4,9 @@ A stored baseline was measured at another time, and a shared runner's speed drif
 now by more than the regressions a gate must catch. A paired check removes that drift: the base
 commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
 identical settings, each its own process) runs back to back, in alternating order (base-head, then
-head-base: ABBA), at the same time on separate CPUs (`parallel`), or started together and taking
-turns at their training steps, the waiting side stopped (`interleaved`, `perfgate.turns`). With `fork` (CPU only) each side's trials
+head-base: ABBA), at the same time on separate CPUs (`parallel`), or started together and
+taking turns at their training steps, the waiting side stopped (`interleaved`, `perfgate.turns`).
+With `fork` (CPU only) each side's trials
 are forked from a server that imported torch once (`perfgate.trialserver`): the imports a fresh
 process would spend on every trial are paid once a side. The verdict comes from the per-pair ratios
 (`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or

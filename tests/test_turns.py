@@ -28,7 +28,8 @@ SIDE = textwrap.dedent(
                 time.sleep(0.001)
 
     if __name__ == "__main__":
-        prefix, out, steps, step_s, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+        prefix, out = sys.argv[1], sys.argv[2]
+        steps, step_s, crash_at = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
         child = multiprocessing.get_context("fork").Process(target=worker, args=(out + ".ticks",), daemon=True)
         child.start()
         turns = TurnTaker(prefix, turn_s=0.05)
