@@ -81,19 +81,25 @@ def run_calibration(
 ) -> Calibration:
     """Measure the runner's paired A/A noise, then check a planted slowdown as a paired check would."""
     tree = working_tree()
+
+    def session(planted: float = 0.0) -> PairedSession:
+        """The working tree against itself, measured as the user asked; head `planted` slower."""
+        return PairedSession(
+            references,
+            run_settings,
+            tree,
+            tree,
+            "itself",
+            parallel=parallel,
+            fork=fork,
+            interleaved=interleaved,
+            progress=progress,
+            planted_slowdown=planted,
+        )
+
     if notify:
         notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
-    with PairedSession(
-        references,
-        run_settings,
-        tree,
-        tree,
-        "itself",
-        parallel=parallel,
-        fork=fork,
-        interleaved=interleaved,
-        progress=progress,
-    ) as aa:
+    with session() as aa:
         aa.run_pairs(pairs)
         aa_run = aa.paired_run()
         assert aa_run.against is not None
@@ -104,18 +110,7 @@ def run_calibration(
     if notify:
         notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
     started = time.monotonic()
-    with PairedSession(
-        references,
-        run_settings,
-        tree,
-        tree,
-        "itself",
-        parallel=parallel,
-        fork=fork,
-        interleaved=interleaved,
-        progress=progress,
-        planted_slowdown=slowdown,
-    ) as planted:
+    with session(slowdown) as planted:
         planted_result = planted.decide(settings, started, notify)
     planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
     configs = []
