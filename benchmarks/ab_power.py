@@ -284,8 +284,8 @@ def main() -> int:
         if "--threads" in extra:
             threads = extra[extra.index("--threads") : extra.index("--threads") + 2]
         else:  # the paired check's own default, so the planted sleep is the intended share of its step
-            from perfgate.device import select_device
-            from perfgate.environment import default_threads
+            from perfgate.measure.device import select_device
+            from perfgate.measure.environment import default_threads
 
             threads = ["--threads", str(default_threads(select_device("auto").type, paired=True))]
         step_s = base_step_s(repo, threads)

@@ -30,8 +30,10 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.microbench import DEFAULT_RUN_NOISE, MicroBenchmark, MicroStore, compare_micro, parse_pytest_benchmark
-from perfgate.stats import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from perfgate.judge.micro import compare_micro
+from perfgate.judge.stats import DEFAULT_ALPHA
+from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.records.micro import DEFAULT_RUN_NOISE, MicroBenchmark, MicroStore, parse_pytest_benchmark
 
 TESTS = """
 import os

@@ -64,8 +64,8 @@ def bare_loop(name: str, config: str) -> float:
 
 
 def perfgate_trial(name: str, config: str, threads: int, scratch: Path) -> dict[str, float]:
-    from perfgate.runner import run_trial_process
-    from perfgate.trial import TrialSpec
+    from perfgate.measure.lab import run_trial_process
+    from perfgate.measure.trial import TrialSpec
 
     spec = TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads)
     return _figures(run_trial_process(spec, scratch, timeout_s=600))
@@ -93,8 +93,9 @@ def instrumentation_cost(name: str, repeats: int = 5000) -> tuple[float, float]:
     import torch
 
     from perfgate import builtin
-    from perfgate.device import Device
-    from perfgate.trial import PHASES, _check_loss_type, _hash_batch
+    from perfgate.measure.device import Device
+    from perfgate.measure.trial import _check_loss_type, _hash_batch
+    from perfgate.records.summary import PHASES
 
     workload = builtin.load(name, "small")
     batch = next(iter(torch.utils.data.DataLoader(workload.dataset(), batch_size=workload.batch_size)))
@@ -129,13 +130,13 @@ def bootstrap_median_ci(values: list[float], resamples: int = 10000) -> tuple[fl
 
 def perfgate_in_process(name: str, config: str, threads: int) -> dict[str, float]:
     """The same trial code, run in this process: separates the loop's cost from process start-up."""
-    from perfgate.trial import TrialSpec, run_trial
+    from perfgate.measure.trial import TrialSpec, run_trial
 
     return _figures(run_trial(TrialSpec(name, f"builtin:{name}@small", config, 0, "cpu", threads)))
 
 
 def bare_process(name: str, config: str, threads: int) -> float:
-    from perfgate.runner import trial_environment
+    from perfgate.measure.lab import trial_environment
 
     output = subprocess.run(
         [sys.executable, __file__, "--bare", name, config],
@@ -179,14 +180,14 @@ def main() -> None:
     if args.bare:
         import torch
 
-        from perfgate.environment import available_cpus
+        from perfgate.measure.environment import available_cpus
 
         torch.set_num_threads(available_cpus())
         print(json.dumps({"samples_per_sec": bare_loop(*args.bare)}))
         return
 
     sys.path.insert(0, str(REPO))
-    from perfgate.environment import available_cpus
+    from perfgate.measure.environment import available_cpus
 
     threads = available_cpus()
     if args.in_process:

@@ -9,7 +9,7 @@ for 5% and 10% slowdowns (each step takes that much longer: candidate throughput
 
 - perfgate at its defaults, exactly as `perfgate check` decides: a baseline of 5 trials (`perfgate
   update`), 3 candidate trials, then one more at a time while the verdict is inconclusive, up to 8,
-  each look tested by `perfgate.stats.compare_throughput` with the check's number of looks (alpha 0.01
+  each look tested by `perfgate.judge.stats.compare_throughput` with the check's number of looks (alpha 0.01
   and the no-change interval's 2.5% error split evenly over them): verdict rates and the mean number
   of candidate trials;
 - pytest-benchmark's `--benchmark-compare-fail=median:5%`: one stored run against one new run (a run
@@ -49,17 +49,11 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from perfgate.baseline import DEFAULT_UPDATE_TRIALS
-from perfgate.gate import DEFAULT_MAX_TRIALS
-from perfgate.runner import DEFAULT_TRIALS
-from perfgate.stats import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
-    Verdict,
-    compare_throughput,
-    looks,
-    smallest_mann_whitney_p,
-)
+from perfgate.judge.stats import DEFAULT_ALPHA, Verdict, compare_throughput, looks, smallest_mann_whitney_p
+from perfgate.judge.verdict import DEFAULT_MAX_TRIALS
+from perfgate.measure.lab import DEFAULT_TRIALS
+from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -198,7 +192,7 @@ def command_simulate(args: argparse.Namespace) -> int:
         f"while inconclusive up to {max_trials}; threshold {DEFAULT_THRESHOLD:g}, alpha {DEFAULT_ALPHA:g} "
         f"and the no-change interval's 2.5% split over {n_looks} looks = {DEFAULT_ALPHA / n_looks:.4g} and "
         f"{0.025 / n_looks:.4g} per look; trials more than 2x off their side's median left out "
-        "(perfgate.stats.compare_throughput; throughput only, no memory verdict)",
+        "(perfgate.judge.stats.compare_throughput; throughput only, no memory verdict)",
         f"- pytest-benchmark: one run a side, fail if time_new > time_old x {1 + PYTEST_BENCHMARK_LIMIT:g}",
         f"- asv: {DEFAULT_UPDATE_TRIALS} baseline vs {trials} candidate trials; median time ratio > {ASV_FACTOR:g} "
         f"and exact two-sided Mann-Whitney U p < {ASV_ALPHA:g} (scipy)",
@@ -309,7 +303,7 @@ def command_simulate(args: argparse.Namespace) -> int:
     p53, p33 = smallest_mann_whitney_p(5, 3), smallest_mann_whitney_p(3, 3)
     out += [
         "",
-        "Smallest p an exact Mann-Whitney U test can reach (perfgate.stats.smallest_mann_whitney_p, one-sided; "
+        "Smallest p an exact Mann-Whitney U test can reach (perfgate.judge.stats.smallest_mann_whitney_p, one-sided; "
         "two-sided is twice that):",
         f"- 5 vs 3: {p53:.4f} (two-sided {2 * p53:.4f})",
         f"- 3 vs 3: {p33:.4f} (two-sided {2 * p33:.4f}): a two-sided test at 0.05 can never reject",

@@ -15,9 +15,9 @@ import time
 
 import psutil
 
-from perfgate.device import Device
-from perfgate.probe import probe_steps_per_sec
-from perfgate.sampler import DEFAULT_INTERVAL_S, SystemSampler
+from perfgate.measure.device import Device
+from perfgate.measure.probe import probe_steps_per_sec
+from perfgate.measure.sampler import DEFAULT_INTERVAL_S, SystemSampler
 
 
 def timed(steps: int, sampled: bool) -> float:

@@ -3,10 +3,10 @@
 A paired check measures base and head side by side: pair i is one base trial and one head trial run
 back to back (in ABBA order: base-head, head-base, ...). It looks after its first pairs and then after
 each extra pair of a still open config, up to a largest number of pairs or a time budget, deciding each
-look with `perfgate.stats.compare_paired` at the levels of an alpha-spending plan
-(`perfgate.stats.look_levels`). This script estimates, for each spending shape ("even",
+look with `perfgate.judge.stats.compare_paired` at the levels of an alpha-spending plan
+(`perfgate.judge.stats.look_levels`). This script estimates, for each spending shape ("even",
 "pocock", "obrien-fleming"), the verdict rates and the pairs used, and compares them with the old design
-(a stored baseline against candidate trials, `perfgate.stats.compare_throughput`).
+(a stored baseline against candidate trials, `perfgate.judge.stats.compare_throughput`).
 
 The machine (log throughput of a trial, samples/sec = 1000 x exp(log)):
 
@@ -69,22 +69,11 @@ import numpy as np
 from power import _markdown, _pct, _upper_95  # the report's helpers, shared with power.py (run from benchmarks/)
 from scipy import stats as scipy_stats
 
-import perfgate.gate
-from perfgate.baseline import DEFAULT_UPDATE_TRIALS
-from perfgate.gate import (
-    DEFAULT_MAX_PAIRS,
-    DEFAULT_MAX_TRIALS,
-    ConfigVerdict,
-    GateSettings,
-    LookTracker,
-    Status,
-    decide_sequentially,
-)
-from perfgate.runner import DEFAULT_TRIALS
-from perfgate.stats import (
+import perfgate.judge.verdict
+from perfgate.check.sequential import decide_sequentially
+from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_SPENDING,
-    DEFAULT_THRESHOLD,
     OUTLIER_FACTOR,
     PASS_ERROR,
     SPENDING_SHAPES,
@@ -95,6 +84,17 @@ from perfgate.stats import (
     looks,
     slowdown_bound,
 )
+from perfgate.judge.verdict import (
+    DEFAULT_MAX_PAIRS,
+    DEFAULT_MAX_TRIALS,
+    ConfigVerdict,
+    GateSettings,
+    LookTracker,
+    Status,
+)
+from perfgate.measure.lab import DEFAULT_TRIALS
+from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
 NOISE_LEVELS = (0.01, 0.02, 0.05, 0.10)
 SLOWDOWNS = (0.0, 0.025, 0.05, 0.075, 0.10, 0.20)
@@ -115,7 +115,7 @@ ALPHA = DEFAULT_ALPHA
 
 # verdict codes of the vectorised decision
 INCONCLUSIVE, REGRESSION, IMPROVEMENT, NO_CHANGE = 0, 1, 2, 3
-EXP_LIMIT = 700.0  # perfgate.stats._exp: the interval's end is inf where its log exceeds this
+EXP_LIMIT = 700.0  # perfgate.judge.stats._exp: the interval's end is inf where its log exceeds this
 CODES = {
     Verdict.INCONCLUSIVE: INCONCLUSIVE,
     Verdict.REGRESSION: REGRESSION,
@@ -186,11 +186,11 @@ def old_draws(
 
 
 # --------------------------------------------------------------------------------------------------
-# the decisions, vectorised (the rules of perfgate.stats._decide)
+# the decisions, vectorised (the rules of perfgate.judge.stats._decide)
 
 
 def kept_mask(logs: np.ndarray) -> np.ndarray:
-    """`perfgate.stats._kept_indices` per row: within OUTLIER_FACTOR of the median, when that is a majority."""
+    """`perfgate.judge.stats._kept_indices` per row: within OUTLIER_FACTOR of the median, when that is a majority."""
     n = logs.shape[1]
     if n < 3:
         return np.ones(logs.shape, dtype=bool)
@@ -234,7 +234,7 @@ def welch_estimate(base: np.ndarray, cand: np.ndarray, m: int) -> Estimate:
 
 
 def exp_capped(logs: np.ndarray) -> np.ndarray:
-    """`perfgate.stats._exp` per element: inf where the log exceeds EXP_LIMIT (nan stays nan)."""
+    """`perfgate.judge.stats._exp` per element: inf where the log exceeds EXP_LIMIT (nan stays nan)."""
     return np.where(logs > EXP_LIMIT, math.inf, np.exp(np.minimum(logs, EXP_LIMIT)))
 
 
@@ -324,7 +324,7 @@ def old_outcome(base: np.ndarray, cand: np.ndarray, *, trials: int, max_trials: 
 
 
 class _Clock:
-    """perfgate.gate's `time` while checking: monotonic() is the simulated seconds of the pairs run so far."""
+    """perfgate.judge.verdict's `time` while checking: monotonic() is the simulated seconds of the pairs run so far."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -369,7 +369,7 @@ def perfgate_paired(
         n += 1
         clock.now += PAIR_S
 
-    with mock.patch.object(perfgate.gate, "time", clock):
+    with mock.patch.object(perfgate.judge.verdict, "time", clock):
         decide_sequentially(
             judge, lambda: {key: n}, run_more, lambda pending: PAIR_S * len(pending), settings, 0.0, None, unit="pair"
         )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from perfgate.configs import CONFIG_NAMES, Config
 from perfgate.errors import PerfgateError, UsageError, WorkloadError, WorkloadReferenceError
+from perfgate.variants import CONFIG_NAMES, Config
 from perfgate.workload import Workload
 
 __version__ = "0.1.0"

@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import perfgate
-from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
-from perfgate.configs import CONFIG_NAMES, parse_configs
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
-from perfgate.gate import DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S
-from perfgate.runner import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
-from perfgate.stats import DEFAULT_ALPHA
+from perfgate.judge.stats import DEFAULT_ALPHA
+from perfgate.judge.verdict import DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S
+from perfgate.measure.lab import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
+from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
+from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
-    from perfgate.diagnosis import Diagnosis
-    from perfgate.gate import GateResult, GateSettings
+    from perfgate.judge.diagnosis import Diagnosis
+    from perfgate.judge.verdict import GateResult, GateSettings
+    from perfgate.measure.lab import ProgressCallback, RunSettings
+    from perfgate.records.results import RunResult
     from perfgate.references import Reference
-    from perfgate.results import RunResult
-    from perfgate.runner import ProgressCallback, RunSettings
 
 
 EXIT_NO_MEASUREMENT = 4
@@ -299,11 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSettings]:
-    from perfgate.device import select_device
-    from perfgate.environment import default_threads
+    from perfgate.measure.device import select_device
+    from perfgate.measure.environment import default_threads
+    from perfgate.measure.lab import RunSettings
+    from perfgate.records.results import check_writable
     from perfgate.references import resolve_references
-    from perfgate.results import check_writable
-    from perfgate.runner import RunSettings
 
     configs = parse_configs(args.configs)
     if args.json is not None:
@@ -322,7 +322,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
 
 
 def _progress(args: argparse.Namespace) -> ProgressCallback | None:
-    from perfgate.progress import Progress
+    from perfgate.report.progress import Progress
 
     return None if args.quiet else Progress(args.trials)
 
@@ -341,8 +341,8 @@ def _measured(result: RunResult) -> bool:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from perfgate.report import format_run
-    from perfgate.runner import run_lab
+    from perfgate.measure.lab import run_lab
+    from perfgate.report.text import format_run
 
     references, settings = _run_settings(args)
     result = run_lab(references, settings, _progress(args))
@@ -353,7 +353,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool = False) -> GateSettings:
     """Gate settings from the options and [tool.perfgate]; `single_look` for a judgement that adds no trials."""
-    from perfgate.gate import DEFAULT_MAX_PAIRS, GateSettings
+    from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, GateSettings
     from perfgate.project import load_project_config
 
     max_trials = getattr(args, "max_trials", None)
@@ -379,13 +379,14 @@ def _notify(args: argparse.Namespace) -> Callable[[str], None] | None:
 def command_check(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from perfgate.baseline import BaselineStore
-    from perfgate.gate import gate_record, run_check
-    from perfgate.report import format_run
-    from perfgate.results import check_writable, write_text_atomic
+    from perfgate.check.stored import run_check
+    from perfgate.records.baselines import BaselineStore
+    from perfgate.records.results import check_writable, write_text_atomic
+    from perfgate.report.json import gate_record
+    from perfgate.report.text import format_run
 
     if args.against is not None:
-        from perfgate.against import open_repository, resolve_ref
+        from perfgate.measure.paired import open_repository, resolve_ref
 
         resolve_ref(open_repository(Path.cwd()), args.against)  # a bad ref fails at once, before torch loads
     references, run_settings = _run_settings(args)
@@ -393,7 +394,7 @@ def command_check(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         check_writable(args.markdown, "--markdown")
     if args.against is not None:
-        from perfgate.against import run_paired_check
+        from perfgate.check.paired import run_paired_check
 
         result = run_paired_check(
             references,
@@ -424,11 +425,11 @@ def command_check(args: argparse.Namespace) -> int:
         _write_json(run, args.json)
         if not _measured(run) and not result.verdicts:  # nothing measured, and nothing had a baseline
             return EXIT_NO_MEASUREMENT
-    from perfgate.diagnosis import diagnose
+    from perfgate.judge.diagnosis import diagnose
 
     diagnoses = diagnose(result, every_config=args.diagnose)
     if args.markdown is not None:
-        from perfgate.markdown import format_markdown
+        from perfgate.report.markdown import format_markdown
 
         details = str(args.json) if args.json else None
         write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses))
@@ -436,8 +437,8 @@ def command_check(args: argparse.Namespace) -> int:
 
 
 def command_calibrate(args: argparse.Namespace) -> int:
-    from perfgate.calibrate import format_calibration, run_calibration
-    from perfgate.report import format_gate
+    from perfgate.check.calibrate import format_calibration, run_calibration
+    from perfgate.report.text import format_gate
 
     args.against = "itself"  # paired defaults: the largest number of pairs
     references, run_settings = _run_settings(args)
@@ -463,9 +464,10 @@ def command_calibrate(args: argparse.Namespace) -> int:
 
 
 def command_update(args: argparse.Namespace) -> int:
-    from perfgate.baseline import BaselineStore, require_clean_tree
-    from perfgate.report import format_run, format_updates
-    from perfgate.runner import run_lab
+    from perfgate.measure.environment import require_clean_tree
+    from perfgate.measure.lab import run_lab
+    from perfgate.records.baselines import BaselineStore
+    from perfgate.report.text import format_run, format_updates
 
     references, settings = _run_settings(args)
     store = BaselineStore(args.baseline_dir)
@@ -481,9 +483,9 @@ def command_update(args: argparse.Namespace) -> int:
 
 
 def command_compare(args: argparse.Namespace) -> int:
-    from perfgate.baseline import BaselineStore
-    from perfgate.gate import compare_results
-    from perfgate.results import load_results
+    from perfgate.judge.verdict import compare_results
+    from perfgate.records.baselines import BaselineStore
+    from perfgate.records.results import load_results
 
     if len(args.results) > 2:
         raise UsageError(
@@ -498,8 +500,8 @@ def command_compare(args: argparse.Namespace) -> int:
 
 def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int:
     """Print the gate's report and any diagnosis; inconclusive verdicts that pass also get a warning on stderr."""
-    from perfgate.gate import Status
-    from perfgate.report import format_gate
+    from perfgate.judge.verdict import Status
+    from perfgate.report.text import format_gate
 
     sys.stdout.write(format_gate(result, diagnoses))
     open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
@@ -512,11 +514,12 @@ def command_report(args: argparse.Namespace) -> int:
     """Render a check's results file; exits 0 once written (the check's own exit code is the verdict)."""
     import json
 
-    from perfgate.gate import gate_to_dict, judge_saved
-    from perfgate.markdown import COMMENT_LIMIT, format_markdown
+    from perfgate.judge.verdict import judge_saved
     from perfgate.project import load_project_config
-    from perfgate.report import format_gate, format_run
-    from perfgate.results import check_writable, load_results, write_text_atomic
+    from perfgate.records.results import check_writable, load_results, write_text_atomic
+    from perfgate.report.json import gate_to_dict
+    from perfgate.report.markdown import COMMENT_LIMIT, format_markdown
+    from perfgate.report.text import format_gate, format_run
 
     if args.output is not None:
         check_writable(args.output, "--output")
@@ -524,11 +527,11 @@ def command_report(args: argparse.Namespace) -> int:
         raise UsageError("--format png needs --output", hint="add --output chart.png")
     run = load_results(args.results)
     result = judge_saved(run, load_project_config(), args.baseline_dir)
-    from perfgate.diagnosis import diagnose
+    from perfgate.judge.diagnosis import diagnose
 
     diagnoses = diagnose(result)
     if args.format == "png":
-        from perfgate.chart import write_chart
+        from perfgate.report.chart import write_chart
 
         write_chart(result, args.output)
         return 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-EXIT_USAGE = 2  # a usage or input error; the CLI documents the other exit codes
+EXIT_OK = 0  # every verdict passed
+EXIT_REGRESSION = 1  # a supported regression, a failed config (or, when asked, an open verdict)
+EXIT_USAGE = 2  # a usage or input error
+EXIT_NO_BASELINE = 3  # nothing comparable to judge against
+EXIT_MEANINGS = {EXIT_OK: "pass", EXIT_REGRESSION: "fail", EXIT_NO_BASELINE: "no comparable baseline"}
 
 
 class PerfgateError(Exception):

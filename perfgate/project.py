@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-from perfgate.configs import CONFIG_NAMES
 from perfgate.errors import UsageError
-from perfgate.stats import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
+from perfgate.variants import CONFIG_NAMES
 
-T = TypeVar("T")
+DEFAULT_THRESHOLD = 0.05  # a throughput regression beyond this fails the build
+DEFAULT_MEMORY_TOLERANCE = 0.05  # peak memory beyond this much more fails it
 KEYS = (
     "workloads",
     "threshold",
@@ -42,6 +42,24 @@ KEYS = (
     "diagnosis",
 )
 METRICS = ("throughput", "memory")
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """When the diagnosis rules fire; `[tool.perfgate.diagnosis]` sets any of them (same names)."""
+
+    data_wait_share: float = 0.20  # of the step: the loader, not the model, sets the pace
+    data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
+    explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
+    tail_ratio: float = 1.5  # p95 / p50 of step times
+    tail_sigmas: float = 3.0
+    memory_growth_kib: float = 8.0  # per timed step: perfgate's own bookkeeping adds under 1 KiB
+    memory_growth_fit: float = 0.9  # correlation of memory with the step number: a steady rise, not a jump
+    torch_calls_growth: float = 1.5  # torch functions per step, current over baseline ...
+    call_overhead_us: float = 20.0  # ... each adding at most this much step time: overhead, not compute
+    gpu_low_percent: float = 70.0  # p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
+    gpu_idle_percent: float = 10.0  # mean GPU utilisation ...
+    cpu_busy_percent: float = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
 
 
 @dataclass(frozen=True)
@@ -65,11 +83,11 @@ class ProjectConfig:
     max_trials: int | None = None
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     benchmark_noise: float | None = None
-    diagnosis: dict[str, float] = field(default_factory=dict)  # rule thresholds (perfgate.diagnosis.Thresholds)
+    diagnosis: dict[str, float] = field(default_factory=dict)  # DiagnosisThresholds' names
 
-    def diagnosis_thresholds(self, kind: type[T]) -> T:
-        """The diagnosis rules' thresholds: `kind`'s defaults with this project's values."""
-        return kind(**self.diagnosis)
+    def diagnosis_thresholds(self) -> DiagnosisThresholds:
+        """The diagnosis rules' thresholds: the defaults with this project's values."""
+        return DiagnosisThresholds(**self.diagnosis)
 
     def limits(self, workload: str, config: str, *, threshold: float | None = None) -> Limits:
         """Thresholds for one workload and config: per-config override, then per-workload, then global.
@@ -206,12 +224,8 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
 
 
 def _diagnosis(values: Any, where: str) -> dict[str, float]:
-    """`[tool.perfgate.diagnosis]`: names of perfgate.diagnosis.Thresholds, each a positive number."""
-    from dataclasses import fields
-
-    from perfgate.diagnosis import Thresholds
-
-    names = tuple(f.name for f in fields(Thresholds))
+    """`[tool.perfgate.diagnosis]`: names of DiagnosisThresholds' fields, each a positive number."""
+    names = tuple(f.name for f in fields(DiagnosisThresholds))
     if not isinstance(values, dict):
         raise UsageError("diagnosis must be a table", where=where, hint="write data_wait_share = 0.3")
     parsed = {}

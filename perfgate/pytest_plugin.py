@@ -7,15 +7,15 @@ Three kinds of perf test, all collected by every run and skipped unless one of t
 - pytest-benchmark tests: their raw round times are judged against `baselines/pytest-benchmark.yaml`.
 
 With `--perfgate-against REF` everything is measured against the git ref REF instead of the stored
-baselines: the workloads (configured and fixture-style) in pairs of trials (`against.run_paired_check`,
+baselines: the workloads (configured and fixture-style) in pairs of trials (`check.paired.run_paired_check`,
 as `perfgate check --against`), the pytest-benchmark tests in pairs of whole pytest sessions of REF and
-the working tree (`micro_pairs.run_paired_micro`). This session's own pytest-benchmark run then only
-shows that the tests pass. The paired sessions set `micro_pairs.INNER_SESSION_ENV`, which turns this
+the working tree (`check.micro.run_paired_micro`). This session's own pytest-benchmark run then only
+shows that the tests pass. The paired sessions set `check.micro.INNER_SESSION_ENV`, which turns this
 plugin off inside them, whatever their options say.
 
 This module only parses options and reports: measuring, judging and storing come from the core
-(`gate.run_check`, `against.run_paired_check`, `runner.run_lab`, `baseline.BaselineStore`, `microbench`,
-`micro_pairs`), as for the CLI.
+(`check.stored.run_check`, `check.paired.run_paired_check`, `measure.lab.run_lab`,
+`records.baselines.BaselineStore`, `records.micro`, `check.micro`), as for the CLI.
 """
 
 from __future__ import annotations
@@ -32,26 +32,26 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfgate.baseline import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
-from perfgate.configs import CONFIG_NAMES, parse_configs
+from perfgate.check.micro import inner_session
 from perfgate.errors import PerfgateError
-from perfgate.gate import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, Status
-from perfgate.micro_pairs import inner_session
-from perfgate.runner import DEFAULT_TRIALS
-from perfgate.stats import DEFAULT_ALPHA
+from perfgate.judge.stats import DEFAULT_ALPHA
+from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, fails_build
+from perfgate.measure.lab import DEFAULT_TRIALS
+from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
+from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
-    from perfgate.baseline import StoredUpdate
-    from perfgate.gate import ConfigVerdict, GateResult, GateSettings, WorkloadVerdict
-    from perfgate.micro_pairs import PairedMicro
-    from perfgate.microbench import MicroBenchmark, MicroVerdict
+    from perfgate.check.micro import PairedMicro
+    from perfgate.judge.micro import MicroVerdict
+    from perfgate.judge.verdict import ConfigVerdict, GateResult, GateSettings, WorkloadVerdict
+    from perfgate.measure.lab import RunSettings
     from perfgate.project import ProjectConfig
+    from perfgate.records.baselines import StoredUpdate
+    from perfgate.records.micro import MicroBenchmark
+    from perfgate.records.results import RunResult
     from perfgate.references import Reference
-    from perfgate.results import RunResult
-    from perfgate.runner import RunSettings
 
 SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"
-FAILING = (Status.REGRESSION, Status.FAILED, Status.NOT_COMPARABLE, Status.NO_BASELINE)
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,9 @@ class PluginSettings:
     against: str | None = None  # a git ref: a paired check instead of the stored baselines
 
     def run_settings(self, configs: Sequence[str] | None = None) -> RunSettings:
-        from perfgate.device import select_device
-        from perfgate.environment import default_threads
-        from perfgate.runner import RunSettings
+        from perfgate.measure.device import select_device
+        from perfgate.measure.environment import default_threads
+        from perfgate.measure.lab import RunSettings
 
         device = select_device("auto").type
         return RunSettings(
@@ -147,7 +147,7 @@ class PluginSettings:
         )
 
     def gate_settings(self) -> GateSettings:
-        from perfgate.gate import GateSettings
+        from perfgate.judge.verdict import GateSettings
 
         max_trials = self.max_trials
         if max_trials is None and self.against is not None:  # as `perfgate check --against`
@@ -167,7 +167,7 @@ class PluginSettings:
 def read_settings(config: pytest.Config) -> PluginSettings:
     """Parse options and ini keys (an option wins over its ini key); PerfgateError on a bad value."""
     from perfgate.project import load_project_config, parse_count, parse_fraction
-    from perfgate.results import check_writable
+    from perfgate.records.results import check_writable
 
     def value(option: _Option) -> tuple[str | None, str]:
         given = config.getoption(option.key)
@@ -209,7 +209,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
             "the baselines",
         )
     if against is not None and mode == "check":  # a ref that does not resolve stops pytest before any trial
-        from perfgate.against import open_repository, resolve_ref
+        from perfgate.measure.paired import open_repository, resolve_ref
 
         try:
             resolve_ref(open_repository(config.rootpath), against)
@@ -252,7 +252,7 @@ def pytest_configure(config: pytest.Config) -> None:
             if settings.mode == "check":
                 settings.gate_settings()  # refuse bad combinations (--perfgate-max-trials below trials) up front
             elif not settings.allow_dirty:
-                from perfgate.baseline import require_clean_tree
+                from perfgate.measure.environment import require_clean_tree
 
                 require_clean_tree(config.rootpath, config.rootpath / settings.baseline_dir)
     except PerfgateError as error:
@@ -393,9 +393,9 @@ class PerfgateSession:
         return outcomes
 
     def _check(self, references: Sequence[Reference], configs: Sequence[str] | None = None) -> GateResult:
-        from perfgate.against import run_paired_check
-        from perfgate.baseline import BaselineStore
-        from perfgate.gate import run_check
+        from perfgate.check.paired import run_paired_check
+        from perfgate.check.stored import run_check
+        from perfgate.records.baselines import BaselineStore
 
         run_settings, gate_settings = self.settings.run_settings(configs), self.settings.gate_settings()
         with self._terminal() as (progress, notify):
@@ -414,8 +414,8 @@ class PerfgateSession:
     def _update(
         self, references: Sequence[Reference], configs: Sequence[str] | None = None
     ) -> dict[tuple[str, str], ConfigVerdict | str | None]:
-        from perfgate.baseline import BaselineStore
-        from perfgate.runner import run_lab
+        from perfgate.measure.lab import run_lab
+        from perfgate.records.baselines import BaselineStore
 
         with self._terminal() as (progress, _):
             run = run_lab(references, self.settings.run_settings(configs), progress)
@@ -432,7 +432,7 @@ class PerfgateSession:
     @contextmanager
     def _terminal(self) -> Iterator[tuple[Any, Callable[[str], None] | None]]:
         """Progress lines on the terminal while trials run, past pytest's output capturing."""
-        from perfgate.progress import Progress
+        from perfgate.report.progress import Progress
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         capture = self.config.pluginmanager.get_plugin("capturemanager")
@@ -482,8 +482,9 @@ class PerfgateSession:
         if self.settings.against is not None:
             self._pair_pytest_benchmark(output_json)
             return
-        from perfgate.microbench import DEFAULT_RUN_NOISE, MicroStore, compare_micro, parse_pytest_benchmark
-        from perfgate.probe import combine
+        from perfgate.judge.micro import compare_micro
+        from perfgate.records.micro import DEFAULT_RUN_NOISE, MicroStore, parse_pytest_benchmark
+        from perfgate.records.summary import combine
 
         try:
             environment, fingerprint = _environment()
@@ -516,9 +517,9 @@ class PerfgateSession:
 
     def _pair_pytest_benchmark(self, output_json: Any) -> None:
         """--perfgate-against: this session's run showed the benchmarks pass; session pairs of REF and the
-        working tree measure them (`micro_pairs.run_paired_micro`)."""
-        from perfgate.micro_pairs import run_paired_micro
-        from perfgate.microbench import parse_pytest_benchmark
+        working tree measure them (`check.micro.run_paired_micro`)."""
+        from perfgate.check.micro import run_paired_micro
+        from perfgate.records.micro import parse_pytest_benchmark
 
         assert self.settings.against is not None
         try:
@@ -549,7 +550,7 @@ class PerfgateSession:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Iterator[None]:
         if self.settings.json is not None and self.runs:
-            from perfgate.results import merge_runs
+            from perfgate.records.results import merge_runs
 
             try:
                 merge_runs(self.runs).write_json(self.settings.json)
@@ -562,14 +563,17 @@ class PerfgateSession:
         if self._benchmark_json is not None:
             self._benchmark_json.unlink(missing_ok=True)
         # Paired, a benchmark that REF lacks is new: nothing to compare, and nothing wrong.
-        micro_failing = [s for s in FAILING if not (self.micro_paired and s == Status.NO_BASELINE)]
-        micro_failed = any(v.status in micro_failing for v in self.micro) or self.problems
-        micro_open = self.settings.fail_on_inconclusive and any(v.status == Status.INCONCLUSIVE for v in self.micro)
-        if (micro_failed or micro_open) and session.exitstatus == pytest.ExitCode.OK:
+        micro_failed = any(
+            fails_build(
+                v.status, fail_on_inconclusive=self.settings.fail_on_inconclusive, new_is_ok=bool(self.micro_paired)
+            )
+            for v in self.micro
+        )
+        if (micro_failed or self.problems) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from perfgate.report import format_pytest_summary
+        from perfgate.report.text import format_pytest_summary
 
         text = format_pytest_summary(
             gates=self.gates,
@@ -627,15 +631,16 @@ class _JsonTarget(os.PathLike[str]):
 def _environment() -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
 
-    from perfgate.environment import collect_environment, machine_fingerprint
+    from perfgate.measure.environment import collect_environment
+    from perfgate.records.fingerprint import machine_fingerprint
 
     environment = collect_environment("cpu", torch.get_num_threads())
     return environment, machine_fingerprint(environment)
 
 
 def _probe() -> float:
-    from perfgate.device import Device
-    from perfgate.probe import probe_steps_per_sec
+    from perfgate.measure.device import Device
+    from perfgate.measure.probe import probe_steps_per_sec
 
     return probe_steps_per_sec(Device())
 
@@ -672,7 +677,7 @@ class WorkloadItem(pytest.Item):
             self.user_properties.append(("perfgate_verdict", "baseline written"))
             return
         record_verdict(self.user_properties, outcome)
-        if failed(outcome, session.settings.fail_on_inconclusive):
+        if fails_build(outcome.status, fail_on_inconclusive=session.settings.fail_on_inconclusive):
             raise PerfgateFailure(verdict_text(outcome))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -682,10 +687,6 @@ class WorkloadItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"perfgate: {self.workload} {self.config_name} ({self.reference.text})"
-
-
-def failed(verdict: ConfigVerdict, fail_on_inconclusive: bool) -> bool:
-    return verdict.status in FAILING or (fail_on_inconclusive and verdict.status == Status.INCONCLUSIVE)
 
 
 def verdict_text(verdict: ConfigVerdict) -> str:
@@ -749,7 +750,11 @@ class PerfgateFixture:
             pytest.fail(f"{verdict.workload}: {verdict.problem}", pytrace=False)
         for config_verdict in verdict.configs:
             record_verdict(self._node.user_properties, config_verdict)
-        failures = [v for v in verdict.configs if failed(v, session.settings.fail_on_inconclusive)]
+        failures = [
+            v
+            for v in verdict.configs
+            if fails_build(v.status, fail_on_inconclusive=session.settings.fail_on_inconclusive)
+        ]
         if failures:
             pytest.fail("\n".join(verdict_text(v) for v in failures), pytrace=False)
         return verdict

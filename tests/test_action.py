@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfgate.markdown import MARKER
+from perfgate.report.markdown import MARKER
 from tests.conftest import GATED, git
 
 ACTION = yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())

@@ -23,11 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.against import base_checkout
 from perfgate.cli import main
-from perfgate.gate import GateSettings, Look, LookTracker
-from perfgate.project import ProjectConfig
-from perfgate.stats import (
+from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     PASS_ERROR,
     SPENDING_SHAPES,
@@ -37,6 +34,9 @@ from perfgate.stats import (
     look_levels,
     spent,
 )
+from perfgate.judge.verdict import GateSettings, Look, LookTracker
+from perfgate.measure.paired import base_checkout
+from perfgate.project import ProjectConfig
 from tests.conftest import CliResult, git, run_cli
 
 ROOT = Path(__file__).parent.parent
@@ -530,7 +530,7 @@ def test_ctrl_c_during_a_paired_check_removes_the_worktree_and_stops_the_trials(
         trials: list[psutil.Process] = []
         while not trials and time.monotonic() < deadline:  # the worktree exists and a trial runs in it
             if len(worktrees(repo)) == 2:
-                trials = [p for p in _children(parent) if "perfgate.trial" in " ".join(_cmdline(p))]
+                trials = [p for p in _children(parent) if "perfgate.measure.trial" in " ".join(_cmdline(p))]
             time.sleep(0.05)
         assert trials, "no trial started"
         (worktree,) = [w for w in worktrees(repo) if w != repo.resolve()]

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import BaselineEntry, BaselineError, BaselineStore, ConfigEntry, TrialEntry, parse_baseline
-from perfgate.environment import fingerprint_key, machine_fingerprint
+from perfgate.records.baselines import (
+    BaselineEntry,
+    BaselineError,
+    BaselineStore,
+    ConfigEntry,
+    TrialEntry,
+    parse_baseline,
+)
+from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 
 FINGERPRINT = {
     "device_type": "cpu",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from perfgate.calibrate import detectable_slowdown
-from perfgate.gate import GateSettings
+from perfgate.check.calibrate import detectable_slowdown
+from perfgate.judge.verdict import GateSettings
 from tests.conftest import WORKLOADS, run_cli, validate_results
 
 TINY = f"{WORKLOADS / 'tiny.py'}:tiny"

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import perfgate
-from perfgate.configs import parse_configs
 from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
-from perfgate.lab import read_lab
+from perfgate.judge.reading import read_lab
+from perfgate.measure.lab import plan_trials
+from perfgate.records.summary import ConfigSummary, Spread, percentile
 from perfgate.references import parse_reference, resolve_references
-from perfgate.runner import plan_trials
-from perfgate.summary import ConfigSummary, Spread, percentile
+from perfgate.variants import parse_configs
 from tests.conftest import WORKLOADS
 
 

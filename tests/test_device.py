@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate.device import CudaDevice, Device, _heap_in_use_bytes, select_device
 from perfgate.errors import UsageError
+from perfgate.measure.device import CudaDevice, Device, _heap_in_use_bytes, select_device
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

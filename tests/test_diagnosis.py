@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from perfgate.baseline import entry_from_workload
-from perfgate.diagnosis import diagnose
-from perfgate.gate import GateSettings, Status, compare_run
-from perfgate.markdown import format_markdown
-from perfgate.report import format_diagnoses
-from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.judge.diagnosis import diagnose
+from perfgate.judge.verdict import GateSettings, Status, compare_run
+from perfgate.records.baselines import entry_from_workload
+from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.report.markdown import format_markdown
+from perfgate.report.text import format_diagnoses
 
 STEPS = 20
 BASE_MS = {"data_wait": 0.1, "h2d": 0.05, "forward": 4.0, "backward": 6.0, "optimizer": 1.0}

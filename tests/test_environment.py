@@ -5,7 +5,7 @@ from __future__ import annotations
 import git
 import pytest
 
-from perfgate.environment import collect_environment, git_state
+from perfgate.measure.environment import collect_environment, git_state
 
 
 @pytest.fixture

@@ -142,7 +142,7 @@ def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
 
 def results_document() -> dict:
     """A results document as perfgate writes one (workload w, four fp32 trials, this machine's environment)."""
-    from perfgate.environment import collect_environment
+    from perfgate.measure.environment import collect_environment
     from tests.test_diagnosis import BASE_MS, run
 
     document = dataclasses.replace(run(BASE_MS), environment=collect_environment("cpu", 2)).to_dict()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from perfgate.baseline import BaselineEntry, ConfigEntry, TrialEntry
-from perfgate.gate import GateResult, GateSettings, Look, Status, compare_entries
+from perfgate.judge.verdict import GateResult, GateSettings, Look, Status, compare_entries
+from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
 
 FINGERPRINT = {"device_type": "cpu", "device_count": 1, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "threads": 2}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from markdown_it import MarkdownIt
 
-from perfgate.gate import GateResult, GateSettings, Status, WorkloadVerdict, compare_entries
-from perfgate.markdown import MARKER, format_markdown
+from perfgate.judge.verdict import GateResult, GateSettings, Status, WorkloadVerdict, compare_entries
+from perfgate.report.markdown import MARKER, format_markdown
 from tests.test_gate_verdicts import BASE, entry
 
 SETTINGS = GateSettings(trials=3, max_trials=3)
@@ -52,7 +52,7 @@ def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
 def test_the_chart_is_a_valid_png_with_a_row_per_config(tmp_path):
     from PIL import Image
 
-    from perfgate.chart import write_chart
+    from perfgate.report.chart import write_chart
 
     path = tmp_path / "out" / "chart.png"
     write_chart(result(entry([430, 432, 428], [1000, 1002, 998]), entry([500, 505, 498], [1000, 1004, 996])), path)

@@ -13,9 +13,9 @@ import random
 import subprocess
 import sys
 
-from perfgate.gate import Status
-from perfgate.micro_pairs import INNER_SESSION_ENV, decide_pairs, pair_sides
-from perfgate.microbench import MicroBenchmark
+from perfgate.check.micro import INNER_SESSION_ENV, decide_pairs, pair_sides
+from perfgate.judge.verdict import Status
+from perfgate.records.micro import MicroBenchmark
 from tests.conftest import git
 
 # -- the decision, on made-up sessions -----------------------------------------------------------------

@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from perfgate.baseline import BaselineError
 from perfgate.errors import ResultsError
-from perfgate.gate import Status
-from perfgate.microbench import (
+from perfgate.judge.micro import compare_micro
+from perfgate.judge.verdict import Status
+from perfgate.records.baselines import BaselineError
+from perfgate.records.micro import (
     DEFAULT_RUN_NOISE,
     MICRO_FILE,
     MicroBenchmark,
     MicroStore,
     block_rates,
-    compare_micro,
     parse_pytest_benchmark,
 )
 

@@ -6,7 +6,8 @@ import json
 
 import torch
 
-from perfgate.profiling import StepProfiler, grown_operators
+from perfgate.judge.diagnosis import grown_operators
+from perfgate.measure.profiling import StepProfiler
 
 
 def test_a_profiled_loop_writes_a_chrome_trace_and_its_top_operators_per_step(tmp_path):

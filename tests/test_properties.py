@@ -11,11 +11,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfgate.baseline import parse_baseline
 from perfgate.errors import PerfgateError
-from perfgate.microbench import parse_micro_baseline
-from perfgate.results import parse_results
-from perfgate.stats import Verdict, compare_memory, compare_throughput
+from perfgate.judge.stats import Verdict, compare_memory, compare_throughput
+from perfgate.records.baselines import parse_baseline
+from perfgate.records.micro import parse_micro_baseline
+from perfgate.records.results import parse_results
 
 # No per-example deadline: on a shared machine one example can take 100x its usual time.
 settings.register_profile("perfgate", deadline=None)

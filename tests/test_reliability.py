@@ -16,11 +16,11 @@ import psutil
 import pytest
 import yaml
 
-from perfgate.baseline import BaselineError, BaselineStore, parse_baseline
-from perfgate.environment import git_state
 from perfgate.errors import ResultsError, UsageError
-from perfgate.locking import LockTimeout, locked_folder
-from perfgate.results import parse_results
+from perfgate.measure.environment import git_state
+from perfgate.records.baselines import BaselineError, BaselineStore, parse_baseline
+from perfgate.records.locking import LockTimeout, locked_folder
+from perfgate.records.results import parse_results
 from tests.conftest import WORKLOADS, git, run_cli
 from tests.test_baseline_store import entry
 
@@ -32,7 +32,7 @@ def writer(directory: Path, cpu_model: str, rounds: int = 1, preamble: str = "")
     """Another process storing a baseline entry for `cpu_model` in `directory`, `rounds` times."""
     code = (
         f"{preamble}\n"
-        "import sys\nfrom pathlib import Path\nfrom perfgate.baseline import BaselineStore\n"
+        "import sys\nfrom pathlib import Path\nfrom perfgate.records.baselines import BaselineStore\n"
         "from perfgate.errors import PerfgateError\nfrom tests.test_baseline_store import entry\n"
         "try:\n"
         f"    for _ in range({rounds}):\n"
@@ -112,11 +112,11 @@ def test_a_full_disk_on_write_leaves_the_old_file_intact(tmp_path):
 
 
 def trial_processes(parent: psutil.Process) -> list[psutil.Process]:
-    """The running `python -m perfgate.trial` processes under `parent`."""
+    """The running `python -m perfgate.measure.trial` processes under `parent`."""
     found = []
     for child in parent.children(recursive=True):
         try:
-            if "perfgate.trial" in " ".join(child.cmdline()):
+            if "perfgate.measure.trial" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.Error:  # exited meanwhile
             continue
@@ -302,8 +302,8 @@ def test_nothing_perfgate_loads_is_unpickled_or_loaded_unsafely():
 def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fails():
     """Missing data is never a silent pass: the verdict rests on the trials that ran and says how many
     failed; a config that ran before and now has no trial left fails the check."""
-    from perfgate.gate import GateSettings, Status, compare_run
-    from perfgate.results import ConfigResult, TrialResult
+    from perfgate.judge.verdict import GateSettings, Status, compare_run
+    from perfgate.records.results import ConfigResult, TrialResult
     from tests.test_diagnosis import BASE_MS, BASELINE, run
 
     def with_failures(failed: int):

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from perfgate.errors import ResultsError
-from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult, parse_results, write_text_atomic
+from perfgate.records.results import (
+    ConfigResult,
+    RunResult,
+    TrialResult,
+    WorkloadResult,
+    parse_results,
+    write_text_atomic,
+)
 from tests.conftest import validate_results
 
 
@@ -109,7 +116,7 @@ def test_ctrl_c_during_a_write_leaves_the_old_file_and_no_debris(tmp_path, monke
     def interrupted(fd: int) -> None:  # the new text is written but not yet renamed into place
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("perfgate.results.os.fsync", interrupted)
+    monkeypatch.setattr("perfgate.records.results.os.fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_text_atomic(path, "new" * 1000)
     assert path.read_text() == "old"

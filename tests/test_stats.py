@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from perfgate.stats import (
+from perfgate.judge.stats import (
     Verdict,
     compare_memory,
     compare_throughput,

@@ -9,10 +9,10 @@ import psutil
 import pytest
 from conftest import WORKLOADS
 
+from perfgate.measure.lab import RunningTrial, TrialPlace, run_trial_process, start_trial_server
+from perfgate.measure.trial import TrialSpec
+from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.references import resolve_references
-from perfgate.runner import RunningTrial, TrialPlace, run_trial_process, start_trial_server
-from perfgate.trial import TrialSpec
-from perfgate.trialserver import ServerGone, TrialServer
 
 
 def spec(function: str, trial: int = 0) -> TrialSpec:

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import psutil
 
-from perfgate.turns import TurnCoordinator
+from perfgate.measure.turns import TurnCoordinator
 
 # A stand-in for a trial: a "DataLoader worker" child that ticks every millisecond, and steps that
 # spin for `step_s`, each step's start and end on the monotonic clock (shared by every process).
 SIDE = textwrap.dedent(
     """
     import json, multiprocessing, sys, time
-    from perfgate.turns import TurnTaker
+    from perfgate.measure.turns import TurnTaker
 
     def worker(path):
         with open(path, "w") as out:

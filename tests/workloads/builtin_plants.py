@@ -24,9 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import perfgate
-from perfgate.builtin import image_classifier, transformer_lm
-from perfgate.builtin.lm import LM_SIZES, Block, TinyGPT, next_token_loss
-from perfgate.builtin.vision import VISION_SIZES, EncodedImages
+from perfgate.builtin.lm import LM_SIZES, Block, TinyGPT, next_token_loss, transformer_lm
+from perfgate.builtin.vision import VISION_SIZES, EncodedImages, image_classifier
 
 LOGGED: list[float] = []
 KEPT: list[torch.Tensor] = []

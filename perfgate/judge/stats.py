@@ -17,9 +17,9 @@ from enum import StrEnum
 from functools import cache
 from typing import Any
 
-DEFAULT_THRESHOLD = 0.05
+from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
+
 DEFAULT_ALPHA = 0.01
-DEFAULT_MEMORY_TOLERANCE = 0.05
 DEFAULT_MEMORY_FLOOR_BYTES = 2 << 20  # a CPU process's peak RSS jitters by pages
 PASS_ERROR = 0.025  # chance of calling "no change" on a regression exactly at the threshold, over all looks
 DETECTION_POWER = 0.8  # the power at which the minimum detectable effect is quoted
@@ -489,3 +489,24 @@ def _student_t() -> Any:
 def _check_level(value: float, name: str) -> None:
     if not 0 < value < 1:
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
+
+
+def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison | None) -> Verdict:
+    """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one.
+
+    Both must agree (`judge.stats.combine_verdicts`), with one exception: when the machine-adjusted
+    comparison finds a significant change and the raw estimate lies beyond the threshold in the same
+    direction, a raw test that lacks the trials to be significant on its own (one disturbed trial
+    among three baseline trials leaves it two degrees of freedom) does not wave the change through.
+    The adjusted test alone holds the false-alarm rate; the raw estimate guards against a probe that
+    moved for reasons of its own.
+    """
+    if adjusted is None:
+        return raw.verdict
+    if raw.verdict == Verdict.INCONCLUSIVE:
+        bound = math.log1p(raw.threshold)
+        if adjusted.verdict == Verdict.REGRESSION and math.log(raw.ratio) < -bound:
+            return Verdict.REGRESSION
+        if adjusted.verdict == Verdict.IMPROVEMENT and math.log(raw.ratio) > bound:
+            return Verdict.IMPROVEMENT
+    return combine_verdicts(raw.verdict, adjusted.verdict)

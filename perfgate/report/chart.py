@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from perfgate.errors import UsageError
-from perfgate.gate import EXIT_MEANINGS, GateResult, Status
-from perfgate.stats import slowdown_bound
+from perfgate.errors import EXIT_MEANINGS, UsageError
+from perfgate.judge.stats import slowdown_bound
+from perfgate.judge.verdict import GateResult, Status
 
 COLOURS = {
     Status.REGRESSION: "#c62828",

@@ -4,7 +4,7 @@ A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, whi
 optimizer imports) before it measures anything; a paired check runs twice the trials of a lab. The
 server is started like a trial process (the side's folder, source folders and thread settings),
 imports what every trial imports, and then forks one child per trial, which runs exactly what
-`python -m perfgate.trial` runs. A child is a fresh trial in everything it builds (workload, model,
+`python -m perfgate.measure.trial` runs. A child is a fresh trial in everything it builds (workload, model,
 data, RNG state); what it shares with its siblings is the imported code.
 
 Memory above setup is not the same measure as a fresh process's: a forked child maps the server's
@@ -45,7 +45,7 @@ class TrialServer:
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [*command, "-m", "perfgate.trialserver"],
+                [*command, "-m", "perfgate.measure.trialserver"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -112,7 +112,7 @@ class TrialServer:
 
 
 class ForkedProcess:
-    """A forked trial as `runner.RunningTrial` uses a `Popen`: `pid`, `wait(timeout)`, `poll()`."""
+    """A forked trial as `lab.RunningTrial` uses a `Popen`: `pid`, `wait(timeout)`, `poll()`."""
 
     def __init__(self, server: TrialServer, pid: int) -> None:
         self.server = server
@@ -146,7 +146,7 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
     import torch._dynamo  # noqa: F401 - creating an optimizer imports it: 1-2 s a trial otherwise
     import torch.optim  # noqa: F401
 
-    import perfgate.trial  # noqa: F401 - the harness: configs, device, probe, sampler, references
+    import perfgate.measure.trial  # noqa: F401 - the harness: configs, device, probe, sampler, references
 
     del torch
     for line in requests:
@@ -179,7 +179,7 @@ def _child(request: dict[str, Any]) -> int:
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    from perfgate.trial import main
+    from perfgate.measure.trial import main
 
     try:
         return main([request["spec"], request["out"]])

@@ -5,12 +5,12 @@ now by more than the regressions a gate must catch. A paired check removes that 
 commit is checked out into a temporary git worktree, and every pair of trials (one base, one head,
 identical settings, each its own process) runs back to back, in alternating order (base-head, then
 head-base: ABBA), at the same time on separate CPUs (`parallel`), or started together and
-taking turns at their training steps, the waiting side stopped (`interleaved`, `perfgate.turns`).
+taking turns at their training steps, the waiting side stopped (`interleaved`, `perfgate.measure.turns`).
 With `fork` (CPU only) each side's trials
-are forked from a server that imported torch once (`perfgate.trialserver`): the imports a fresh
-process would spend on every trial are paid once a side. The verdict comes from the per-pair ratios
-(`stats.compare_paired`), and configs that are still undecided get more pairs until a decision or
-the time budget (`gate.decide_sequentially`).
+are forked from a server that imported torch once (`perfgate.measure.trialserver`): the imports a fresh
+process would spend on every trial are paid once a side. `check.paired` judges the per-pair ratios
+(`judge.stats.compare_paired`) and gives the configs that are still undecided more pairs until a
+decision or the time budget (`check.sequential.decide_sequentially`).
 
 The base side imports the workload and the user's own code from the worktree: the checkout's source
 folders (its root, `src/`, and any folder of it on `sys.path` or behind an editable install) come
@@ -21,14 +21,13 @@ the base. perfgate itself, the harness that measures, is the same on both sides.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,9 +35,7 @@ from typing import Any
 
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
-from perfgate.references import Reference
-from perfgate.results import Against, RunResult, TrialResult
-from perfgate.runner import (
+from perfgate.measure.lab import (
     PlannedTrial,
     ProgressCallback,
     RunningTrial,
@@ -49,9 +46,11 @@ from perfgate.runner import (
     load_workloads,
     start_trial_server,
 )
-from perfgate.trial import TrialSpec
-from perfgate.trialserver import ServerGone, TrialServer
-from perfgate.turns import TurnCoordinator
+from perfgate.measure.trial import TrialSpec
+from perfgate.measure.trialserver import ServerGone, TrialServer
+from perfgate.measure.turns import TurnCoordinator
+from perfgate.records.results import Against, RunResult, TrialResult
+from perfgate.references import Reference
 
 SIDES = ("base", "head")
 
@@ -234,10 +233,10 @@ class PairedSession:
         fork: bool = False,
         interleaved: bool = False,
     ) -> None:
-        from perfgate.environment import collect_environment
+        from perfgate.measure.environment import collect_environment
 
         self.settings = settings
-        # Trials forked from one server a side (torch imported once): CPU only, see perfgate.trialserver.
+        # Trials forked from one server a side (torch imported once): CPU only, see perfgate.measure.trialserver.
         self.fork = fork and settings.device == "cpu" and hasattr(os, "fork")
         self.servers: dict[str, TrialServer] = {}
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
@@ -249,7 +248,7 @@ class PairedSession:
                 hint="keep one of the two options",
             )
         self.parallel = parallel
-        # A pair's trials take turns at the steps (`perfgate.turns`); where processes cannot be stopped
+        # A pair's trials take turns at the steps (`perfgate.measure.turns`); where processes cannot be stopped
         # and resumed (Windows) the pair runs in turn.
         self.interleaved = interleaved and hasattr(os, "mkfifo") and hasattr(signal, "SIGSTOP")
         repo_root = head.root
@@ -436,36 +435,6 @@ class PairedSession:
         """The head run, carrying the base side: what the results file of a paired check holds."""
         return replace(self.result("head"), against=self.against())
 
-    def decide(self, settings: Any, started: float, notify: Callable[[str], None] | None) -> Any:
-        """The paired check: the first pairs (as far as the time budget allows), then more pairs for open
-        configs until each is decided or the budget or `max_trials` is reached (`gate.decide_sequentially`)."""
-        from perfgate.gate import LookTracker, compare_pairs, decide_sequentially
-
-        keys = list(self.sides["head"].trials)
-        for index in range(settings.trials):
-            if index and time.monotonic() - started + sum(map(self.mean_pair_s, keys)) > settings.time_budget_s:
-                break
-            self.run_more(keys)
-        tracker = LookTracker(settings)
-
-        def judge(final: bool) -> Any:
-            counts = {key: self.ok_pairs(key) for key in keys}
-            run = self.paired_run()
-            assert run.against is not None
-            return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
-
-        result, stopped = decide_sequentially(
-            judge,
-            lambda: {key: self.pairs(key) for key in keys},
-            self.run_more,
-            lambda pending: sum(map(self.mean_pair_s, pending)),
-            settings,
-            started,
-            notify,
-            unit="pair",
-        )
-        return replace(result, stopped_because=stopped, workloads=_time_needed(result, self))
-
     def mean_pair_s(self, key: tuple[str, str]) -> float:
         """How long one more pair of this config should take, from the pairs so far."""
         times = [[t.process_s for t in self.sides[side].trials[key] if t.process_s] for side in SIDES]
@@ -473,74 +442,8 @@ class PairedSession:
         return max(per_side) if self.parallel or self.interleaved else sum(per_side)
 
 
-def run_paired_check(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: Any,
-    ref: str,
-    *,
-    parallel: bool = False,
-    fork: bool = False,
-    interleaved: bool = False,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> Any:
-    """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open."""
-    started = time.monotonic()
-    with (
-        base_checkout(ref) as (base, head),
-        PairedSession(
-            references,
-            run_settings,
-            base,
-            head,
-            ref,
-            parallel=parallel,
-            fork=fork,
-            interleaved=interleaved,
-            progress=progress,
-        ) as session,
-    ):
-        if notify:
-            notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
-        return session.decide(settings, started, notify)
-
-
-def _time_needed(result: Any, session: PairedSession) -> list[Any]:
-    """Each open verdict's reason, with how many pairs (and minutes) resolving its threshold would take."""
-    from perfgate.gate import Status
-
-    workloads = []
-    for workload in result.workloads:
-        configs = []
-        for verdict in workload.configs:
-            t = verdict.throughput
-            if verdict.status == Status.INCONCLUSIVE and t is not None:
-                pair_s = session.mean_pair_s((verdict.workload, verdict.config))
-                note = pairs_needed_note(t.noise, t.n_candidate, t.threshold, pair_s)
-                verdict = replace(verdict, reason=f"{verdict.reason}; {note}")
-            configs.append(verdict)
-        workloads.append(replace(workload, configs=configs))
-    return workloads
-
-
-def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:
-    """`to resolve the 5% threshold it would need about 24 pairs, 9 more minutes at 31 s a pair`.
-
-    Resolving means a slowdown at the threshold would be detectable with 80% power at alpha 0.01:
-    (z_0.99 + z_0.8) * noise / sqrt(n) <= log(1 + threshold), in the normal approximation."""
-    if not math.isfinite(noise):
-        return f"one pair gives no estimate of noise; each pair took {pair_s:.0f} s (raise --time-budget)"
-    needed = max(pairs + 1, math.ceil(((2.326 + 0.842) * noise / math.log1p(threshold)) ** 2))
-    minutes = (needed - pairs) * pair_s / 60
-    return (
-        f"to resolve the {100 * threshold:g}% threshold it would need about {needed} pairs, "
-        f"{minutes:.0f} more minutes at {pair_s:.0f} s a pair (--time-budget, --max-trials)"
-    )
-
-
 def _identity(workload: Any) -> dict[str, Any]:
-    from perfgate.trial import workload_identity
+    from perfgate.measure.trial import workload_identity
 
     return workload_identity(workload)
 

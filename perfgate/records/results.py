@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ResultsError, UsageError
-from perfgate.summary import ConfigSummary, summarize_trials
+from perfgate.records.summary import ConfigSummary, summarize_trials
 
 SCHEMA_VERSION = 2  # 2 added the paired check's base side (`against`) and the slice's sample indices
 READABLE_VERSIONS = (1, 2)
@@ -128,8 +128,10 @@ class Against:
     order: list[str] = field(default_factory=list)  # the schedule, one entry per pair: "lm-small fp32 #0: base, head"
     parallel: bool = False  # the two trials of a pair ran at the same time, on separate CPUs
     problems: dict[str, str] = field(default_factory=dict)  # workloads the base could not measure, and why
-    forked: bool = False  # trials forked from a per-side server that imported torch once (`perfgate.trialserver`)
-    interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.turns`)
+    forked: bool = (
+        False  # trials forked from a per-side server that imported torch once (`perfgate.measure.trialserver`)
+    )
+    interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.measure.turns`)
 
     def describe(self) -> str:
         head = "the working tree"

@@ -23,7 +23,7 @@ class Samples:
 
     def summary(self) -> dict[str, Any]:
         """Means and 95th percentiles, as the results file keeps them."""
-        from perfgate.summary import percentile
+        from perfgate.records.summary import percentile
 
         def stats(values: list[float]) -> dict[str, float] | None:
             if not values:

@@ -14,7 +14,7 @@ session to the next, which on a shared machine is the larger part. Hence two way
   assumed session-to-session noise (`benchmark_noise`, DEFAULT_RUN_NOISE) is added to the variance.
 
 Either way the comparison is made raw and divided by the machine probe's rate in the same session,
-and a verdict needs both to agree (`stats.combine_verdicts`). `benchmarks/microbench.py` measures
+and a verdict needs both to agree (`judge.stats.combine_verdicts`). `benchmarks/microbench.py` measures
 false alarms and detection on a shared machine. Baselines live in one file,
 `baselines/pytest-benchmark.yaml`: per machine type, per benchmark.
 """
@@ -28,13 +28,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfgate.baseline import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure, version_hint
-from perfgate.environment import FINGERPRINT_FIELDS, fingerprint_key
 from perfgate.errors import ResultsError
-from perfgate.gate import Status, throughput_reason
-from perfgate.locking import locked_folder
-from perfgate.results import write_text_atomic
-from perfgate.stats import ThroughputComparison, Verdict, combine_verdicts, compare_throughput
+from perfgate.records.baselines import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure, version_hint
+from perfgate.records.fingerprint import FINGERPRINT_FIELDS, fingerprint_key
+from perfgate.records.locking import locked_folder
+from perfgate.records.results import write_text_atomic
 
 MICRO_SCHEMA_VERSION = 1
 MICRO_FILE = "pytest-benchmark.yaml"
@@ -47,12 +45,6 @@ _HEADER = (
     "# perfgate baseline for pytest-benchmark tests, written by `pytest --perfgate-update`: review changes like code.\n"
     "# Per machine type and benchmark: calls per second in blocks of rounds, and the machine probe's rate.\n"
 )
-_STATUS = {
-    Verdict.REGRESSION: Status.REGRESSION,
-    Verdict.IMPROVEMENT: Status.IMPROVEMENT,
-    Verdict.NO_CHANGE: Status.NO_CHANGE,
-    Verdict.INCONCLUSIVE: Status.INCONCLUSIVE,
-}
 
 
 @dataclass(frozen=True)
@@ -93,18 +85,6 @@ class MicroMachine:
 
     fingerprint: dict[str, Any]
     benchmarks: dict[str, MicroBenchmark]
-
-
-@dataclass(frozen=True)
-class MicroVerdict:
-    name: str
-    status: Status
-    reason: str
-    baseline: MicroBenchmark | None = None
-    current: MicroBenchmark | None = None
-    throughput: ThroughputComparison | None = None
-    adjusted: ThroughputComparison | None = None
-    machine: ThroughputComparison | None = None
 
 
 def block_rates(times: Sequence[float], max_blocks: int = MAX_BLOCKS) -> list[float]:
@@ -205,56 +185,6 @@ def with_history(measured: MicroBenchmark, previous: MicroBenchmark | None) -> M
     MAX_SESSIONS are kept), a session of another commit starts over."""
     earlier = previous.sessions if previous is not None and previous.commit == measured.commit else []
     return replace(measured, sessions=[*earlier, measured.session][-MAX_SESSIONS:])
-
-
-def compare_micro(
-    baseline: Mapping[str, MicroBenchmark],
-    measured: Sequence[MicroBenchmark],
-    *,
-    threshold: float,
-    alpha: float,
-    run_noise: float = DEFAULT_RUN_NOISE,
-    path: Path = Path("baselines") / MICRO_FILE,
-) -> list[MicroVerdict]:
-    """Judge each measured benchmark against its baseline (one look: a pytest session measures once).
-
-    `run_noise`: how much a session's speed varies from session to session (log standard deviation),
-    which blocks of one session cannot show; see `stats.compare_throughput`. `path`: the baseline
-    file, for the messages.
-    """
-    verdicts = []
-    for current in measured:
-        base = baseline.get(current.name)
-        if base is None:
-            reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {path}"
-            verdicts.append(MicroVerdict(current.name, Status.NO_BASELINE, reason, current=current))
-            continue
-        if len(base.sessions) >= MIN_SESSIONS:  # the baseline's own sessions show its run-to-run noise
-            base_rates = [s.calls_per_sec for s in base.sessions]
-            base_probes = [s.probe_steps_per_sec for s in base.sessions]
-            current_rates, current_probes, noise = [current.calls_per_sec], [current.probe_steps_per_sec], 0.0
-        else:  # blocks of one session each, plus the assumed run-to-run noise
-            base_rates, current_rates = base.block_calls_per_sec, current.block_calls_per_sec
-            base_probes = [base.probe_steps_per_sec] * len(base_rates)
-            current_probes = [current.probe_steps_per_sec] * len(current_rates)
-            noise = run_noise
-        raw = compare_throughput(base_rates, current_rates, threshold=threshold, alpha=alpha, run_noise=noise)
-        adjusted = machine = None
-        verdict = raw.verdict
-        if all(base_probes) and all(current_probes):
-            adjusted = compare_throughput(
-                [r / p for r, p in zip(base_rates, base_probes, strict=True) if p],
-                [r / p for r, p in zip(current_rates, current_probes, strict=True) if p],
-                threshold=threshold,
-                alpha=alpha,
-                run_noise=noise,
-            )
-            machine = compare_throughput([p for p in base_probes if p], [p for p in current_probes if p])
-            verdict = combine_verdicts(raw.verdict, adjusted.verdict)
-        sample = "session" if len(base.sessions) >= MIN_SESSIONS else "block"
-        reason = throughput_reason(raw, adjusted, machine, unit="calls/s", sample=sample)
-        verdicts.append(MicroVerdict(current.name, _STATUS[verdict], reason, base, current, raw, adjusted, machine))
-    return verdicts
 
 
 def _to_dict(b: MicroBenchmark) -> dict[str, Any]:

@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from perfgate.results import TrialResult
+from typing import Any, Protocol
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+
+
+class Trial(Protocol):
+    """What a summary reads of a trial (`results.TrialResult` has it)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def samples_per_sec(self) -> float: ...
+    @property
+    def step_s(self) -> list[float]: ...
+    @property
+    def phases_s(self) -> dict[str, list[float]]: ...
+    @property
+    def compile_s(self) -> float | None: ...
+    @property
+    def memory(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,18 @@ class Spread:
         if not values:
             raise ValueError("Spread.of needs at least one value")
         return cls(statistics.median(values), min(values), max(values), len(values))
+
+
+def operator_self_s(row: Mapping[str, Any]) -> float:
+    """An operator's self time per step in a profile's table, CPU and device together."""
+    return float(row.get("self_cpu_s_per_step", 0.0)) + float(row.get("self_device_s_per_step", 0.0))
+
+
+def combine(rates: Sequence[float]) -> float | None:
+    """One rate from a trial's machine probes: their geometric mean (None when there are none)."""
+    if not rates:
+        return None
+    return math.exp(sum(math.log(r) for r in rates) / len(rates))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -65,7 +91,7 @@ class ConfigSummary:
     trials_failed: int
 
 
-def summarize_trials(trials: Sequence[TrialResult]) -> ConfigSummary | None:
+def summarize_trials(trials: Sequence[Trial]) -> ConfigSummary | None:
     """Summarise the successful trials of one config, or None when none succeeded."""
     ok = [t for t in trials if t.ok]
     if not ok:

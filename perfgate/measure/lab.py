@@ -18,10 +18,10 @@ from typing import Any
 
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
+from perfgate.measure.trial import TrialSpec, workload_identity
+from perfgate.measure.trialserver import ForkedProcess, TrialServer
+from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
 from perfgate.references import Reference
-from perfgate.results import ConfigResult, RunResult, TrialResult, WorkloadResult
-from perfgate.trial import TrialSpec, workload_identity
-from perfgate.trialserver import ForkedProcess, TrialServer
 from perfgate.workload import Workload
 
 DEFAULT_TRIALS = 3
@@ -133,7 +133,7 @@ class LabSession:
         settings: RunSettings,
         progress: ProgressCallback | None = None,
     ) -> None:
-        from perfgate.environment import collect_environment
+        from perfgate.measure.environment import collect_environment
 
         self.loaded = load_workloads(references, settings)
         self.settings = settings
@@ -283,7 +283,7 @@ class RunningTrial:
         if server is not None:
             self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus)
             return
-        command = [*python_command(place), "-m", "perfgate.trial", str(spec_path), str(self.out_path)]
+        command = [*python_command(place), "-m", "perfgate.measure.trial", str(spec_path), str(self.out_path)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -334,7 +334,7 @@ def python_command(place: TrialPlace) -> list[str]:
 
 
 def start_trial_server(threads: int, place: TrialPlace, scratch: Path) -> TrialServer:
-    """A fork server for `place`'s trials (`perfgate.trialserver`), started as a trial process would be."""
+    """A fork server for `place`'s trials (`perfgate.measure.trialserver`), started as a trial process would be."""
     log = scratch / f"server-{place.name or 'lab'}.log"
     return TrialServer(python_command(place), trial_environment(threads, place), place.cwd, log)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfgate.records.summary import operator_self_s
+
 TOP_OPERATORS = 20
 _WAIT, _WARMUP = 1, 1
 
@@ -68,13 +70,8 @@ def top_operators(averages: Any, steps: int, limit: int = TOP_OPERATORS) -> list
                 "self_device_s_per_step": device_us / 1e6 / steps,
             }
         )
-    rows.sort(key=_self_s, reverse=True)
+    rows.sort(key=operator_self_s, reverse=True)
     return rows[:limit]
-
-
-def _self_s(row: dict[str, Any]) -> float:
-    """An operator's self time per step, CPU and device together."""
-    return float(row.get("self_cpu_s_per_step", 0.0)) + float(row.get("self_device_s_per_step", 0.0))
 
 
 def _device_self_us(event: Any) -> float:
@@ -84,17 +81,6 @@ def _device_self_us(event: Any) -> float:
         if value is not None:
             return float(value)
     return 0.0
-
-
-def grown_operators(
-    baseline: list[dict[str, Any]], current: list[dict[str, Any]], limit: int = 5
-) -> list[tuple[str, float, float]]:
-    """Operators whose self time per step grew most: (name, baseline s, current s), largest growth first."""
-    before = {row["name"]: _self_s(row) for row in baseline}
-    growth = [(row["name"], before.get(row["name"], 0.0), _self_s(row)) for row in current]
-    growth = [g for g in growth if g[2] > g[1]]
-    growth.sort(key=lambda g: g[2] - g[1], reverse=True)
-    return growth[:limit]
 
 
 def _keep_events(profile: Any) -> dict[str, Any]:

@@ -36,32 +36,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.baseline import BaselineEntry, ConfigEntry
-from perfgate.gate import GateResult, Status
-from perfgate.profiling import grown_operators
-from perfgate.results import ConfigResult, TrialResult, WorkloadResult
-from perfgate.summary import PHASES, percentile
-from perfgate.units import format_bytes
+from perfgate.formatting import format_bytes
+from perfgate.judge.verdict import GateResult, Status
+from perfgate.project import DiagnosisThresholds
+from perfgate.records.baselines import BaselineEntry, ConfigEntry
+from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
+from perfgate.records.summary import PHASES, operator_self_s, percentile
 
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When the rules fire; `[tool.perfgate.diagnosis]` sets any of them (same names)."""
-
-    data_wait_share: float = 0.20  # of the step: the loader, not the model, sets the pace
-    data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
-    explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
-    tail_ratio: float = 1.5  # p95 / p50 of step times
-    tail_sigmas: float = 3.0
-    memory_growth_kib: float = 8.0  # per timed step: perfgate's own bookkeeping adds under 1 KiB
-    memory_growth_fit: float = 0.9  # correlation of memory with the step number: a steady rise, not a jump
-    torch_calls_growth: float = 1.5  # torch functions per step, current over baseline ...
-    call_overhead_us: float = 20.0  # ... each adding at most this much step time: overhead, not compute
-    gpu_low_percent: float = 70.0  # p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
-    gpu_idle_percent: float = 10.0  # mean GPU utilisation ...
-    cpu_busy_percent: float = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
-
-
+Thresholds = DiagnosisThresholds  # the name the rules use
 DEFAULT_THRESHOLDS = Thresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
 SUSPECT_OF_PHASE = {
@@ -142,7 +124,7 @@ def diagnose(
 
     Thresholds: `thresholds`, else the project's `[tool.perfgate.diagnosis]`, else the defaults.
     """
-    th = thresholds or result.settings.project.diagnosis_thresholds(Thresholds)
+    th = thresholds or result.settings.project.diagnosis_thresholds()
     if result.run is None:
         return []
     measured = {w.name: w for w in result.run.workloads}
@@ -547,3 +529,14 @@ def _per_step(p: PhaseChange) -> str:
     """`data wait: 0.20 -> 9.80 ms per step`."""
     was = "" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f} -> "
     return f"{PHASE_NAMES.get(p.phase, p.phase)}: {was}{1000 * p.current_s:.2f} ms per step"
+
+
+def grown_operators(
+    baseline: list[dict[str, Any]], current: list[dict[str, Any]], limit: int = 5
+) -> list[tuple[str, float, float]]:
+    """Operators whose self time per step grew most: (name, baseline s, current s), largest growth first."""
+    before = {row["name"]: operator_self_s(row) for row in baseline}
+    growth = [(row["name"], before.get(row["name"], 0.0), operator_self_s(row)) for row in current]
+    growth = [g for g in growth if g[2] > g[1]]
+    growth.sort(key=lambda g: g[2] - g[1], reverse=True)
+    return growth[:limit]

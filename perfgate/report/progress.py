@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Protocol
 
-from perfgate.runner import TrialEvent
+from perfgate.measure.lab import TrialEvent
 
 
 class Stream(Protocol):

@@ -7,45 +7,37 @@ configs whose verdict is still inconclusive (interleaved, up to `max_trials` or 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from perfgate.baseline import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload, fingerprint_differences
-from perfgate.environment import fingerprint_key, machine_fingerprint
-from perfgate.errors import UsageError
-from perfgate.project import Limits, ProjectConfig
-from perfgate.references import Reference
-from perfgate.results import Against, RunResult, TrialResult, WorkloadResult
-from perfgate.runner import LabSession, ProgressCallback, RunSettings
-from perfgate.stats import (
+from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION, UsageError
+from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_SPENDING,
-    OUTLIER_FACTOR,
     PASS_ERROR,
     LookLevels,
     MemoryComparison,
     ThroughputComparison,
     Verdict,
-    combine_verdicts,
+    combined_verdict,
     compare_memory,
     compare_paired,
     compare_throughput,
     look_levels,
     looks,
 )
-from perfgate.units import format_bytes, format_p_value, format_signed_pct
+from perfgate.judge.wording import memory_reason, throughput_reason
+from perfgate.project import Limits, ProjectConfig
+from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
+from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
+from perfgate.records.results import Against, RunResult, WorkloadResult
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_NO_BASELINE = 3
 DEFAULT_MAX_TRIALS = 8
 DEFAULT_MAX_PAIRS = 20  # a paired check's largest number of pairs per config
 DEFAULT_TIME_BUDGET_S = 600.0
-EXIT_MEANINGS = {EXIT_OK: "pass", EXIT_REGRESSION: "fail", EXIT_NO_BASELINE: "no comparable baseline"}
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
 
@@ -59,6 +51,47 @@ class Status(StrEnum):
     NOT_COMPARABLE = "not comparable"
     FAILED = "failed"
     NO_BASELINE = "no baseline"
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Status:
+        """The status of a statistical verdict (the same four words)."""
+        return cls(verdict.value)
+
+    @classmethod
+    def combined(cls, verdicts: Iterable[Verdict]) -> Status:
+        """One status from several verdicts (throughput, memory): any regression, else any open verdict,
+        else any improvement, else no change."""
+        found = set(verdicts)
+        for verdict in (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT):
+            if verdict in found:
+                return cls.of(verdict)
+        return cls.NO_CHANGE
+
+
+# The rule that fails the build, for every front end: the CLI's exit code, the pytest plugin's failed
+# tests and the Action's error annotations all come from these two functions.
+FAILING = frozenset({Status.REGRESSION, Status.FAILED, Status.NOT_COMPARABLE, Status.NO_BASELINE})
+
+
+def fails_build(status: Status, *, fail_on_inconclusive: bool = False, new_is_ok: bool = False) -> bool:
+    """Whether a verdict of this status fails the build. `fail_on_inconclusive`: an open verdict fails too;
+    `new_is_ok`: nothing to compare with is no failure (a paired check's benchmark that is new in the head)."""
+    if status == Status.NO_BASELINE and new_is_ok:
+        return False
+    return status in FAILING or (fail_on_inconclusive and status == Status.INCONCLUSIVE)
+
+
+def build_exit_code(statuses: Iterable[Status], *, problems: bool = False, fail_on_inconclusive: bool = False) -> int:
+    """The build's answer: a failing verdict exits 1, nothing to compare with (a workload's `problems`
+    included) 3, else 0 (an open verdict exits 1 with `fail_on_inconclusive`)."""
+    found = set(statuses)
+    if found & {Status.REGRESSION, Status.FAILED}:
+        return EXIT_REGRESSION
+    if found & {Status.NOT_COMPARABLE, Status.NO_BASELINE} or problems:
+        return EXIT_NO_BASELINE
+    if Status.INCONCLUSIVE in found and fail_on_inconclusive:
+        return EXIT_REGRESSION
+    return EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -237,14 +270,11 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        statuses = {v.status for v in self.verdicts}
-        if statuses & {Status.REGRESSION, Status.FAILED}:
-            return EXIT_REGRESSION
-        if statuses & {Status.NOT_COMPARABLE, Status.NO_BASELINE} or any(w.problem for w in self.workloads):
-            return EXIT_NO_BASELINE
-        if Status.INCONCLUSIVE in statuses and self.settings.fail_on_inconclusive:
-            return EXIT_REGRESSION
-        return EXIT_OK
+        return build_exit_code(
+            (v.status for v in self.verdicts),
+            problems=any(w.problem for w in self.workloads),
+            fail_on_inconclusive=self.settings.fail_on_inconclusive,
+        )
 
 
 def missing_baseline(
@@ -311,7 +341,7 @@ def compare_results(
 def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | None = None) -> GateResult:
     """Judge a saved results file as the check that wrote it did (its settings are in the file); a file
     from `perfgate run` is judged once with the project's settings."""
-    from perfgate.baseline import DEFAULT_BASELINE_DIR
+    from perfgate.records.baselines import DEFAULT_BASELINE_DIR
 
     if run.gate is None:
         settings = GateSettings.from_options(project, trials=1, max_trials=1)
@@ -420,55 +450,6 @@ def compare_run(
     return GateResult(workloads, settings, run, looks=dict(looks or {}))
 
 
-def run_check(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    store: BaselineStore,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> GateResult:
-    """Measure, compare with the stored baselines, and add trials where the verdict is still open."""
-    started = time.monotonic()
-    with LabSession(references, run_settings, progress) as session:
-        fingerprint = machine_fingerprint(session.environment)
-        baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
-        session.keep(list(baselines))
-        if not baselines:
-            return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
-        session.run_trials(settings.trials)
-        tracker = LookTracker(settings)
-
-        def judge(final: bool) -> GateResult:
-            counts = {key: sum(t.ok for t in trials) for key, trials in session.trials.items()}
-            return compare_run(session.result(), baselines, settings, problems, tracker.look(counts, final))
-
-        def round_s(pending: Sequence[tuple[str, str]]) -> float:
-            return sum(_mean_process_s(session.trials[pair]) for pair in pending)
-
-        result, stopped = decide_sequentially(
-            judge,
-            lambda: {key: len(trials) for key, trials in session.trials.items()},
-            session.run_more,
-            round_s,
-            settings,
-            started,
-            notify,
-            unit="trial",
-        )
-        run = result.run
-        if run_settings.profile_dir is not None:
-            session.profile()
-            run = session.result()  # the same trials, now with the profiles: the verdicts stand
-        return replace(result, run=run, stopped_because=stopped)
-
-
-def _throughput_open(verdict: ConfigVerdict) -> bool:
-    if verdict.throughput is None or verdict.status not in (Status.REGRESSION, Status.INCONCLUSIVE):
-        return False
-    return combined_verdict(verdict.throughput, verdict.adjusted) == Verdict.INCONCLUSIVE
-
-
 class LookTracker:
     """Each config's looks in a sequential check: the sample size of its previous look, so every look
     spends only the error rates added since (`GateSettings.levels`)."""
@@ -490,54 +471,6 @@ class LookTracker:
             self.current[key] = Look(n, before, final or n >= most)
             self.previous[key] = n
         return dict(self.current)
-
-
-def decide_sequentially(
-    judge: Callable[[bool], GateResult],
-    sizes: Callable[[], Mapping[tuple[str, str], int]],
-    run_more: Callable[[list[tuple[str, str]]], None],
-    round_s: Callable[[list[tuple[str, str]]], float],
-    settings: GateSettings,
-    started: float,
-    notify: Callable[[str], None] | None,
-    *,
-    unit: str,
-) -> tuple[GateResult, str | None]:
-    """Judge, and while verdicts are open add one more `unit` of each open config, until every config is
-    decided, has `max_trials`, or the next round would pass the time budget (that look is then the
-    last, and spends what is left of the error rates)."""
-    most = max(settings.trials, settings.max_trials)
-
-    def open_configs(result: GateResult) -> list[tuple[str, str]]:
-        # A config stays open while its throughput is undecided, even when peak memory already failed it:
-        # the report and the diagnosis need the throughput verdict too.
-        return [
-            (v.workload, v.config)
-            for v in result.verdicts
-            if (v.status == Status.INCONCLUSIVE or _throughput_open(v))
-            and sizes().get((v.workload, v.config), most) < most
-        ]
-
-    def budget_left_after(pending: list[tuple[str, str]]) -> bool:
-        return time.monotonic() - started + round_s(pending) <= settings.time_budget_s
-
-    result = judge(False)
-    while True:
-        pending = open_configs(result)
-        if not pending:
-            if any(v.status == Status.INCONCLUSIVE for v in result.verdicts) and most > settings.trials:
-                return result, f"--max-trials {settings.max_trials} reached"
-            return result, None
-        if not budget_left_after(pending):
-            # The data will not grow: look once more as the last look, with what is left of the error rates.
-            final = judge(True)
-            if any(v.status == Status.INCONCLUSIVE for v in final.verdicts):
-                return final, f"--time-budget {settings.time_budget_s:g} s reached"
-            return final, None
-        if notify:
-            notify(f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more {unit} of each")
-        run_more(pending)
-        result = judge(False)
 
 
 def compare_pairs(
@@ -632,134 +565,16 @@ def _compare_config(
             )
             machine = compare_throughput(base_probe, measured_probe, threshold=limits.throughput)
     memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=levels.alpha, looks=1)
-    verdicts = {combined_verdict(throughput, adjusted), memory.verdict}
-    if Verdict.REGRESSION in verdicts:
-        status = Status.REGRESSION
-    elif Verdict.INCONCLUSIVE in verdicts:
-        status = Status.INCONCLUSIVE
-    elif Verdict.IMPROVEMENT in verdicts:
-        status = Status.IMPROVEMENT
-    else:
-        status = Status.NO_CHANGE
+    status = Status.combined((combined_verdict(throughput, adjusted), memory.verdict))
     sample = "pair" if paired else "trial"
     reason = "; ".join(
         part
-        for part in (throughput_reason(throughput, adjusted, machine, sample=sample), _memory_reason(memory))
+        for part in (throughput_reason(throughput, adjusted, machine, sample=sample), memory_reason(memory))
         if part
     )
     return ConfigVerdict(
         workload, config, status, reason, limits, throughput, memory, adjusted=adjusted, machine=machine
     )
-
-
-def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison | None) -> Verdict:
-    """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one.
-
-    Both must agree (`stats.combine_verdicts`), with one exception: when the machine-adjusted
-    comparison finds a significant change and the raw estimate lies beyond the threshold in the same
-    direction, a raw test that lacks the trials to be significant on its own (one disturbed trial
-    among three baseline trials leaves it two degrees of freedom) does not wave the change through.
-    The adjusted test alone holds the false-alarm rate; the raw estimate guards against a probe that
-    moved for reasons of its own.
-    """
-    if adjusted is None:
-        return raw.verdict
-    if raw.verdict == Verdict.INCONCLUSIVE:
-        bound = math.log1p(raw.threshold)
-        if adjusted.verdict == Verdict.REGRESSION and math.log(raw.ratio) < -bound:
-            return Verdict.REGRESSION
-        if adjusted.verdict == Verdict.IMPROVEMENT and math.log(raw.ratio) > bound:
-            return Verdict.IMPROVEMENT
-    return combine_verdicts(raw.verdict, adjusted.verdict)
-
-
-def throughput_reason(
-    t: ThroughputComparison,
-    adjusted: ThroughputComparison | None,
-    machine: ThroughputComparison | None,
-    unit: str = "samples/s",
-    sample: str = "trial",
-) -> str:
-    """One line on a throughput comparison, raw and (with the machine probe) adjusted for the machine's speed.
-
-    `unit` names the figure compared, `sample` what each value of it came from (a trial, a session).
-    """
-    reason = _throughput_verdict_reason(t, unit, sample) + _outlier_note(t, sample)
-    if adjusted is None or machine is None:
-        return reason
-    speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
-    if adjusted.verdict == t.verdict:
-        if abs(math.log(machine.ratio)) < math.log(1 + t.threshold):
-            return reason
-        return f"{reason}; {speed}, and adjusted for that the verdict is the same"
-    adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate", sample)
-    final = combined_verdict(t, adjusted)
-    return (
-        f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted, sample)}; so {final.value}"
-    )
-
-
-def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
-    if sample == "pair":
-        n = t.outliers[0]
-        if not n:
-            return ""
-        return (
-            f" (left out {n} pair{'s' if n > 1 else ''} whose ratio is more than {OUTLIER_FACTOR:g}x off the median "
-            "pair's: interference from another job, most likely)"
-        )
-    left_out = [
-        f"{n} {side} {sample}{'s' if n > 1 else ''}"
-        for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
-        if n
-    ]
-    if not left_out:
-        return ""
-    return (
-        f" (left out {' and '.join(left_out)} more than {OUTLIER_FACTOR:g}x off the median: interference "
-        "from another job, most likely)"
-    )
-
-
-def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str = "trial") -> str:
-    change = f"{unit} {format_signed_pct(t.change)} ({t.ratio:.3f}x"
-    if math.isnan(t.ci_low):
-        change += f", one {sample} a side: no estimate of noise)"
-    else:
-        p_value = format_p_value(min(t.p_slower, t.p_faster))
-        change += f", {100 * t.confidence:.1f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={p_value})"
-    threshold = f"{100 * t.threshold:g}%"
-    if t.verdict == Verdict.REGRESSION:
-        return f"{change}: a regression beyond the {threshold} threshold (p < {format_p_value(t.alpha)})"
-    if t.verdict == Verdict.IMPROVEMENT:
-        return f"{change}: an improvement beyond {threshold}"
-    if t.verdict == Verdict.NO_CHANGE:
-        return f"{change}: no regression beyond {threshold}"
-    detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
-    sizes = (
-        f"{t.n_candidate} pair{'s' if t.n_candidate != 1 else ''}"
-        if sample == "pair"
-        else f"{t.n_baseline}+{t.n_candidate} {sample}s"
-    )
-    noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
-    return (
-        f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} {sample}-to-{sample} "
-        f"noise and {sizes} it could detect slowdowns of {detectable}"
-    )
-
-
-def _memory_reason(m: MemoryComparison) -> str:
-    if m.verdict == Verdict.NO_CHANGE:
-        return ""
-    change = format_signed_pct(m.change) if m.change is not None else "from zero"
-    text = f"peak memory {format_bytes(m.baseline_bytes)} -> {format_bytes(m.candidate_bytes)} ({change}"
-    text += f", tolerance {100 * m.tolerance:g}%"
-    p_value = "no estimate of noise" if math.isnan(m.p_value) else f"p={format_p_value(m.p_value)}"
-    if m.verdict == Verdict.REGRESSION:
-        return f"{text}, {p_value}): a memory regression"
-    if m.verdict == Verdict.IMPROVEMENT:
-        return f"{text}, {p_value}): less memory"
-    return f"{text}, {p_value}): inconclusive, trial-to-trial noise could explain it"
 
 
 def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:
@@ -806,80 +621,5 @@ def _losses_match(old: Sequence[float], new: Sequence[float]) -> bool:
     )
 
 
-def _mean_process_s(trials: Sequence[TrialResult]) -> float:
-    """How long one more trial of this config should take, from the trials so far."""
-    times = [t.process_s for t in trials if t.process_s]
-    return sum(times) / len(times) if times else 10.0
-
-
 def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
-
-
-def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
-    """What a results file keeps of a check: its settings, its mode and each config's last look, so a later
-    report judges the run exactly as the check did."""
-    record: dict[str, Any] = {**result.settings.record(baseline_dir), "mode": result.mode}
-    record["looks"] = {f"{w}/{c}": look.to_record() for (w, c), look in result.looks.items()}
-    return record
-
-
-def gate_to_dict(result: GateResult) -> dict[str, Any]:
-    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`."""
-
-    def comparison(c: ThroughputComparison | None) -> dict[str, Any] | None:
-        if c is None:
-            return None
-        values = {
-            "baseline_median": c.baseline_median,
-            "candidate_median": c.candidate_median,
-            "ratio": c.ratio,
-            "ci_low": c.ci_low,
-            "ci_high": c.ci_high,
-            "confidence": c.confidence,
-            "p_value": min(c.p_slower, c.p_faster),
-            "trials": [c.n_baseline, c.n_candidate],
-            "noise": c.noise,
-            "detectable_slowdown": c.detectable_slowdown,
-            "verdict": c.verdict.value,
-        }
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
-
-    workloads = []
-    for w in result.workloads:
-        configs = []
-        for v in w.configs:
-            m = v.memory
-            configs.append(
-                {
-                    "config": v.config,
-                    "status": v.status.value,
-                    "reason": v.reason,
-                    "thresholds": {"throughput": v.limits.throughput, "memory": v.limits.memory},
-                    "throughput": comparison(v.throughput),
-                    "adjusted": comparison(v.adjusted),
-                    "machine_ratio": None if v.machine is None else v.machine.ratio,
-                    "peak_memory": None
-                    if m is None
-                    else {"baseline_bytes": m.baseline_bytes, "current_bytes": m.candidate_bytes, "change": m.change},
-                }
-            )
-        baseline = w.baseline
-        against = result.against
-        workloads.append(
-            {
-                "workload": w.workload,
-                "problem": w.problem,
-                "problem_status": None if w.problem_status is None else w.problem_status.value,
-                "baseline": None
-                if baseline is None
-                else {
-                    "measured_at": against.base.created_at if against else baseline.measured_at,
-                    "commit": against.base_commit if against else baseline.commit,
-                    "machine": baseline.key,
-                },
-                "configs": configs,
-            }
-        )
-    machine = None if result.run is None else fingerprint_key(machine_fingerprint(result.run.environment))
-    return {"exit_code": result.exit_code, "mode": result.mode, "machine": machine, "workloads": workloads}

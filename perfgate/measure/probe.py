@@ -11,11 +11,10 @@ cancels and a change in the workload does not.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from perfgate.device import Device
+    from perfgate.measure.device import Device
 
 PROBE_STEPS = 150
 _WARMUP_STEPS = 3
@@ -45,10 +44,3 @@ def probe_steps_per_sec(device: Device, steps: int = PROBE_STEPS) -> float:
                 weight -= 1e-3 * weight.grad
                 weight.grad = None
     return steps / (device.now() - started)
-
-
-def combine(rates: list[float]) -> float | None:
-    """One rate from the probes of a trial: their geometric mean (None when there are none)."""
-    if not rates:
-        return None
-    return math.exp(sum(math.log(r) for r in rates) / len(rates))

@@ -29,12 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.against import base_checkout, source_folders
 from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadError
-from perfgate.gate import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S, Status, throughput_reason
-from perfgate.microbench import _STATUS, MicroBenchmark, MicroVerdict, parse_pytest_benchmark
-from perfgate.runner import TrialPlace, side_environment
-from perfgate.stats import DEFAULT_ALPHA, ThroughputComparison, compare_paired, look_levels
+from perfgate.judge.micro import MicroVerdict
+from perfgate.judge.stats import DEFAULT_ALPHA, ThroughputComparison, compare_paired, look_levels
+from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S, Status
+from perfgate.judge.wording import throughput_reason
+from perfgate.measure.lab import TrialPlace, side_environment
+from perfgate.measure.paired import base_checkout, source_folders
+from perfgate.records.micro import MicroBenchmark, parse_pytest_benchmark
 
 INNER_SESSION_ENV = "PERFGATE_INNER_SESSION"  # set in the paired sessions: perfgate's plugin stays off there
 DEFAULT_MIN_PAIRS = 3
@@ -151,7 +153,7 @@ def _paired(
 
 def _verdict(name: str, t: ThroughputComparison, base: MicroBenchmark, head: MicroBenchmark) -> MicroVerdict:
     reason = throughput_reason(t, None, None, unit="calls/s", sample="pair")
-    return MicroVerdict(name, _STATUS[t.verdict], reason, baseline=base, current=head, throughput=t)
+    return MicroVerdict(name, Status.of(t.verdict), reason, baseline=base, current=head, throughput=t)
 
 
 def run_paired_micro(

@@ -7,6 +7,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from perfgate.errors import UsageError
+
 
 def available_cpus() -> int:
     """CPUs this process may run on (its affinity mask), not the machine's total."""
@@ -27,7 +29,7 @@ def collect_environment(device_type: str, threads: int, cwd: Path | None = None)
     """Versions, device, CPU, threads, platform and git state, as plain JSON-ready values."""
     import torch
 
-    from perfgate.device import CudaDevice, Device
+    from perfgate.measure.device import CudaDevice, Device
 
     device = CudaDevice() if device_type == "cuda" else Device()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
@@ -95,7 +97,7 @@ def git_state(path: Path) -> dict[str, Any] | None:
 
 
 def _cpu_model() -> str:
-    from perfgate.device import cpu_model
+    from perfgate.measure.device import cpu_model
 
     return cpu_model()
 
@@ -107,40 +109,6 @@ def _cpu_capability() -> str | None:
         return str(torch.backends.cpu.get_cpu_capability())
     except AttributeError:
         return None
-
-
-FINGERPRINT_FIELDS = ("device_type", "device_name", "device_count", "cuda", "torch", "cpu_model", "threads")
-
-
-def machine_fingerprint(environment: dict[str, Any]) -> dict[str, Any]:
-    """The stable fields that decide which baseline a run may be compared with.
-
-    Device model and count, CUDA and torch versions; for CPU runs the CPU model and the thread count.
-    Never clock speeds, hostnames or anything else that changes between two runs on one machine type.
-    """
-    device = environment.get("device") or {}
-    on_cpu = device.get("type", "cpu") == "cpu"
-    return {
-        "device_type": device.get("type", "cpu"),
-        "device_name": None if on_cpu else device.get("name"),
-        "device_count": device.get("count", 1),
-        "cuda": None if on_cpu else environment.get("cuda"),
-        "torch": str(environment.get("torch")),
-        "cpu_model": (environment.get("cpu") or {}).get("model") if on_cpu else None,
-        "threads": environment.get("threads") if on_cpu else None,
-    }
-
-
-def fingerprint_key(fingerprint: dict[str, Any]) -> str:
-    """A readable key naming the machine type, used to file its baseline entries."""
-    if fingerprint.get("device_type") == "cpu":
-        threads = fingerprint.get("threads")
-        plural = "" if threads == 1 else "s"
-        return f"cpu {fingerprint.get('cpu_model')}, {threads} thread{plural}, torch {fingerprint.get('torch')}"
-    return (
-        f"{fingerprint.get('device_count')}x {fingerprint.get('device_name')}, cuda {fingerprint.get('cuda')}, "
-        f"torch {fingerprint.get('torch')}"
-    )
 
 
 def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
@@ -166,3 +134,14 @@ def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
         skip = resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
     paths = [entry[3:] for entry in status.split("\0") if len(entry) > 3]
     return [p for p in paths if not (skip and (p == skip or p.startswith(skip + "/")))]
+
+
+def require_clean_tree(directory: Path, baseline_dir: Path) -> None:
+    """Refuse to measure a baseline on uncommitted changes to tracked files (the baselines' own excepted)."""
+    dirty = dirty_paths(directory, ignore=baseline_dir)
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise UsageError(
+            f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
+            hint="commit or stash them, or pass --allow-dirty",
+        )

@@ -7,15 +7,17 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfgate.baseline import BaselineEntry, BaselineStore, StoredUpdate
-from perfgate.diagnosis import Diagnosis, PhaseChange, compile_line
-from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
-from perfgate.lab import read_lab
-from perfgate.microbench import MICRO_FILE, MicroBenchmark, MicroVerdict
-from perfgate.results import RunResult, WorkloadResult
-from perfgate.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers
-from perfgate.summary import PHASES
-from perfgate.units import format_bytes, format_p_value
+from perfgate.errors import EXIT_MEANINGS
+from perfgate.formatting import format_bytes, format_p_value
+from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
+from perfgate.judge.micro import MicroVerdict
+from perfgate.judge.reading import read_lab
+from perfgate.judge.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers
+from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
+from perfgate.records.micro import MICRO_FILE, MicroBenchmark
+from perfgate.records.results import RunResult, WorkloadResult
+from perfgate.records.summary import PHASES
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -318,7 +320,7 @@ def format_pytest_summary(
         for measured in run.workloads:
             reading = read_lab({name: config.summary for name, config in measured.configs.items()})
             lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
-    from perfgate.diagnosis import diagnose
+    from perfgate.judge.diagnosis import diagnose
 
     diagnoses = [d for gate in gates for d in diagnose(gate)]
     if diagnoses:

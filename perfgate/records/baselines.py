@@ -19,13 +19,16 @@ from typing import Any
 
 import yaml
 
-from perfgate.configs import CONFIG_NAMES
-from perfgate.environment import FINGERPRINT_FIELDS, dirty_paths, fingerprint_key, machine_fingerprint
-from perfgate.errors import PerfgateError, UsageError
-from perfgate.locking import locked_folder
-from perfgate.probe import combine
-from perfgate.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
-from perfgate.summary import PHASES
+from perfgate.errors import PerfgateError
+from perfgate.records.fingerprint import (
+    FINGERPRINT_FIELDS,
+    fingerprint_key,
+    machine_fingerprint,
+)
+from perfgate.records.locking import locked_folder
+from perfgate.records.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
+from perfgate.records.summary import PHASES, combine
+from perfgate.variants import CONFIG_NAMES
 
 BASELINE_SCHEMA_VERSION = 1
 DEFAULT_BASELINE_DIR = Path("baselines")
@@ -163,15 +166,6 @@ def merge_entries(old: BaselineEntry | None, new: BaselineEntry) -> BaselineEntr
     return replace(new, configs={name: configs[name] for name in CONFIG_NAMES if name in configs})
 
 
-def fingerprint_differences(wanted: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
-    """`field: stored != wanted` for each fingerprint field that differs."""
-    return [
-        f"{name} {stored.get(name)!r} (this machine: {wanted.get(name)!r})"
-        for name in FINGERPRINT_FIELDS
-        if stored.get(name) != wanted.get(name)
-    ]
-
-
 class BaselineStore:
     """The baseline files of one directory."""
 
@@ -217,17 +211,6 @@ class BaselineStore:
             else:
                 updates.append(StoredUpdate(entry, None, None))
         return updates
-
-
-def require_clean_tree(directory: Path, baseline_dir: Path) -> None:
-    """Refuse to measure a baseline on uncommitted changes to tracked files (the baselines' own excepted)."""
-    dirty = dirty_paths(directory, ignore=baseline_dir)
-    if dirty:
-        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
-        raise UsageError(
-            f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
-            hint="commit or stash them, or pass --allow-dirty",
-        )
 
 
 def render_baseline(workload: str, entries: Iterable[BaselineEntry]) -> str:
@@ -469,7 +452,7 @@ def _comparable_settings(entry: BaselineEntry) -> dict[str, Any]:
 
 
 def _p95(values: list[float]) -> float | None:
-    from perfgate.summary import percentile
+    from perfgate.records.summary import percentile
 
     return percentile(values, 95) if values else None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from perfgate.summary import ConfigSummary
+from perfgate.records.summary import ConfigSummary
 
 # Below these the transition is "small" (the three-run lab's rule of thumb for bf16; compile's
 # typical gain on a fused model is smaller, so its bar is lower).

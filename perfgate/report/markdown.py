@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perfgate.diagnosis import Diagnosis, compile_line
-from perfgate.environment import fingerprint_key, machine_fingerprint
-from perfgate.gate import EXIT_MEANINGS, ConfigVerdict, GateResult, Status, WorkloadVerdict
-from perfgate.lab import read_lab
-from perfgate.report import confidence_text, phase_cells, verdict_counts
-from perfgate.units import format_p_value
+from perfgate.errors import EXIT_MEANINGS
+from perfgate.formatting import format_p_value
+from perfgate.judge.diagnosis import Diagnosis, compile_line
+from perfgate.judge.reading import read_lab
+from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.report.text import confidence_text, phase_cells, verdict_counts
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perfgate.against import PairedSession, working_tree
-from perfgate.gate import GateResult, GateSettings, compare_pairs
+from perfgate.check.paired import decide_paired
+from perfgate.judge.stats import DETECTION_POWER, look_levels, student_t_ppf
+from perfgate.judge.verdict import GateResult, GateSettings, compare_pairs
+from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.paired import PairedSession, working_tree
+from perfgate.records.results import pairing_text
 from perfgate.references import Reference
-from perfgate.results import pairing_text
-from perfgate.runner import ProgressCallback, RunSettings
-from perfgate.stats import DETECTION_POWER, look_levels, student_t_ppf
 
 DEFAULT_CALIBRATION_PAIRS = 5
 DEFAULT_PLANTED_SLOWDOWN = 0.10
@@ -111,7 +112,7 @@ def run_calibration(
         notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
     started = time.monotonic()
     with session(slowdown) as planted:
-        planted_result = planted.decide(settings, started, notify)
+        planted_result = decide_paired(planted, settings, started, notify)
     planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
     configs = []
     for verdict in aa_result.verdicts:

@@ -1,0 +1,3 @@
+"""Checks: measure until decided, the one place that joins measuring (`perfgate.measure`) and judging
+(`perfgate.judge`).
+"""

@@ -1,0 +1,94 @@
+"""A paired check: the working tree measured against a base commit, pair by pair, until decided."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from perfgate.check.sequential import decide_sequentially
+from perfgate.judge.verdict import GateResult, GateSettings, LookTracker, Status, WorkloadVerdict, compare_pairs
+from perfgate.judge.wording import pairs_needed_note
+from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.paired import PairedSession, base_checkout
+from perfgate.references import Reference
+
+
+def decide_paired(
+    session: PairedSession, settings: GateSettings, started: float, notify: Callable[[str], None] | None
+) -> GateResult:
+    """The paired check: the first pairs (as far as the time budget allows), then more pairs for open
+    configs until each is decided or the budget or `max_trials` is reached (`decide_sequentially`)."""
+    keys = list(session.sides["head"].trials)
+    for index in range(settings.trials):
+        if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > settings.time_budget_s:
+            break
+        session.run_more(keys)
+    tracker = LookTracker(settings)
+
+    def judge(final: bool) -> GateResult:
+        counts = {key: session.ok_pairs(key) for key in keys}
+        run = session.paired_run()
+        assert run.against is not None
+        return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+
+    result, stopped = decide_sequentially(
+        judge,
+        lambda: {key: session.pairs(key) for key in keys},
+        session.run_more,
+        lambda pending: sum(map(session.mean_pair_s, pending)),
+        settings,
+        started,
+        notify,
+        unit="pair",
+    )
+    return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
+
+
+def run_paired_check(
+    references: Sequence[Reference],
+    run_settings: RunSettings,
+    settings: GateSettings,
+    ref: str,
+    *,
+    parallel: bool = False,
+    fork: bool = False,
+    interleaved: bool = False,
+    progress: ProgressCallback | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> GateResult:
+    """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open."""
+    started = time.monotonic()
+    with (
+        base_checkout(ref) as (base, head),
+        PairedSession(
+            references,
+            run_settings,
+            base,
+            head,
+            ref,
+            parallel=parallel,
+            fork=fork,
+            interleaved=interleaved,
+            progress=progress,
+        ) as session,
+    ):
+        if notify:
+            notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
+        return decide_paired(session, settings, started, notify)
+
+
+def _time_needed(result: GateResult, session: PairedSession) -> list[WorkloadVerdict]:
+    """Each open verdict's reason, with how many pairs (and minutes) resolving its threshold would take."""
+    workloads = []
+    for workload in result.workloads:
+        configs = []
+        for verdict in workload.configs:
+            t = verdict.throughput
+            if verdict.status == Status.INCONCLUSIVE and t is not None:
+                pair_s = session.mean_pair_s((verdict.workload, verdict.config))
+                note = pairs_needed_note(t.noise, t.n_candidate, t.threshold, pair_s)
+                verdict = replace(verdict, reason=f"{verdict.reason}; {note}")
+            configs.append(verdict)
+        workloads.append(replace(workload, configs=configs))
+    return workloads

@@ -1,0 +1,530 @@
+"""One trial: set up the workload in this process, run warm-up and timed steps, and report.
+
+The runner starts `python -m perfgate.measure.trial SPEC OUT` once per trial, so peak memory, allocator state
+and compiled graphs never leak from one trial into the next. The trial writes one JSON record to OUT:
+`status` is `ok`, or `error` with a `kind` the runner acts on (`workload`: the user's code is at fault,
+stop the run; `config`: this config cannot run here, for example torch.compile failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate._bytes import tensor_bytes
+from perfgate.measure.profiling import StepProfiler
+from perfgate.measure.sampler import SystemSampler
+from perfgate.measure.turns import TurnTaker
+from perfgate.records.summary import PHASES
+
+FIRST_LOSSES = 3
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """What the runner asks one trial process to do."""
+
+    reference_text: str
+    reference_target: str
+    config: str
+    trial: int
+    device: str
+    threads: int
+    profile: str | None = None  # a trace path: profile the timed steps (their times are then not used)
+    planted_slowdown: float = 0.0  # `perfgate calibrate`: every step sleeps this fraction of its own time
+    turns: str | None = (
+        None  # an interleaved pair: take turns at the steps with the other side (`perfgate.measure.turns`)
+    )
+
+
+class TrialFailure(Exception):
+    """Raised inside the trial with the kind and message that go into the record."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def run_trial(spec: TrialSpec) -> dict[str, Any]:
+    """Run one trial in this process and return its record (never raises for workload faults)."""
+    started = time.perf_counter()
+    try:
+        record = _run(spec)
+    except TrialFailure as failure:
+        record = {"status": "error", "kind": failure.kind, "message": failure.message}
+        if failure.__cause__ is not None:
+            record["traceback"] = "".join(traceback.format_exception(failure.__cause__))
+    except Exception as exc:  # perfgate's own errors while loading, or a bug here: report, don't crash
+        from perfgate.errors import PerfgateError
+
+        kind = "workload" if isinstance(exc, PerfgateError) else "internal"
+        message = exc.one_line() if isinstance(exc, PerfgateError) else f"{type(exc).__name__}: {exc}"
+        record = {
+            "status": "error",
+            "kind": kind,
+            "message": message,
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+    record.update(config=spec.config, trial=spec.trial, process_s=time.perf_counter() - started)
+    return record
+
+
+def _run(spec: TrialSpec) -> dict[str, Any]:
+    import torch
+
+    from perfgate.measure.device import select_device
+    from perfgate.references import Reference
+    from perfgate.variants import CONFIGS
+
+    torch.set_num_threads(spec.threads)
+    config = CONFIGS[spec.config]
+    device = select_device(spec.device)
+    workload = Reference(spec.reference_text, spec.reference_target).load()
+    if config.compile and workload.warmup_steps < 1:
+        raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
+
+    from perfgate.measure.probe import probe_steps_per_sec
+
+    probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
+    identity = workload_identity(workload)
+    setup_started = time.perf_counter()
+    _seed_everything(workload.seed)
+    dataset = _call_user("dataset()", workload.dataset)
+    loader = _make_loader(workload, dataset, device.type)
+    _seed_everything(workload.seed)
+    model = _call_user("model()", workload.model)
+    if not isinstance(model, torch.nn.Module):
+        raise TrialFailure("workload", f"model() returned {type(model).__name__}, not a torch.nn.Module")
+    model = model.to(device.torch_device).train()
+    if workload.optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    else:
+        optimizer = _call_user("optimizer(params)", workload.optimizer, model.parameters())
+    # torch.compile returns a callable wrapper, typed as a function but used as the module.
+    step_model: Any = torch.compile(model) if config.compile else model
+    autocast = _autocast_factory(device.type, config.autocast_dtype)
+    autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
+    batches = iter(loader)
+    device.mark_setup_done()
+    setup_s = time.perf_counter() - setup_started
+
+    non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
+    first_losses: list[float] = []
+    warmup_step_s: list[float] = []
+    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    memory_step_bytes: list[int] = []  # after each timed step: a steady rise means something is kept
+    bookkeeping_s = 0.0
+    total_steps = workload.warmup_steps + workload.steps
+    graphs_before_timing = 0
+    hooks = _OutputDtypeCounter(model) if config.autocast_dtype and not config.compile else None
+    current = "the DataLoader"
+    loss = None
+    timed_started = 0.0
+    sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
+    profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile else None
+    turns = TurnTaker(spec.turns) if spec.turns else None
+    try:
+        if turns is not None:
+            turns.begin()
+        for step in range(total_steps):
+            timed = step >= workload.warmup_steps
+            if step == workload.warmup_steps:
+                gc.collect()
+                device.reset_peak_memory()
+                graphs_before_timing = _compiled_graph_count() if config.compile else 0
+                sampler.start()
+                if profiler is not None:
+                    profiler.start()
+                timed_started = device.now()
+            current = "the DataLoader"
+            t0 = device.now()
+            batch = next(batches)
+            t1 = device.now()
+            current = "moving the batch to the device"
+            batch = device.move(batch, non_blocking=non_blocking)
+            t2 = device.now()
+            current = "loss(model, batch)"
+            with autocast():
+                loss = workload.loss(step_model, batch)
+            _check_loss_type(loss, step)
+            t3 = device.now()
+            current = "loss.backward()"
+            loss.backward()
+            t4 = device.now()
+            current = "the optimizer step"
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
+                time.sleep(spec.planted_slowdown * (device.now() - t0))
+            t5 = device.now()
+            if hooks is not None:
+                autocast_check = {**(autocast_check or {}), **hooks.finish()}
+                hooks = None
+            if step < FIRST_LOSSES:
+                first_losses.append(_finite_loss(loss, step))
+            if timed:
+                memory_step_bytes.append(device.memory_now())
+                if profiler is not None:
+                    profiler.step()
+            bookkeeping_s += time.perf_counter() - t5
+            if timed:
+                for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                    phases[phase].append(duration)
+            else:
+                warmup_step_s.append(t5 - t0)
+            if turns is not None:
+                turns.step_done()
+        timed_elapsed_s = device.now() - timed_started  # with turns, the other side's turns too
+        if turns is not None:
+            turns.finish()
+        sampler.stop()
+        if profiler is not None:
+            profiler.stop()
+    except TrialFailure:
+        raise
+    except StopIteration as exc:
+        raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
+    except Exception as exc:
+        if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
+            raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
+        if config.compile and _is_compile_error(exc):
+            raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
+        raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    finally:
+        sampler.stop()  # whatever ended the steps; stopping twice is harmless
+    final_loss = _finite_loss(loss, total_steps - 1)
+    memory = device.peak_memory()
+    # Framework overhead, counted after the timed steps: torch calls in one more step on the last
+    # batch (eager configs; a counting mode would make torch.compile recompile), graphs and breaks.
+    calls = None if config.compile else _count_torch_calls(workload, step_model, optimizer, batch, autocast)
+    compile_stats = _compile_stats() if config.compile else None
+    del batches
+    # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
+    # training step runs between the timed pass's clock reads.
+    data_checksum = _checksum_slice(workload, dataset, device.type)
+    probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
+
+    step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
+    timed_samples = workload.steps * workload.batch_size
+    compile_s = None
+    if config.compile and warmup_step_s:
+        compile_s = max(0.0, warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
+    warnings = []
+    recompiled = _compiled_graph_count() - graphs_before_timing if config.compile else 0
+    if recompiled > 0:
+        warnings.append(f"torch.compile compiled {recompiled} new graph(s) during timed steps")
+    return {
+        "status": "ok",
+        "samples_per_sec": timed_samples / sum(step_s),
+        "timed_steps": workload.steps,
+        "timed_samples": timed_samples,
+        "step_s": step_s,
+        "phases_s": phases,
+        "warmup_step_s": warmup_step_s,
+        "timed_elapsed_s": timed_elapsed_s,
+        "bookkeeping_s": bookkeeping_s,
+        "setup_s": setup_s,
+        "compile_s": compile_s,
+        "first_losses": first_losses,
+        "final_loss": final_loss,
+        "data_checksum": data_checksum,
+        "memory": memory,
+        "memory_step_bytes": memory_step_bytes,
+        "system": sampler.samples.summary(),
+        "profile": None if profiler is None else {"trace": spec.profile, "top_operators": profiler.top_operators},
+        "torch_calls_per_step": None if calls is None else calls[0],
+        "host_syncs_per_step": None if calls is None else calls[1],
+        "compile_stats": compile_stats,
+        "autocast": autocast_check,
+        "probe_steps_per_sec": probe_rates,
+        "threads": torch.get_num_threads(),
+        "warnings": warnings,
+        "workload": {**identity, "slice_indices": _slice_digest(workload, len(dataset))},
+    }
+
+
+def workload_identity(workload: Any) -> dict[str, Any]:
+    """The settings that decide whether two runs of a workload can be compared, and its loader options."""
+    return {
+        "name": workload.name,
+        "batch_size": workload.batch_size,
+        "steps": workload.steps,
+        "warmup_steps": workload.warmup_steps,
+        "seed": workload.seed,
+        "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},
+    }
+
+
+def _slice_indices(workload: Any, length: int) -> list[int]:
+    """The pinned data slice: which samples, in which order, fixed by the seed and the dataset's length."""
+    import torch
+
+    generator = torch.Generator().manual_seed(workload.seed)
+    indices: list[int] = torch.randperm(length, generator=generator)[: workload.slice_samples].tolist()
+    return indices
+
+
+def _slice_digest(workload: Any, length: int) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(_slice_indices(workload, length)).encode()).hexdigest()
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        numpy.random.seed(seed)
+
+
+def _call_user(what: str, function: Any, *args: Any) -> Any:
+    try:
+        return function(*args)
+    except Exception as exc:
+        raise TrialFailure("workload", f"{what} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _make_loader(workload: Any, dataset: Any, device_type: str) -> Any:
+    import torch
+
+    try:
+        length = len(dataset)
+    except TypeError as exc:
+        raise TrialFailure(
+            "workload",
+            f"dataset() returned {type(dataset).__name__}, which has no len(); "
+            "return a map-style torch Dataset (with __len__ and __getitem__)",
+        ) from exc
+    if not hasattr(dataset, "__getitem__"):
+        raise TrialFailure("workload", f"dataset() returned {type(dataset).__name__}, which has no __getitem__")
+    needed = workload.slice_samples
+    if length < needed:
+        raise TrialFailure(
+            "workload",
+            f"dataset has {length} samples but the slice needs {needed} "
+            f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}); "
+            "make the dataset larger or lower steps/batch_size",
+        )
+    indices = _slice_indices(workload, length)
+    options = dict(workload.loader)
+    if device_type != "cuda":
+        options.pop("pin_memory", None)  # pinning needs an accelerator; torch warns without one
+    try:
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_size=workload.batch_size,
+            sampler=indices,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(workload.seed),
+            **options,
+        )
+    except (TypeError, ValueError) as exc:
+        raise TrialFailure("workload", f"invalid loader options: {_first_line(exc)}") from exc
+
+
+def _autocast_factory(device_type: str, dtype_name: str | None) -> Any:
+    import torch
+
+    if dtype_name is None:
+        return contextlib.nullcontext
+    dtype = getattr(torch, dtype_name)
+    return lambda: torch.autocast(device_type, dtype=dtype)
+
+
+def _check_autocast(device: Any, autocast: Any) -> dict[str, Any]:
+    """A matmul inside the autocast context must come out in bfloat16, or autocast is not on."""
+    import torch
+
+    with autocast():
+        probe = torch.nn.functional.linear(
+            torch.ones(4, 4, device=device.torch_device), torch.ones(4, 4, device=device.torch_device)
+        )
+    if probe.dtype != torch.bfloat16:
+        raise TrialFailure("config", f"autocast to bfloat16 is not active on {device.type} (matmul gave {probe.dtype})")
+    return {"active": True, "probe_dtype": str(probe.dtype).removeprefix("torch.")}
+
+
+class _OutputDtypeCounter:
+    """Counts, for one step, how many leaf modules produced bfloat16 outputs under autocast."""
+
+    def __init__(self, model: Any) -> None:
+        import torch
+
+        self.bf16 = 0
+        self.total = 0
+        self.handles = [
+            module.register_forward_hook(self._hook)
+            for module in model.modules()
+            if not list(module.children()) and isinstance(module, torch.nn.Linear | torch.nn.modules.conv._ConvNd)
+        ]
+
+    def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+        import torch
+
+        if isinstance(output, torch.Tensor):
+            self.total += 1
+            self.bf16 += int(output.dtype == torch.bfloat16)
+
+    def finish(self) -> dict[str, Any]:
+        for handle in self.handles:
+            handle.remove()
+        if self.total and not self.bf16:
+            raise TrialFailure("config", "autocast was on but no Linear or Conv layer produced bfloat16 output")
+        return {"bf16_layer_outputs": self.bf16, "checked_layer_outputs": self.total}
+
+
+def _check_loss_type(loss: Any, step: int) -> None:
+    import torch
+
+    if not isinstance(loss, torch.Tensor):
+        raise TrialFailure(
+            "workload", f"loss(model, batch) returned {type(loss).__name__} at step {step}, not a tensor"
+        )
+    if loss.numel() != 1:
+        raise TrialFailure(
+            "workload",
+            f"loss(model, batch) returned a tensor of shape {tuple(loss.shape)} at step {step}, not a scalar; "
+            "reduce it, for example with .mean()",
+        )
+    if not loss.requires_grad:
+        raise TrialFailure(
+            "workload",
+            f"loss(model, batch) at step {step} does not require grad; it must depend on the model's parameters",
+        )
+
+
+def _finite_loss(loss: Any, step: int) -> float:
+    value = float(loss.detach().float().item())
+    if not math.isfinite(value):
+        # A config failure, not a workload error: bf16 may overflow where fp32 does not.
+        raise TrialFailure("config", f"loss is {value} at step {step}; the workload must train with a finite loss")
+    return value
+
+
+def _checksum_slice(workload: Any, dataset: Any, device_type: str) -> str:
+    """SHA-256 over every batch of the pinned slice, exactly as the training loop received them."""
+    hasher = hashlib.sha256()
+    try:
+        for batch in _make_loader(workload, dataset, device_type):
+            _hash_batch(hasher, batch)
+    except Exception as exc:
+        raise TrialFailure("workload", f"the DataLoader raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    return "sha256:" + hasher.hexdigest()
+
+
+def _hash_batch(hasher: Any, batch: Any) -> None:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        hasher.update(f"{batch.dtype}{tuple(batch.shape)}".encode())
+        if batch.numel():
+            hasher.update(tensor_bytes(batch))
+    elif isinstance(batch, dict):
+        for key in sorted(batch, key=str):
+            hasher.update(str(key).encode())
+            _hash_batch(hasher, batch[key])
+    elif isinstance(batch, list | tuple):
+        for item in batch:
+            _hash_batch(hasher, item)
+    else:
+        hasher.update(repr(batch).encode())
+
+
+# Tensor methods that copy a value to the host: on an accelerator each waits for all queued work.
+HOST_SYNCS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__"})
+
+
+def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any) -> tuple[int, int] | None:
+    """How many torch functions and tensor methods one training step calls from Python, and how many
+    host syncs (`.item()`, `.cpu()`, `float(t)`, ...) the loss and backward make. The optimizer's are
+    left out: optimizers read their step counts, kept on the host, once per parameter."""
+    from torch.overrides import TorchFunctionMode
+
+    class Counter(TorchFunctionMode):
+        calls = 0
+        syncs = 0
+        in_optimizer = False
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            Counter.calls += 1
+            Counter.syncs += not Counter.in_optimizer and getattr(func, "__name__", "") in HOST_SYNCS
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Counter():
+            with autocast():
+                loss = workload.loss(model, batch)
+            loss.backward()
+            Counter.in_optimizer = True
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    except Exception:  # counting is a diagnosis aid: a workload that cannot run it simply has no count
+        return None
+    return Counter.calls, Counter.syncs
+
+
+def _compile_stats() -> dict[str, int] | None:
+    """torch.compile's graph count and graph breaks in this process (dynamo's counters; internal API)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return {
+        "graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
+
+
+def _compiled_graph_count() -> int:
+    return (_compile_stats() or {}).get("graphs", 0)
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    for error in _exception_chain(exc):
+        module = type(error).__module__
+        if module.startswith(("torch._dynamo", "torch._inductor")):
+            return True
+    return False
+
+
+def _exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the trial subprocess: `python -m perfgate.measure.trial SPEC.json OUT.json`."""
+    spec_path, out_path = argv if argv is not None else sys.argv[1:3]
+    spec = TrialSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
+    record = run_trial(spec)
+    tmp = Path(out_path + ".tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

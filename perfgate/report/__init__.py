@@ -1,0 +1,1 @@
+"""Reports: the text table, Markdown, the chart, JSON and progress lines."""
