@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import perfgate
+from perfgate import options
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
-from perfgate.judge.stats import DEFAULT_ALPHA
-from perfgate.judge.verdict import DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S
+from perfgate.judge.verdict import DEFAULT_TIME_BUDGET_S
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
+from perfgate.naming import CLI
+from perfgate.options import add_to_argparse, argparse_type
+from perfgate.project import parse_count, parse_fraction
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.variants import CONFIG_NAMES, parse_configs
 
@@ -46,16 +49,6 @@ INTERLEAVE_HELP = (
 )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -76,23 +69,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         "default: [tool.perfgate] workloads in pyproject.toml, else the built-in lm and vision",
     )
     group = parser.add_argument_group("lab")
-    group.add_argument(
-        "--configs",
-        default=",".join(CONFIG_NAMES),
-        help=f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)",
-    )
-    group.add_argument(
-        "--trials",
-        type=_positive_int,
-        default=trials,
-        help=f"trials per config, each in a fresh process (default: {trials})",
-    )
+    add_to_argparse(group, options.CONFIGS, CLI, default=",".join(CONFIG_NAMES))
+    add_to_argparse(group, options.TRIALS, CLI, default=trials)
     group.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available, else cpu"
     )
-    group.add_argument(
-        "--threads", type=_positive_int, default=None, help="torch threads per trial (default: the CPUs available)"
-    )
+    add_to_argparse(group, options.THREADS, CLI)
     group.add_argument(
         "--timeout",
         type=_positive_float,
@@ -100,9 +82,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         metavar="SECONDS",
         help=f"per-trial time limit (default: {DEFAULT_TIMEOUT_S:g})",
     )
-    group.add_argument(
-        "--json", type=Path, default=None, metavar="PATH", help="write the results (schema_version 2) to PATH"
-    )
+    add_to_argparse(group, options.JSON, CLI)
     group.add_argument("--quiet", action="store_true", help="no progress lines")
     group.add_argument(
         "--profile",
@@ -118,53 +98,18 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
     )
 
 
-def _fraction(option: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        from perfgate.project import parse_fraction
-
-        try:
-            return parse_fraction(text, option)
-        except PerfgateError as error:
-            raise argparse.ArgumentTypeError(f"{error.what}; {error.hint}") from None
-
-    return parse
-
-
 def add_baseline_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--baseline-dir",
-        type=Path,
-        default=DEFAULT_BASELINE_DIR,
-        metavar="DIR",
-        help=f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)",
-    )
+    add_to_argparse(parser, options.BASELINE_DIR, CLI, default=DEFAULT_BASELINE_DIR)
 
 
 def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> None:
     """Options of the commands that judge results against baselines."""
     group = parser.add_argument_group("gate")
-    group.add_argument(
-        "--threshold",
-        type=_fraction("--threshold"),
-        default=None,
-        metavar="PCT",
-        help="samples/s regression threshold, e.g. 5%% (default: [tool.perfgate] threshold, else 5%%)",
-    )
-    group.add_argument(
-        "--alpha",
-        type=_fraction("--alpha"),
-        default=None,
-        help=f"significance level per config, one-sided, over all its looks (default: {DEFAULT_ALPHA:g})",
-    )
-    group.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when a verdict stays inconclusive")
+    add_to_argparse(group, options.THRESHOLD, CLI)
+    add_to_argparse(group, options.ALPHA, CLI)
+    add_to_argparse(group, options.FAIL_ON_INCONCLUSIVE, CLI)
     if measuring:
-        group.add_argument(
-            "--max-trials",
-            type=_positive_int,
-            default=None,
-            metavar="N",
-            help=f"add trials to inconclusive configs up to N per config (default: {DEFAULT_MAX_TRIALS})",
-        )
+        add_to_argparse(group, options.MAX_TRIALS, CLI)
         group.add_argument(
             "--time-budget",
             type=_positive_float,
@@ -210,13 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--diagnose", action="store_true", help="diagnose every config (by default only those that regressed)"
     )
     paired = check.add_argument_group("paired check")
-    paired.add_argument(
-        "--against",
-        default=None,
-        metavar="REF",
-        help="measure the working tree against this git ref (branch, tag, commit) in pairs, side by side, "
-        "instead of comparing with stored baselines",
-    )
+    add_to_argparse(paired, options.AGAINST, CLI)
     paired.add_argument(
         "--parallel-pairs",
         action="store_true",
@@ -236,11 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_gate_options(calibrate, measuring=True)
     calibrate.set_defaults(configs="fp32")  # a first answer in minutes; --configs adds the others
     calibrate.add_argument(
-        "--pairs", type=_positive_int, default=5, metavar="N", help="A/A pairs per config (default: 5)"
+        "--pairs",
+        type=argparse_type(parse_count, "--pairs"),
+        default=5,
+        metavar="N",
+        help="A/A pairs per config (default: 5)",
     )
     calibrate.add_argument(
         "--slowdown",
-        type=_fraction("--slowdown"),
+        type=argparse_type(parse_fraction, "--slowdown"),
         default=0.10,
         metavar="PCT",
         help="the planted slowdown: every step of head takes this much longer (default: 10%%)",
@@ -258,9 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(update, trials=DEFAULT_UPDATE_TRIALS)
     add_baseline_option(update)
-    update.add_argument(
-        "--allow-dirty", action="store_true", help="measure even with uncommitted changes to tracked files"
-    )
+    add_to_argparse(update, options.ALLOW_DIRTY, CLI)
     compare = _add_command(
         commands,
         "compare",
@@ -287,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
     report.add_argument(
         "--limit",
-        type=_positive_int,
+        type=argparse_type(parse_count, "--limit"),
         default=None,
         metavar="CHARS",
         help="Markdown: shorten to this many characters (default: 65536, GitHub's limit for a comment)",

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfgate import options
 from perfgate.check.micro import inner_session
 from perfgate.errors import PerfgateError
-from perfgate.judge.stats import DEFAULT_ALPHA
-from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, fails_build
+from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, fails_build
 from perfgate.measure.lab import DEFAULT_TRIALS
+from perfgate.naming import PYTEST
+from perfgate.options import add_to_pytest, ini_key
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.variants import CONFIG_NAMES, parse_configs
 
@@ -54,47 +56,18 @@ if TYPE_CHECKING:
 SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"
 
 
-@dataclass(frozen=True)
-class _Option:
-    """`--perfgate-NAME VALUE` with the ini key `perfgate_NAME`."""
-
-    name: str
-    metavar: str
-    help: str
-
-    @property
-    def flag(self) -> str:
-        return f"--perfgate-{self.name}"
-
-    @property
-    def key(self) -> str:
-        return f"perfgate_{self.name.replace('-', '_')}"
-
-
-OPTIONS = (
-    _Option("configs", "LIST", f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)"),
-    _Option(
-        "trials",
-        "N",
-        f"trials per config, each in a fresh process (default: {DEFAULT_TRIALS}; {DEFAULT_UPDATE_TRIALS} "
-        "with --perfgate-update)",
-    ),
-    _Option("max-trials", "N", f"add trials to inconclusive configs up to N (default: {DEFAULT_MAX_TRIALS})"),
-    _Option("threads", "N", "torch threads per trial (default: the CPUs available)"),
-    _Option("baseline-dir", "DIR", f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)"),
-    _Option("threshold", "PCT", "samples/s regression threshold, e.g. 5% (default: [tool.perfgate], else 5%)"),
-    _Option("alpha", "P", f"significance level per config, one-sided (default: {DEFAULT_ALPHA:g})"),
-    _Option("json", "PATH", "write the results (the same JSON as perfgate --json) to PATH"),
-    _Option(
-        "against",
-        "REF",
-        "with --perfgate: measure the workloads against this git ref (branch, tag, commit) in pairs, side by "
-        f"side, instead of the stored baselines (default max trials then: {DEFAULT_MAX_PAIRS} pairs)",
-    ),
-)
-FLAGS = (
-    ("fail-on-inconclusive", "fail perf tests whose verdict stays inconclusive"),
-    ("allow-dirty", "with --perfgate-update: measure even with uncommitted changes to tracked files"),
+PLUGIN_OPTIONS = (
+    options.CONFIGS,
+    options.TRIALS,
+    options.MAX_TRIALS,
+    options.THREADS,
+    options.BASELINE_DIR,
+    options.THRESHOLD,
+    options.ALPHA,
+    options.JSON,
+    options.AGAINST,
+    options.FAIL_ON_INCONCLUSIVE,
+    options.ALLOW_DIRTY,
 )
 
 
@@ -104,15 +77,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--perfgate-update", action="store_true", help="run the perf tests and write their baselines instead"
     )
-    for option in OPTIONS:
-        group.addoption(
-            option.flag, dest=option.key, default=None, metavar=option.metavar, help=option.help.replace("%", "%%")
+    for option in PLUGIN_OPTIONS:
+        add_to_pytest(
+            group, parser, option, PYTEST, default=f"{DEFAULT_TRIALS}; {DEFAULT_UPDATE_TRIALS} with --perfgate-update"
         )
-        parser.addini(option.key, f"perfgate: {option.help}", default=None)
-    for name, text in FLAGS:
-        key = f"perfgate_{name.replace('-', '_')}"
-        group.addoption(f"--perfgate-{name}", dest=key, action="store_true", default=None, help=text)
-        parser.addini(key, f"perfgate: {text}", type="bool", default=False)
 
 
 @dataclass(frozen=True)
@@ -159,34 +127,33 @@ class PluginSettings:
             alpha=self.alpha,
             max_trials=max_trials,
             fail_on_inconclusive=self.fail_on_inconclusive,
-            prefix="--perfgate-",
-            update_command="pytest --perfgate-update",
+            front_end=PYTEST,
         )
 
 
 def read_settings(config: pytest.Config) -> PluginSettings:
     """Parse options and ini keys (an option wins over its ini key); PerfgateError on a bad value."""
-    from perfgate.project import load_project_config, parse_count, parse_fraction
+    from perfgate.project import load_project_config
     from perfgate.records.results import check_writable
 
-    def value(option: _Option) -> tuple[str | None, str]:
-        given = config.getoption(option.key)
+    def value(option: options.Option) -> tuple[str | None, str]:
+        key = ini_key(option)
+        given = config.getoption(key)
         if given is not None:
-            return str(given), option.flag
-        ini = str(config.getini(option.key) or "").strip()
+            return str(given), PYTEST.option(option.name)
+        ini = str(config.getini(key) or "").strip()
         if len(ini) > 1 and ini[0] == ini[-1] and ini[0] in "'\"":  # pytest.ini keeps quotes; TOML does not
             ini = ini[1:-1]
-        return (ini or None), f"ini {option.key}"
+        return (ini or None), f"ini {key}"
 
-    def flag(name: str) -> bool:
-        key = f"perfgate_{name.replace('-', '_')}"
-        return bool(config.getoption(key) or config.getini(key))
+    def flag(option: options.Option) -> bool:
+        return bool(config.getoption(ini_key(option)) or config.getini(ini_key(option)))
 
-    raw = {option.name: value(option) for option in OPTIONS}
+    raw = {option.name: value(option) for option in PLUGIN_OPTIONS if not option.flag}
 
-    def parsed(name: str, parse: Callable[[str, str], Any]) -> Any:
-        text, where = raw[name]
-        return None if text is None else parse(text, where)
+    def parsed(option: options.Option) -> Any:
+        text, where = raw[option.name]
+        return None if text is None or option.parse is None else option.parse(text, where)
 
     check, update = config.getoption("perfgate"), config.getoption("perfgate_update")
     if check and update:
@@ -222,23 +189,23 @@ def read_settings(config: pytest.Config) -> PluginSettings:
     except PerfgateError as error:
         error.where = configs_where
         raise
-    json_path = parsed("json", lambda text, where: Path(text))
+    json_path = parsed(options.JSON)
     if json_path is not None and mode != "off":
         check_writable(json_path, raw["json"][1])
-    trials = parsed("trials", parse_count)
+    trials = parsed(options.TRIALS)
     return PluginSettings(
         mode=mode,
         project=load_project_config(config.rootpath),
         configs=configs,
         trials=trials or (DEFAULT_UPDATE_TRIALS if mode == "update" else DEFAULT_TRIALS),
-        max_trials=parsed("max-trials", parse_count),
-        threads=parsed("threads", parse_count),
-        baseline_dir=Path(raw["baseline-dir"][0] or DEFAULT_BASELINE_DIR),
-        threshold=parsed("threshold", parse_fraction),
-        alpha=parsed("alpha", parse_fraction),
+        max_trials=parsed(options.MAX_TRIALS),
+        threads=parsed(options.THREADS),
+        baseline_dir=parsed(options.BASELINE_DIR) or DEFAULT_BASELINE_DIR,
+        threshold=parsed(options.THRESHOLD),
+        alpha=parsed(options.ALPHA),
         json=json_path,
-        fail_on_inconclusive=flag("fail-on-inconclusive"),
-        allow_dirty=flag("allow-dirty"),
+        fail_on_inconclusive=flag(options.FAIL_ON_INCONCLUSIVE),
+        allow_dirty=flag(options.ALLOW_DIRTY),
         against=against if mode == "check" else None,  # an ini value is a default for checks: updates ignore it
     )
 
@@ -254,10 +221,9 @@ def pytest_configure(config: pytest.Config) -> None:
             elif not settings.allow_dirty:
                 from perfgate.measure.environment import require_clean_tree
 
-                require_clean_tree(config.rootpath, config.rootpath / settings.baseline_dir)
+                require_clean_tree(config.rootpath, config.rootpath / settings.baseline_dir, PYTEST)
     except PerfgateError as error:
-        message = error.one_line().replace("--allow-dirty", "--perfgate-allow-dirty")
-        raise pytest.UsageError(f"perfgate: {message}") from None
+        raise pytest.UsageError(f"perfgate: {error.one_line()}") from None
     session = PerfgateSession(config, settings)
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "perfgate-session")

@@ -49,7 +49,7 @@ def decide_sequentially(
         pending = open_configs(result)
         if not pending:
             if any(v.status == Status.INCONCLUSIVE for v in result.verdicts) and most > settings.trials:
-                return result, f"--max-trials {settings.max_trials} reached"
+                return result, f"{settings.front_end.option('max-trials')} {settings.max_trials} reached"
             return result, None
         if not budget_left_after(pending):
             # The data will not grow: look once more as the last look, with what is left of the error rates.

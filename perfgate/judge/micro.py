@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.judge.stats import ThroughputComparison, combine_verdicts, compare_throughput
+from perfgate.judge.stats import ThroughputComparison, compare_probed
 from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
 from perfgate.records.micro import DEFAULT_RUN_NOISE, MICRO_FILE, MIN_SESSIONS, UPDATE_COMMAND, MicroBenchmark
@@ -55,19 +55,10 @@ def compare_micro(
             base_probes = [base.probe_steps_per_sec] * len(base_rates)
             current_probes = [current.probe_steps_per_sec] * len(current_rates)
             noise = run_noise
-        raw = compare_throughput(base_rates, current_rates, threshold=threshold, alpha=alpha, run_noise=noise)
-        adjusted = machine = None
-        verdict = raw.verdict
-        if all(base_probes) and all(current_probes):
-            adjusted = compare_throughput(
-                [r / p for r, p in zip(base_rates, base_probes, strict=True) if p],
-                [r / p for r, p in zip(current_rates, current_probes, strict=True) if p],
-                threshold=threshold,
-                alpha=alpha,
-                run_noise=noise,
-            )
-            machine = compare_throughput([p for p in base_probes if p], [p for p in current_probes if p])
-            verdict = combine_verdicts(raw.verdict, adjusted.verdict)
+        probed = compare_probed(
+            base_rates, current_rates, base_probes, current_probes, threshold=threshold, alpha=alpha, run_noise=noise
+        )
+        raw, adjusted, machine, verdict = probed.raw, probed.adjusted, probed.machine, probed.verdict
         sample = "session" if len(base.sessions) >= MIN_SESSIONS else "block"
         reason = throughput_reason(raw, adjusted, machine, unit="calls/s", sample=sample)
         verdicts.append(MicroVerdict(current.name, Status.of(verdict), reason, base, current, raw, adjusted, machine))

@@ -491,6 +491,49 @@ def _check_level(value: float, name: str) -> None:
         raise ValueError(f"{name} must be between 0 and 1, got {value}")
 
 
+@dataclass(frozen=True)
+class ProbedComparison:
+    """A throughput comparison raw and, with the machine probe's rates, per probe rate (`adjusted`),
+    with the probe's own comparison (`machine`: how fast the machine ran)."""
+
+    raw: ThroughputComparison
+    adjusted: ThroughputComparison | None = None
+    machine: ThroughputComparison | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        return combined_verdict(self.raw, self.adjusted)
+
+
+def compare_probed(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    baseline_probes: Sequence[float | None] | None,
+    candidate_probes: Sequence[float | None] | None,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    levels: LookLevels | None = None,
+    run_noise: float = 0.0,
+) -> ProbedComparison:
+    """`compare_throughput` on the rates, and, when every sample has a probe rate on both sides, on the
+    rates divided by them: the one raw / machine-adjusted comparison for trials and micro-benchmarks."""
+    raw = compare_throughput(baseline, candidate, threshold=threshold, alpha=alpha, levels=levels, run_noise=run_noise)
+    if not baseline_probes or not candidate_probes or not all(baseline_probes) or not all(candidate_probes):
+        return ProbedComparison(raw)
+    base_probes = [p for p in baseline_probes if p]
+    current_probes = [p for p in candidate_probes if p]
+    adjusted = compare_throughput(
+        [r / p for r, p in zip(baseline, base_probes, strict=True)],
+        [r / p for r, p in zip(candidate, current_probes, strict=True)],
+        threshold=threshold,
+        alpha=alpha,
+        levels=levels,
+        run_noise=run_noise,
+    )
+    return ProbedComparison(raw, adjusted, compare_throughput(base_probes, current_probes, threshold=threshold))
+
+
 def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison | None) -> Verdict:
     """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one.
 

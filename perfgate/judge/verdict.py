@@ -25,11 +25,12 @@ from perfgate.judge.stats import (
     combined_verdict,
     compare_memory,
     compare_paired,
-    compare_throughput,
+    compare_probed,
     look_levels,
     looks,
 )
 from perfgate.judge.wording import memory_reason, throughput_reason
+from perfgate.naming import CLI, FrontEnd
 from perfgate.project import Limits, ProjectConfig
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
@@ -105,8 +106,12 @@ class GateSettings:
     max_trials: int = DEFAULT_MAX_TRIALS
     time_budget_s: float = DEFAULT_TIME_BUDGET_S
     fail_on_inconclusive: bool = False
-    update_command: str = "perfgate update"  # what the messages tell the user to run for a new baseline
+    front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
     spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
+
+    @property
+    def update_command(self) -> str:
+        return self.front_end.update_command
 
     @property
     def looks(self) -> int:
@@ -168,14 +173,14 @@ class GateSettings:
         max_trials: int | None = None,
         time_budget_s: float = DEFAULT_TIME_BUDGET_S,
         fail_on_inconclusive: bool = False,
-        prefix: str = "--",
-        update_command: str = "perfgate update",
+        front_end: FrontEnd = CLI,
     ) -> GateSettings:
-        """Settings from a front end's options (None: not given) over the project's; `prefix` names them."""
+        """Settings from a front end's options (None: not given) over the project's."""
         if max_trials is not None and max_trials < trials:
+            most, count = front_end.option("max-trials"), front_end.option("trials")
             raise UsageError(
-                f"{prefix}max-trials {max_trials} is below {prefix}trials {trials}",
-                hint=f"give {prefix}max-trials at least as large as {prefix}trials (or equal, for no extra trials)",
+                f"{most} {max_trials} is below {count} {trials}",
+                hint=f"give {most} at least as large as {count} (or equal, for no extra trials)",
             )
         if max_trials is None:
             max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
@@ -189,7 +194,7 @@ class GateSettings:
             max_trials=max_trials,
             time_budget_s=time_budget_s,
             fail_on_inconclusive=fail_on_inconclusive,
-            update_command=update_command,
+            front_end=front_end,
         )
 
 
@@ -552,18 +557,15 @@ def _compare_config(
             base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, levels=levels
         )
     else:
-        throughput = compare_throughput(
-            base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, levels=levels
+        probed = compare_probed(
+            base.samples_per_sec,
+            measured.samples_per_sec,
+            base.probe_steps_per_sec,
+            measured.probe_steps_per_sec,
+            threshold=limits.throughput,
+            levels=levels,
         )
-        base_probe, measured_probe = base.probe_steps_per_sec, measured.probe_steps_per_sec
-        if base_probe and measured_probe:
-            adjusted = compare_throughput(
-                [s / p for s, p in zip(base.samples_per_sec, base_probe, strict=True)],
-                [s / p for s, p in zip(measured.samples_per_sec, measured_probe, strict=True)],
-                threshold=limits.throughput,
-                levels=levels,
-            )
-            machine = compare_throughput(base_probe, measured_probe, threshold=limits.throughput)
+        throughput, adjusted, machine = probed.raw, probed.adjusted, probed.machine
     memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=levels.alpha, looks=1)
     status = Status.combined((combined_verdict(throughput, adjusted), memory.verdict))
     sample = "pair" if paired else "trial"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import UsageError
+from perfgate.naming import CLI, FrontEnd
 
 
 def available_cpus() -> int:
@@ -136,12 +137,12 @@ def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
     return [p for p in paths if not (skip and (p == skip or p.startswith(skip + "/")))]
 
 
-def require_clean_tree(directory: Path, baseline_dir: Path) -> None:
+def require_clean_tree(directory: Path, baseline_dir: Path, front_end: FrontEnd = CLI) -> None:
     """Refuse to measure a baseline on uncommitted changes to tracked files (the baselines' own excepted)."""
     dirty = dirty_paths(directory, ignore=baseline_dir)
     if dirty:
         shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
         raise UsageError(
             f"the working tree has uncommitted changes ({shown}): a baseline must match a commit",
-            hint="commit or stash them, or pass --allow-dirty",
+            hint=f"commit or stash them, or pass {front_end.option('allow-dirty')}",
         )

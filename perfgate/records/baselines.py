@@ -54,7 +54,7 @@ class TrialEntry:
     step_p95_s: float | None = None
     phase_s: dict[str, float] = field(default_factory=dict)  # total seconds per phase over the timed steps
     compile_s: float | None = None
-    probe_steps_per_sec: float | None = None  # the machine probe's rate in this trial (perfgate/probe.py)
+    probe_steps_per_sec: float | None = None  # the machine probe's rate in this trial (perfgate/measure/probe.py)
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (diagnosis)
     host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)

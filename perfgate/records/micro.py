@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import ResultsError
+from perfgate.naming import PYTEST
 from perfgate.records.baselines import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure, version_hint
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, fingerprint_key
 from perfgate.records.locking import locked_folder
@@ -40,7 +41,7 @@ MAX_BLOCKS = 10
 MAX_SESSIONS = 5  # update sessions of one commit kept per benchmark
 MIN_SESSIONS = 3  # from this many, the sessions' own spread replaces the assumed run-to-run noise
 DEFAULT_RUN_NOISE = 0.10  # session-to-session noise on a shared runner: benchmarks/microbench.py, docs/performance.md
-UPDATE_COMMAND = "pytest --perfgate-update"
+UPDATE_COMMAND = PYTEST.update_command
 _HEADER = (
     "# perfgate baseline for pytest-benchmark tests, written by `pytest --perfgate-update`: review changes like code.\n"
     "# Per machine type and benchmark: calls per second in blocks of rounds, and the machine probe's rate.\n"

@@ -1,0 +1,141 @@
+"""The options the CLI and the pytest plugin share, declared once and rendered for each.
+
+Each `Option` holds a name, a help text and a parser; `add_to_argparse` renders it as `--NAME` for
+`perfgate`, `add_to_pytest` as `--perfgate-NAME` with the ini key `perfgate_NAME` (the way
+pytest-benchmark renders its options for a prefix). Help texts name other options and the update
+command through a `FrontEnd` (`{o[against]}` placeholders), so each front end reads its own spelling.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfgate.errors import PerfgateError
+from perfgate.judge.stats import DEFAULT_ALPHA
+from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
+from perfgate.naming import FrontEnd
+from perfgate.project import parse_count, parse_fraction
+from perfgate.records.baselines import DEFAULT_BASELINE_DIR
+from perfgate.variants import CONFIG_NAMES
+
+Parse = Callable[[Any, str], Any]  # (value, where) -> parsed value; a PerfgateError when it is bad
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: a `flag` takes no value; the others are parsed by `parse` (None: kept as text)."""
+
+    name: str
+    help: str  # `{o[NAME]}`: another option, `{default}`: the command's default, as the front end has them
+    metavar: str | None = None
+    parse: Parse | None = None
+    flag: bool = False
+
+    def help_for(self, front_end: FrontEnd, **values: Any) -> str:
+        return self.help.format(o=_Spelling(front_end), **values)
+
+
+def argparse_type(parse: Parse, where: str) -> Callable[[str], Any]:
+    """`parse` as argparse wants it: the error's text and hint become argparse's message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text, where)
+        except PerfgateError as error:
+            raise argparse.ArgumentTypeError(f"{error.what}; {error.hint}" if error.hint else error.what) from None
+
+    return convert
+
+
+class _Spelling:
+    def __init__(self, front_end: FrontEnd) -> None:
+        self.front_end = front_end
+
+    def __getitem__(self, name: str) -> str:
+        return self.front_end.option(name)
+
+
+def _path(value: Any, where: str) -> Path:
+    return Path(str(value))
+
+
+CONFIGS = Option("configs", f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)", "LIST")
+TRIALS = Option("trials", "trials per config, each in a fresh process (default: {default})", "N", parse_count)
+MAX_TRIALS = Option(
+    "max-trials",
+    "add trials (in a paired check, pairs) to inconclusive configs up to N per config "
+    f"(default: {DEFAULT_MAX_TRIALS} trials, {DEFAULT_MAX_PAIRS} pairs)",
+    "N",
+    parse_count,
+)
+THREADS = Option("threads", "torch threads per trial (default: the CPUs available)", "N", parse_count)
+BASELINE_DIR = Option(
+    "baseline-dir", f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)", "DIR", _path
+)
+THRESHOLD = Option(
+    "threshold",
+    "samples/s regression threshold, e.g. 5% (default: [tool.perfgate] threshold, else 5%)",
+    "PCT",
+    parse_fraction,
+)
+ALPHA = Option(
+    "alpha",
+    f"significance level per config, one-sided, over all its looks (default: {DEFAULT_ALPHA:g})",
+    "P",
+    parse_fraction,
+)
+JSON = Option("json", "write the results (schema_version 2) to PATH", "PATH", _path)
+AGAINST = Option(
+    "against",
+    "measure the working tree against this git ref (branch, tag, commit) in pairs, side by side, "
+    "instead of comparing with stored baselines",
+    "REF",
+)
+FAIL_ON_INCONCLUSIVE = Option("fail-on-inconclusive", "fail the build when a verdict stays inconclusive", flag=True)
+ALLOW_DIRTY = Option(
+    "allow-dirty",
+    "write baselines even with uncommitted changes to tracked files (they must match a commit)",
+    flag=True,
+)
+
+
+def add_to_argparse(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    option: Option,
+    front_end: FrontEnd,
+    *,
+    default: Any = None,
+    **help_values: Any,
+) -> None:
+    """`option` as `--NAME`; `help_values` fill the help text's placeholders (`default`: the default's)."""
+    text = option.help_for(front_end, **{"default": default, **help_values}).replace("%", "%%")
+    if option.flag:
+        parser.add_argument(front_end.option(option.name), action="store_true", help=text)
+        return
+    kwargs: dict[str, Any] = {"default": default, "metavar": option.metavar, "help": text}
+    if option.parse is not None:
+        kwargs["type"] = argparse_type(option.parse, front_end.option(option.name))
+    parser.add_argument(front_end.option(option.name), **kwargs)
+
+
+def add_to_pytest(group: Any, parser: Any, option: Option, front_end: FrontEnd, **help_values: Any) -> None:
+    """`option` as `--perfgate-NAME` with the ini key `perfgate_NAME`; the plugin parses the values itself,
+    so an ini value and an option share one parser (`Option.parse`) and one error message."""
+    text = option.help_for(front_end, **help_values)
+    key = ini_key(option)
+    if option.flag:
+        group.addoption(front_end.option(option.name), dest=key, action="store_true", default=None, help=text)
+        parser.addini(key, f"perfgate: {text}", type="bool", default=False)
+        return
+    group.addoption(
+        front_end.option(option.name), dest=key, default=None, metavar=option.metavar, help=text.replace("%", "%%")
+    )
+    parser.addini(key, f"perfgate: {text}", default=None)
+
+
+def ini_key(option: Option) -> str:
+    return f"perfgate_{option.name.replace('-', '_')}"
