@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
+from perfgate.judge.settings import DEFAULT_MAX_TRIALS
 from perfgate.judge.stats import DEFAULT_ALPHA, Verdict, compare_throughput, looks, smallest_mann_whitney_p
-from perfgate.judge.verdict import DEFAULT_MAX_TRIALS
 from perfgate.measure.lab import DEFAULT_TRIALS
 from perfgate.project import DEFAULT_THRESHOLD
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS

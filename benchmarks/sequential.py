@@ -71,6 +71,7 @@ from scipy import stats as scipy_stats
 
 import perfgate.judge.verdict
 from perfgate.check.sequential import decide_sequentially
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateSettings, LookTracker
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_SPENDING,
@@ -84,14 +85,7 @@ from perfgate.judge.stats import (
     looks,
     slowdown_bound,
 )
-from perfgate.judge.verdict import (
-    DEFAULT_MAX_PAIRS,
-    DEFAULT_MAX_TRIALS,
-    ConfigVerdict,
-    GateSettings,
-    LookTracker,
-    Status,
-)
+from perfgate.judge.verdict import ConfigVerdict, Status
 from perfgate.measure.lab import DEFAULT_TRIALS
 from perfgate.project import DEFAULT_THRESHOLD
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS

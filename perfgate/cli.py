@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import perfgate
 from perfgate import options
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
-from perfgate.judge.verdict import DEFAULT_TIME_BUDGET_S
+from perfgate.judge.settings import DEFAULT_TIME_BUDGET_S
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from perfgate.naming import CLI
 from perfgate.options import add_to_argparse, argparse_type
@@ -22,7 +22,8 @@ from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
     from perfgate.judge.diagnosis import Diagnosis
-    from perfgate.judge.verdict import GateResult, GateSettings
+    from perfgate.judge.settings import GateSettings
+    from perfgate.judge.verdict import GateResult
     from perfgate.measure.lab import ProgressCallback, RunSettings
     from perfgate.records.results import RunResult
     from perfgate.references import Reference
@@ -294,7 +295,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool = False) -> GateSettings:
     """Gate settings from the options and [tool.perfgate]; `single_look` for a judgement that adds no trials."""
-    from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, GateSettings
+    from perfgate.judge.settings import DEFAULT_MAX_PAIRS, GateSettings
     from perfgate.project import load_project_config
 
     max_trials = getattr(args, "max_trials", None)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import PerfgateError
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.judge.stats import DEFAULT_ALPHA
-from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.naming import FrontEnd
 from perfgate.project import parse_count, parse_fraction
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR

@@ -35,7 +35,8 @@ import pytest
 from perfgate import options
 from perfgate.check.micro import inner_session
 from perfgate.errors import PerfgateError
-from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, fails_build
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS
+from perfgate.judge.verdict import fails_build
 from perfgate.measure.lab import DEFAULT_TRIALS
 from perfgate.naming import PYTEST
 from perfgate.options import add_to_pytest, ini_key
@@ -45,7 +46,8 @@ from perfgate.variants import CONFIG_NAMES, parse_configs
 if TYPE_CHECKING:
     from perfgate.check.micro import PairedMicro
     from perfgate.judge.micro import MicroVerdict
-    from perfgate.judge.verdict import ConfigVerdict, GateResult, GateSettings, WorkloadVerdict
+    from perfgate.judge.settings import GateSettings
+    from perfgate.judge.verdict import ConfigVerdict, GateResult, WorkloadVerdict
     from perfgate.measure.lab import RunSettings
     from perfgate.project import ProjectConfig
     from perfgate.records.baselines import StoredUpdate
@@ -115,7 +117,7 @@ class PluginSettings:
         )
 
     def gate_settings(self) -> GateSettings:
-        from perfgate.judge.verdict import GateSettings
+        from perfgate.judge.settings import GateSettings
 
         max_trials = self.max_trials
         if max_trials is None and self.against is not None:  # as `perfgate check --against`

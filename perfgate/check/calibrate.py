@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfgate.check.paired import decide_paired
+from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import DETECTION_POWER, look_levels, student_t_ppf
-from perfgate.judge.verdict import GateResult, GateSettings, compare_pairs
+from perfgate.judge.verdict import GateResult, compare_pairs
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.records.results import pairing_text

@@ -31,8 +31,9 @@ from pathlib import Path
 
 from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadError
 from perfgate.judge.micro import MicroVerdict
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S
 from perfgate.judge.stats import DEFAULT_ALPHA, ThroughputComparison, compare_paired, look_levels
-from perfgate.judge.verdict import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S, Status
+from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
 from perfgate.measure.paired import base_checkout, source_folders

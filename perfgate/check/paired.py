@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate.check.sequential import decide_sequentially
-from perfgate.judge.verdict import GateResult, GateSettings, LookTracker, Status, WorkloadVerdict, compare_pairs
+from perfgate.judge.settings import GateSettings, LookTracker
+from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import pairs_needed_note
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, base_checkout

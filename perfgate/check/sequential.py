@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import Verdict, combined_verdict
-from perfgate.judge.verdict import ConfigVerdict, GateResult, GateSettings, Status
+from perfgate.judge.verdict import ConfigVerdict, GateResult, Status
 
 
 def _throughput_open(verdict: ConfigVerdict) -> bool:

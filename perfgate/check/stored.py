@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate.check.sequential import decide_sequentially
-from perfgate.judge.verdict import GateResult, GateSettings, LookTracker, compare_run, find_baselines
+from perfgate.judge.settings import GateSettings, LookTracker
+from perfgate.judge.verdict import GateResult, compare_run, find_baselines
 from perfgate.measure.lab import LabSession, ProgressCallback, RunSettings
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.fingerprint import machine_fingerprint

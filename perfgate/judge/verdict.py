@@ -11,13 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
-from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION, UsageError
+from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION
+from perfgate.judge.settings import GateSettings, Look, Looks
 from perfgate.judge.stats import (
-    DEFAULT_ALPHA,
-    DEFAULT_SPENDING,
-    PASS_ERROR,
     LookLevels,
     MemoryComparison,
     ThroughputComparison,
@@ -26,19 +23,13 @@ from perfgate.judge.stats import (
     compare_memory,
     compare_paired,
     compare_probed,
-    look_levels,
-    looks,
 )
 from perfgate.judge.wording import memory_reason, throughput_reason
-from perfgate.naming import CLI, FrontEnd
 from perfgate.project import Limits, ProjectConfig
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
 from perfgate.records.results import Against, RunResult, WorkloadResult
 
-DEFAULT_MAX_TRIALS = 8
-DEFAULT_MAX_PAIRS = 20  # a paired check's largest number of pairs per config
-DEFAULT_TIME_BUDGET_S = 600.0
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
 
@@ -93,131 +84,6 @@ def build_exit_code(statuses: Iterable[Status], *, problems: bool = False, fail_
     if Status.INCONCLUSIVE in found and fail_on_inconclusive:
         return EXIT_REGRESSION
     return EXIT_OK
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    """How a check decides: thresholds (global and per workload/config), alpha and the trial budget."""
-
-    project: ProjectConfig = field(default_factory=ProjectConfig)
-    threshold: float | None = None  # from the command line; overrides the project's global threshold
-    alpha: float = DEFAULT_ALPHA
-    trials: int = 3
-    max_trials: int = DEFAULT_MAX_TRIALS
-    time_budget_s: float = DEFAULT_TIME_BUDGET_S
-    fail_on_inconclusive: bool = False
-    front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
-    spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
-
-    @property
-    def update_command(self) -> str:
-        return self.front_end.update_command
-
-    @property
-    def looks(self) -> int:
-        """How often the check may test each config at most (after its first trials, then after each)."""
-        return looks(self.trials, max(self.trials, self.max_trials))
-
-    def levels(self, look: Look | None) -> LookLevels:
-        """The error rates one look may spend: a spending plan over the check's looks; without a look
-        (a judgement that adds no trials) the whole of them."""
-        if look is None:
-            return LookLevels(self.alpha, PASS_ERROR)
-        if look.previous_n is None:  # a results file from before spending plans: an even split
-            return LookLevels(self.alpha / self.looks, PASS_ERROR / self.looks)
-        return look_levels(
-            look.n,
-            look.previous_n,
-            max(self.trials, self.max_trials),
-            alpha=self.alpha,
-            final=look.final,
-            shape=self.spending,
-        )
-
-    def limits(self, workload: str, config: str) -> Limits:
-        return self.project.limits(workload, config, threshold=self.threshold)
-
-    def record(self, baseline_dir: Path) -> dict[str, object]:
-        """What a results file keeps of these settings, so a later report judges the run the same way."""
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "trials": self.trials,
-            "max_trials": self.max_trials,
-            "fail_on_inconclusive": self.fail_on_inconclusive,
-            "baseline_dir": str(baseline_dir),
-            "spending": self.spending,
-        }
-
-    @classmethod
-    def from_record(cls, project: ProjectConfig, record: Mapping[str, Any]) -> GateSettings:
-        """Settings saved by `record` (the project's thresholds still apply)."""
-        return cls(
-            project=project,
-            threshold=record.get("threshold"),
-            alpha=float(record.get("alpha", DEFAULT_ALPHA)),
-            trials=int(record.get("trials", 1)),
-            max_trials=int(record.get("max_trials", 1)),
-            fail_on_inconclusive=bool(record.get("fail_on_inconclusive", False)),
-            spending=str(record.get("spending", DEFAULT_SPENDING)),
-        )
-
-    @classmethod
-    def from_options(
-        cls,
-        project: ProjectConfig,
-        *,
-        trials: int,
-        threshold: float | None = None,
-        alpha: float | None = None,
-        max_trials: int | None = None,
-        time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-        fail_on_inconclusive: bool = False,
-        front_end: FrontEnd = CLI,
-    ) -> GateSettings:
-        """Settings from a front end's options (None: not given) over the project's."""
-        if max_trials is not None and max_trials < trials:
-            most, count = front_end.option("max-trials"), front_end.option("trials")
-            raise UsageError(
-                f"{most} {max_trials} is below {count} {trials}",
-                hint=f"give {most} at least as large as {count} (or equal, for no extra trials)",
-            )
-        if max_trials is None:
-            max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
-        if alpha is None:
-            alpha = project.alpha if project.alpha is not None else DEFAULT_ALPHA
-        return cls(
-            project=project,
-            threshold=threshold,
-            alpha=alpha,
-            trials=trials,
-            max_trials=max_trials,
-            time_budget_s=time_budget_s,
-            fail_on_inconclusive=fail_on_inconclusive,
-            front_end=front_end,
-        )
-
-
-@dataclass(frozen=True)
-class Look:
-    """One test of a config in a sequential check: at `n` trials (or pairs), the previous test at
-    `previous_n` (0: none; None: unknown, a file written before spending plans), `final` when no
-    more will follow."""
-
-    n: int
-    previous_n: int | None
-    final: bool
-
-    def to_record(self) -> list[object]:
-        return [self.n, self.previous_n, self.final]
-
-    @classmethod
-    def from_record(cls, record: Sequence[Any]) -> Look:
-        n, previous_n, final = record
-        return cls(int(n), None if previous_n is None else int(previous_n), bool(final))
-
-
-Looks = Mapping[tuple[str, str], Look]
 
 
 @dataclass(frozen=True)
@@ -453,29 +319,6 @@ def compare_run(
             )
         )
     return GateResult(workloads, settings, run, looks=dict(looks or {}))
-
-
-class LookTracker:
-    """Each config's looks in a sequential check: the sample size of its previous look, so every look
-    spends only the error rates added since (`GateSettings.levels`)."""
-
-    def __init__(self, settings: GateSettings) -> None:
-        self.settings = settings
-        self.previous: dict[tuple[str, str], int] = {}
-        self.current: dict[tuple[str, str], Look] = {}
-
-    def look(self, counts: Mapping[tuple[str, str], int], final: bool) -> dict[tuple[str, str], Look]:
-        """The looks at these sample sizes; a config whose size did not grow since its last look keeps it."""
-        most = max(self.settings.trials, self.settings.max_trials)
-        for key, n in counts.items():
-            before = self.previous.get(key, 0)
-            if n <= before or n < 1:
-                if final and key in self.current:  # the same data, now known to be the last look
-                    self.current[key] = replace(self.current[key], final=True)
-                continue
-            self.current[key] = Look(n, before, final or n >= most)
-            self.previous[key] = n
-        return dict(self.current)
 
 
 def compare_pairs(
