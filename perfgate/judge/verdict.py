@@ -1,7 +1,8 @@
 """The verdict: measured configs against their baselines, decided once for every front end.
 
-`compare_run` judges results that exist; `run_check` measures, judges, and runs more trials for the
-configs whose verdict is still inconclusive (interleaved, up to `max_trials` or a time budget).
+`compare_run` judges a run against stored baselines, `compare_pairs` a paired check's head against
+its base; `fails_build` and `build_exit_code` are the one rule that turns verdicts into the build's
+answer. Measuring until the verdicts are decided is `perfgate.check`'s work.
 """
 
 from __future__ import annotations

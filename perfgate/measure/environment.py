@@ -1,4 +1,5 @@
-"""The environment fingerprint recorded next to every result: software, hardware and git state."""
+"""The environment recorded next to every result: software, hardware and git state (the fingerprint
+that picks comparable baselines from it is `records.fingerprint`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Micro-benchmarks timed by pytest-benchmark, judged with perfgate's statistics against stored baselines.
+"""Micro-benchmarks timed by pytest-benchmark: their records and baselines (`judge.micro` judges them).
 
 pytest-benchmark times a function over many rounds inside one process and, by default, compares runs
 with a bare threshold on one statistic. perfgate reads its JSON (the raw per-round times) instead.
