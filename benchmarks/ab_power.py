@@ -182,6 +182,25 @@ def probe_rate(document: dict) -> float:
     return statistics.median(rates) if rates else math.nan
 
 
+def pair_ratio(document: dict) -> float:
+    """Head over base samples/sec, the geometric mean over the check's pairs (matched by trial index)."""
+    base = {
+        (w["name"], name, t["trial"]): t["samples_per_sec"]
+        for w in (document.get("against") or {}).get("base", {}).get("workloads", [])
+        for name, c in w["configs"].items()
+        for t in c["trials"]
+        if t.get("status") == "ok"
+    }
+    logs = [
+        math.log(t["samples_per_sec"] / base[(w["name"], name, t["trial"])])
+        for w in document["workloads"]
+        for name, c in w["configs"].items()
+        for t in c["trials"]
+        if t.get("status") == "ok" and (w["name"], name, t["trial"]) in base
+    ]
+    return math.exp(statistics.fmean(logs)) if logs else math.nan
+
+
 SETTINGS = {
     "2 threads, in turn": ([], {}, []),
     "1 thread, in turn": (["--threads", "1"], {}, []),
@@ -235,20 +254,21 @@ def command_real(args: argparse.Namespace, repo: Path, commits: dict[str, str]) 
         for scenario in scenarios:
             outcome = check(repo, commits[scenario], commits["base"], list(args.extra), {}, [])
             outcome["probe"] = probe_rate(outcome["document"])
+            outcome["ratio"] = pair_ratio(outcome["document"])
             outcome["load"] = os.getloadavg()[0]
             del outcome["document"]
             rows[scenario].append(outcome)
             print(
                 f"run {run + 1} {scenario}: exit {outcome['exit']} {outcome['verdict']} in {outcome['seconds']:.0f} s, "
-                f"probe {outcome['probe']:.0f} steps/s, load {outcome['load']:.2f}",
+                f"head/base {outcome['ratio']:.3f}, probe {outcome['probe']:.0f} steps/s, load {outcome['load']:.2f}",
                 file=sys.stderr,
                 flush=True,
             )
     print(
         "| scenario | checks | regression (exit 1) | no change | inconclusive | other | minutes per check "
-        "(median, max) | probe steps/s (min-max) |"
+        "(median, max) | head/base (geometric mean of checks) | probe steps/s (min-max) |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for scenario, outcomes in rows.items():
         verdicts = [o["verdict"] for o in outcomes]
         minutes = [o["seconds"] / 60 for o in outcomes]
@@ -257,7 +277,9 @@ def command_real(args: argparse.Namespace, repo: Path, commits: dict[str, str]) 
             f"| {scenario} | {len(outcomes)} | {sum(o['exit'] == 1 for o in outcomes)} | "
             f"{verdicts.count('no change')} | {verdicts.count('inconclusive')} | "
             f"{sum(v not in ('regression', 'no change', 'inconclusive') for v in verdicts)} | "
-            f"{statistics.median(minutes):.1f}, {max(minutes):.1f} | {min(probes):.0f}-{max(probes):.0f} |"
+            f"{statistics.median(minutes):.1f}, {max(minutes):.1f} | "
+            f"{math.exp(statistics.fmean(math.log(o['ratio']) for o in outcomes)):.3f} | "
+            f"{min(probes):.0f}-{max(probes):.0f} |"
         )
 
 

@@ -46,7 +46,8 @@ FORK_HELP = (
 )
 INTERLEAVE_HELP = (
     "start each pair's two trials together and let them take turns at the training steps, the waiting side "
-    "stopped (POSIX only): a busy neighbour hits both sides alike"
+    "stopped (POSIX only): a busy neighbour hits both sides alike (default, but for --parallel-pairs); "
+    "--no-interleaved-pairs runs them one after the other"
 )
 
 
@@ -163,7 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --against: run each pair's two trials at the same time, each on half of the CPUs",
     )
     paired.add_argument("--fork-trials", action="store_true", help=f"with --against: {FORK_HELP}")
-    paired.add_argument("--interleaved-pairs", action="store_true", help=f"with --against: {INTERLEAVE_HELP}")
+    paired.add_argument(
+        "--interleaved-pairs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"with --against: {INTERLEAVE_HELP}",
+    )
     calibrate = _add_command(
         commands,
         "calibrate",
@@ -193,7 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel-pairs", action="store_true", help="run each pair's two trials at the same time, on half the CPUs"
     )
     calibrate.add_argument("--fork-trials", action="store_true", help=FORK_HELP)
-    calibrate.add_argument("--interleaved-pairs", action="store_true", help=INTERLEAVE_HELP)
+    calibrate.add_argument(
+        "--interleaved-pairs", action=argparse.BooleanOptionalAction, default=None, help=INTERLEAVE_HELP
+    )
     update = _add_command(
         commands,
         "update",
@@ -353,7 +361,7 @@ def command_check(args: argparse.Namespace) -> int:
         for given, option in (
             (args.parallel_pairs, "--parallel-pairs"),
             (args.fork_trials, "--fork-trials"),
-            (args.interleaved_pairs, "--interleaved-pairs"),
+            (args.interleaved_pairs is not None, f"--{'' if args.interleaved_pairs else 'no-'}interleaved-pairs"),
         ):
             if given:
                 raise UsageError(f"{option} needs --against", hint="add --against REF, e.g. --against main")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perfgate.check.paired import decide_paired
+from perfgate.check.paired import decide_paired, takes_turns
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import DETECTION_POWER, look_levels, student_t_ppf
 from perfgate.judge.verdict import GateResult, compare_pairs
@@ -77,7 +77,7 @@ def run_calibration(
     slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
     parallel: bool = False,
     fork: bool = False,
-    interleaved: bool = False,
+    interleaved: bool | None = None,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -94,7 +94,7 @@ def run_calibration(
             "itself",
             parallel=parallel,
             fork=fork,
-            interleaved=interleaved,
+            interleaved=takes_turns(parallel, interleaved),
             progress=progress,
             planted_slowdown=planted,
         )
