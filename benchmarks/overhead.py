@@ -19,7 +19,10 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfgate.records.results import TrialRecord
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,14 +74,16 @@ def perfgate_trial(name: str, config: str, threads: int, scratch: Path) -> dict[
     return _figures(run_trial_process(spec, scratch, timeout_s=600))
 
 
-def _figures(record: dict[str, Any]) -> dict[str, float]:
+def _figures(record: TrialRecord) -> dict[str, float]:
     """perfgate's reported samples/s, the wall-clock figure, and the median step, from a trial record."""
-    if record.get("status") != "ok":
-        raise SystemExit(f"perfgate trial failed: {record.get('message')}")
+    result = record.result
+    if not result.ok or result.workload is None or result.timed_elapsed_s is None:
+        raise SystemExit(f"perfgate trial failed: {result.failure}")
+    timed_samples = result.workload["steps"] * result.workload["batch_size"]
     return {
-        "reported": float(record["samples_per_sec"]),
-        "wall": float(record["timed_samples"]) / float(record["timed_elapsed_s"]),
-        "step_s": statistics.median(record["step_s"]),
+        "reported": float(result.samples_per_sec),
+        "wall": float(timed_samples) / float(result.timed_elapsed_s),
+        "step_s": statistics.median(result.step_s),
     }
 
 

@@ -50,3 +50,7 @@ class WorkloadError(PerfgateError):
 
 class ResultsError(PerfgateError):
     """A results file that cannot be read or written."""
+
+
+class TrialRecordError(PerfgateError):
+    """A trial process's record that is not a `TrialResult`: a field unknown, missing or out of its vocabulary."""

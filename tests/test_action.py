@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from perfgate.report.markdown import MARKER
-from tests.conftest import GATED, git
+from tests.helpers.git import git
+from tests.helpers.workloads import GATED
 
 ACTION = yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())
 STEPS = ACTION["runs"]["steps"]
@@ -78,6 +79,7 @@ def commands(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("::")]
 
 
+@pytest.mark.e2e
 def test_a_pass(gated_project, tmp_path):
     inputs = {"args": CHECK_ARGS + " --alpha 0.001", "configs": "fp32", "trials": "2"}
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs)
@@ -89,6 +91,7 @@ def test_a_pass(gated_project, tmp_path):
     assert (Path(outputs["folder"]) / "chart.png").read_bytes()[:4] == b"\x89PNG"  # uploaded with the results
 
 
+@pytest.mark.e2e
 def test_a_regression_with_its_diagnosis_and_profiler_trace(gated_project, tmp_path):
     inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "2", "profile": "true"}
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs, {"PERFGATE_TEST_PLANT": "slow"})
@@ -101,6 +104,7 @@ def test_a_regression_with_its_diagnosis_and_profiler_trace(gated_project, tmp_p
     assert "#### Diagnosis: gated fp32" in summary and f"trace: {trace}" in summary
 
 
+@pytest.mark.e2e
 def test_a_perfgate_error_still_writes_the_summary(gated_project, tmp_path):
     code, summary, outputs, stdout = run_action(gated_project, tmp_path, {"args": CHECK_ARGS, "threshold": "5"})
     assert code == 2
@@ -111,6 +115,7 @@ def test_a_perfgate_error_still_writes_the_summary(gated_project, tmp_path):
     assert error.startswith("::error title=perfgate check failed (exit 2)::error: argument --threshold: '5' is")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("inputs", "literal"),
     [
@@ -126,6 +131,7 @@ def test_hostile_input_values_are_passed_through_literally(gated_project, tmp_pa
     assert "::error::injected" not in stdout.splitlines()  # a newline in a value cannot start a command
 
 
+@pytest.mark.e2e
 def test_an_against_ref_reaches_perfgate_check_and_update_refuses_it(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -175,6 +181,7 @@ def pull_request(tmp_path) -> tuple[Path, str, str]:
     return clone, git(origin, "rev-parse", "main"), fork_point
 
 
+@pytest.mark.e2e
 def test_merge_base_deepens_a_shallow_clone_until_the_branches_meet(pull_request, tmp_path):
     clone, base_sha, fork_point = pull_request
     code, stdout, output = find_merge_base(clone, tmp_path, base_sha)
@@ -182,6 +189,7 @@ def test_merge_base_deepens_a_shallow_clone_until_the_branches_meet(pull_request
     assert output == f"commit={fork_point}\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("event", "message"),
     [

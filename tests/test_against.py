@@ -23,7 +23,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.cli import main
+from perfgate.check.paired import takes_turns
+from perfgate.judge.settings import GateSettings, Look, LookTracker
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     PASS_ERROR,
@@ -34,13 +35,12 @@ from perfgate.judge.stats import (
     look_levels,
     spent,
 )
-from perfgate.judge.verdict import GateSettings, Look, LookTracker
 from perfgate.measure.paired import base_checkout
 from perfgate.project import ProjectConfig
-from tests.conftest import CliResult, git, run_cli
+from tests.helpers.cli import CliResult, run_cli, run_main, start_perfgate
+from tests.helpers.git import git
+from tests.helpers.results import validate_results
 
-ROOT = Path(__file__).parent.parent
-SCHEMA_V2 = ROOT / "perfgate" / "schema" / "results-v2.schema.json"
 WORKLOAD = "perf/bench.py:bench"
 # One config, one thread (two OpenMP threads on a busy 2-core machine stall each other), three pairs.
 FAST = ("--configs", "fp32", "--threads", "1", "--trials", "3")
@@ -159,13 +159,6 @@ def assert_clean(repo: Path, tmp: Path) -> None:
     assert left_behind(tmp) == []
 
 
-def validate_v2(document: dict) -> None:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_V2.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(document)
-
-
 # --- The base side imports the base's code --------------------------------------------------------
 
 # Three local packages, each imported from the repository without being installed the usual way:
@@ -250,6 +243,7 @@ def imported(run: dict, package: str, side: str) -> list[tuple[int, Path]]:
     return found
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("package", "relative"),
     [
@@ -272,9 +266,10 @@ def test_the_base_side_imports_the_bases_version_of_a_local_package(packaged, pa
     assert {(value, path) for value, path in head} == {(HEAD_VALUES[package], packaged["repo"].resolve() / relative)}
 
 
+@pytest.mark.e2e
 def test_the_base_trials_measured_the_bases_model_and_data(packaged):
     document = json.loads(packaged["results"].read_text(encoding="utf-8"))
-    validate_v2(document)
+    validate_results(document)
     assert document["schema_version"] == 2
     against = document["against"]
     assert (against["base_commit"], against["head_commit"]) == packaged["commits"]
@@ -288,6 +283,7 @@ def test_the_base_trials_measured_the_bases_model_and_data(packaged):
     assert_clean(packaged["repo"], packaged["tmp"])
 
 
+@pytest.mark.e2e
 def test_a_changed_model_and_data_are_judged_and_reported_as_evidence_not_refused(packaged):
     process = packaged["process"]
     assert process.returncode in (0, 1), process.stdout + process.stderr  # never 3: the check judged it
@@ -297,6 +293,7 @@ def test_a_changed_model_and_data_are_judged_and_reported_as_evidence_not_refuse
     assert " in HEAD~1 -> " in process.stdout
 
 
+@pytest.mark.e2e
 def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
     packaged, tmp_path, monkeypatch, capsys
 ):
@@ -305,19 +302,19 @@ def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
     base_commit, head_commit = packaged["commits"]
     mode = (
         f"paired: the working tree ({head_commit[:10]}) against HEAD~1 ({base_commit[:10]}), "
-        "each pair measured one after the other, alternating"
+        "each pair measured taking turns at the training steps"
     )
     results = str(packaged["results"])
-    report = perfgate(capsys, "report", results)
+    report = run_main(capsys, "report", results)
     assert report.returncode == 0, report.stdout + report.stderr
     assert f"compared with: {mode}" in report.stdout
     assert "base s/s" in report.stdout and "head s/s" in report.stdout and "pairs" in report.stdout
     assert "the model's numerics changed" in report.stdout
-    markdown = perfgate(capsys, "report", results, "--format", "markdown")
+    markdown = run_main(capsys, "report", results, "--format", "markdown")
     assert markdown.returncode == 0, markdown.stderr
     assert f"Compared with: {mode}." in markdown.stdout
     assert "| config | base samples/s | head samples/s |" in markdown.stdout
-    compared = perfgate(capsys, "compare", results)
+    compared = run_main(capsys, "compare", results)
     assert compared.returncode in (0, 1), compared.stdout + compared.stderr
     assert f"compared with: {mode}" in compared.stdout
     assert "base s/s" in compared.stdout and "head s/s" in compared.stdout
@@ -326,11 +323,13 @@ def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
 # --- Verdicts --------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
-    "fork", [(), ("--fork-trials",), ("--interleaved-pairs",)], ids=["fresh", "forked", "interleaved"]
+    "fork", [(), ("--fork-trials",), ("--no-interleaved-pairs",)], ids=["interleaved", "forked", "in-turn"]
 )
 def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(fork, tmp_path):
-    """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after three pairs."""
+    """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after three pairs. Pairs
+    take turns at the steps unless --no-interleaved-pairs runs them one after the other."""
     repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
     tmp = tmp_path / "tmp"
     more = ("--max-trials", "5", "--time-budget", "90", *fork)  # a noisy pair or two may need one more look
@@ -338,7 +337,7 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     assert result.returncode == 1, result.stdout + result.stderr
     assert "compared with: paired: the working tree" in result.stdout
     assert ("trials forked from one server a side" in result.stdout) == ("--fork-trials" in fork)
-    assert ("taking turns at the training steps" in result.stdout) == ("--interleaved-pairs" in fork)
+    assert ("taking turns at the training steps" in result.stdout) == ("--no-interleaved-pairs" not in fork)
     rows = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
     assert len(rows) == 1, result.stdout  # the verdict table's row for the config
     assert "! fp32: samples/s -" in result.stdout and ": a regression beyond the 5% threshold" in result.stdout
@@ -361,6 +360,7 @@ def a_a(tmp_path_factory):
     return {"repo": repo, "tmp": tmp, "result": result, "results": results, "log": log}
 
 
+@pytest.mark.e2e
 def test_an_a_a_pair_of_commits_passes(a_a):
     result = a_a["result"]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -370,6 +370,7 @@ def test_an_a_a_pair_of_commits_passes(a_a):
     assert_clean(a_a["repo"], a_a["tmp"])
 
 
+@pytest.mark.e2e
 def test_a_dirty_working_tree_is_measured_as_the_head_and_recorded_dirty(a_a):
     result, repo = a_a["result"], a_a["repo"]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -384,6 +385,7 @@ def test_a_dirty_working_tree_is_measured_as_the_head_and_recorded_dirty(a_a):
     assert git(repo, "status", "--porcelain") == "M perf/bench.py"  # the uncommitted change is still there
 
 
+@pytest.mark.e2e
 def test_stored_baselines_judge_changed_model_numerics_and_report_them_as_evidence(tmp_path):
     """The stored-baseline mode: first-step losses that differ are evidence beside the verdict, not exit 3."""
     project = tmp_path / "project"
@@ -417,13 +419,6 @@ def scratch_here(tmp_path, monkeypatch) -> Path:
     return folder
 
 
-def perfgate(capsys, *args: str) -> CliResult:
-    """`perfgate ARGS` in this process: the CLI's own entry point, for commands that start no trial."""
-    code = main(list(args))
-    out = capsys.readouterr()
-    return CliResult(code, out.out, out.err)
-
-
 def assert_one_line_error(result: CliResult, *parts: str) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
@@ -432,9 +427,10 @@ def assert_one_line_error(result: CliResult, *parts: str) -> None:
         assert part in line, line
 
 
+@pytest.mark.e2e
 def test_an_unknown_ref_is_a_one_line_error_and_leaves_no_worktree(repo, scratch_here, monkeypatch, capsys):
     monkeypatch.chdir(repo)
-    result = perfgate(capsys, "check", WORKLOAD, "--against", "no-such-branch", *FAST)
+    result = run_main(capsys, "check", WORKLOAD, "--against", "no-such-branch", *FAST)
     assert_one_line_error(result, "unknown git ref no-such-branch (--against); give a branch, tag or commit")
     assert_clean(repo, scratch_here)
 
@@ -444,32 +440,37 @@ def test_against_outside_a_git_repository_is_a_one_line_error(tmp_path, scratch_
     (folder / "perf").mkdir(parents=True)
     (folder / "perf" / "bench.py").write_text(bench(), encoding="utf-8")
     monkeypatch.chdir(folder)
-    result = perfgate(capsys, "check", WORKLOAD, "--against", "main", *FAST)
+    result = run_main(capsys, "check", WORKLOAD, "--against", "main", *FAST)
     assert_one_line_error(result, f"{folder} is not inside a git repository (--against)")
     assert left_behind(scratch_here) == []
 
 
+@pytest.mark.e2e
 def test_a_ref_missing_from_a_shallow_clone_says_how_to_fetch_it(repo, tmp_path, scratch_here, monkeypatch, capsys):
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     monkeypatch.chdir(clone)
-    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
+    result = run_main(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
     assert_one_line_error(result, "HEAD~1 is not in this shallow clone", "git fetch --deepen", "fetch-depth: 0")
     assert_clean(clone, scratch_here)
 
 
-@pytest.mark.parametrize("option", ["--parallel-pairs", "--fork-trials", "--interleaved-pairs"])
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "option", ["--parallel-pairs", "--fork-trials", "--interleaved-pairs", "--no-interleaved-pairs"]
+)
 def test_paired_options_without_against_are_a_one_line_error(option, repo, scratch_here, monkeypatch, capsys):
     monkeypatch.chdir(repo)
-    result = perfgate(capsys, "check", WORKLOAD, option, *FAST)
+    result = run_main(capsys, "check", WORKLOAD, option, *FAST)
     assert_one_line_error(result, f"{option} needs --against; add --against REF")
     assert_clean(repo, scratch_here)
 
 
+@pytest.mark.e2e
 def test_parallel_and_interleaved_pairs_together_are_a_one_line_error(repo, scratch_here, monkeypatch, capsys):
     monkeypatch.chdir(repo)
     both = ("--parallel-pairs", "--interleaved-pairs")
-    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *both, *FAST)
+    result = run_main(capsys, "check", WORKLOAD, "--against", "HEAD~1", *both, *FAST)
     assert_one_line_error(result, "--parallel-pairs and --interleaved-pairs cannot be combined", "keep one")
     assert_clean(repo, scratch_here)
 
@@ -481,49 +482,41 @@ def post_checkout_hook(repo: Path, body: str) -> None:
     hook.chmod(0o755)
 
 
+@pytest.mark.e2e
 def test_a_failing_post_checkout_hook_is_a_one_line_error_and_leaves_no_worktree(
     repo, scratch_here, monkeypatch, capsys
 ):
     post_checkout_hook(repo, "sys.exit(3)")
     monkeypatch.chdir(repo)
-    result = perfgate(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
+    result = run_main(capsys, "check", WORKLOAD, "--against", "HEAD~1", *FAST)
     assert_one_line_error(result, "cannot check out HEAD~1 into a worktree: ", "(--against)")
     assert_clean(repo, scratch_here)
 
 
+@pytest.mark.e2e
 def test_ctrl_c_while_git_checks_out_the_base_leaves_no_worktree(repo, tmp_path):
     """The hook sends perfgate (git's parent) SIGINT while `git worktree add` is still running."""
     tmp = tmp_path / "tmp"
     post_checkout_hook(repo, "import psutil\nos.kill(psutil.Process(os.getppid()).ppid(), signal.SIGINT)")
-    command = [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *FAST]
-    process = subprocess.run(
-        command,
-        cwd=repo,
-        env={**os.environ, **scratch(tmp)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # see the test below
-    )
-    assert process.returncode == 130, process.stdout + process.stderr
-    assert process.stderr.startswith("interrupted: ")
+    # Started with Ctrl-C handled as in a terminal, whatever this process ignores (tests/helpers/cli.py).
+    process = start_perfgate("check", WORKLOAD, "--against", "HEAD~1", *FAST, cwd=repo, env=scratch(tmp))
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stdout + stderr
+    assert stderr.startswith("interrupted: ")
     assert_clean(repo, tmp)
 
 
+@pytest.mark.e2e
 def test_ctrl_c_during_a_paired_check_removes_the_worktree_and_stops_the_trials(repo, tmp_path):
     tmp = tmp_path / "tmp"
-    command = [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *FAST]
-    process = subprocess.Popen(
-        command,
-        cwd=repo,
-        env={**os.environ, **scratch(tmp)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A shell without job control starts background commands with SIGINT ignored, and an ignored
-        # signal stays ignored across exec: perfgate must see Ctrl-C as a user's terminal sends it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+    # stays ignored across exec: start_perfgate restores it, so perfgate sees Ctrl-C as a terminal sends it.
+    process = start_perfgate("check", WORKLOAD, "--against", "HEAD~1", *FAST, cwd=repo, env=scratch(tmp))
     try:
         parent = psutil.Process(process.pid)
         deadline = time.monotonic() + 120
@@ -565,6 +558,7 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+@pytest.mark.e2e
 def test_the_base_worktree_is_removed_when_the_check_inside_it_raises_or_is_interrupted(repo, tmp_path, monkeypatch):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -657,3 +651,10 @@ def test_the_look_tracker_counts_each_configs_looks_from_its_previous_one():
     assert tracker.look({a: 5, b: 4}, final=False) == {a: Look(5, 4, True), b: Look(4, 3, False)}  # a: at max_trials
     assert tracker.look({a: 5, b: 4}, final=True) == {a: Look(5, 4, True), b: Look(4, 3, True)}  # the budget ran out
     assert tracker.look({a: 0}, final=False)[a] == Look(5, 4, True)  # a count that did not grow keeps its look
+
+
+def test_pairs_take_turns_by_default_but_not_when_run_at_the_same_time():
+    assert takes_turns(parallel=False, interleaved=None)
+    assert not takes_turns(parallel=True, interleaved=None)
+    assert not takes_turns(parallel=False, interleaved=False)
+    assert takes_turns(parallel=True, interleaved=True)  # asked for both: PairedSession refuses the pair

@@ -7,48 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.records.baselines import (
-    BaselineEntry,
-    BaselineError,
-    BaselineStore,
-    ConfigEntry,
-    TrialEntry,
-    parse_baseline,
-)
+from perfgate.records.baselines import BaselineEntry, BaselineError, BaselineStore, parse_baseline
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-
-FINGERPRINT = {
-    "device_type": "cpu",
-    "device_name": None,
-    "device_count": 1,
-    "cuda": None,
-    "torch": "2.13.0+cpu",
-    "cpu_model": "AMD EPYC",
-    "threads": 2,
-}
-
-
-def entry(*, cpu_model: str = "AMD EPYC", sps: tuple[float, ...] = (100.0, 101.0, 99.5), checksum: str = "sha256:ab"):
-    trials = [
-        TrialEntry(samples_per_sec=v, peak_bytes=1000 + i, phase_s={"data_wait": 0.01}) for i, v in enumerate(sps)
-    ]
-    return BaselineEntry(
-        workload="gpt-small",
-        fingerprint={**FINGERPRINT, "cpu_model": cpu_model},
-        measured_at="2026-11-22T10:00:00+00:00",
-        perfgate_version="0.1.0",
-        git={"sha": "0123456789abcdef", "branch": "main", "dirty": False},
-        reference="perf.py:gpt_small",
-        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0, "trials": 3},
-        data_checksum=checksum,
-        configs={"fp32": ConfigEntry([2.5, 2.4, 2.3], trials)},
-    )
+from tests.helpers.baselines import STORE_FINGERPRINT, store_entry
 
 
 def test_an_entry_survives_the_round_trip_through_yaml(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry())
-    loaded = store.find("gpt-small", FINGERPRINT)
+    store.write(store_entry())
+    loaded = store.find("gpt-small", STORE_FINGERPRINT)
     assert loaded is not None
     assert loaded.configs["fp32"].samples_per_sec == [100.0, 101.0, 99.5]
     assert loaded.configs["fp32"].peak_bytes == [1000, 1001, 1002]
@@ -59,28 +26,28 @@ def test_an_entry_survives_the_round_trip_through_yaml(tmp_path):
 
 def test_updating_one_machine_never_touches_another(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry(cpu_model="Intel Xeon", sps=(50.0, 51.0)))
+    store.write(store_entry(cpu_model="Intel Xeon", sps=(50.0, 51.0)))
     before = store.load("gpt-small")
-    store.write(entry())
-    store.write(entry(sps=(200.0, 201.0)))
+    store.write(store_entry())
+    store.write(store_entry(sps=(200.0, 201.0)))
     after = store.load("gpt-small")
-    intel = fingerprint_key({**FINGERPRINT, "cpu_model": "Intel Xeon"})
+    intel = fingerprint_key({**STORE_FINGERPRINT, "cpu_model": "Intel Xeon"})
     assert after[intel] == before[intel]
-    assert after[fingerprint_key(FINGERPRINT)].configs["fp32"].samples_per_sec == [200.0, 201.0]
+    assert after[fingerprint_key(STORE_FINGERPRINT)].configs["fp32"].samples_per_sec == [200.0, 201.0]
 
 
 def test_the_file_is_stable_so_a_rewrite_is_an_empty_diff(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry())
+    store.write(store_entry())
     first = store.path_for("gpt-small").read_text()
-    store.write(entry())
+    store.write(store_entry())
     assert store.path_for("gpt-small").read_text() == first
     assert first.index("schema_version") < first.index("workload") < first.index("machines")
 
 
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
     store = BaselineStore(tmp_path)
-    store.write(entry())
+    store.write(store_entry())
     old = store.path_for("gpt-small").read_text()
 
     def interrupted(*args: object) -> None:
@@ -88,7 +55,7 @@ def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        store.write(entry(sps=(1.0, 2.0)))
+        store.write(store_entry(sps=(1.0, 2.0)))
     assert store.path_for("gpt-small").read_text() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt-small.yaml"]
 
@@ -124,7 +91,7 @@ def test_malformed_baseline_files_name_what_is_wrong(tmp_path, text, message):
 
 def test_negative_or_missing_trial_values_are_refused(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry())
+    store.write(store_entry())
     path = store.path_for("gpt-small")
     path.write_text(path.read_text().replace("samples_per_sec: 101.0", "samples_per_sec: -101.0"))
     with pytest.raises(BaselineError, match=r"trials\[1\]\.samples_per_sec must be finite and not negative"):
@@ -142,7 +109,7 @@ def test_the_fingerprint_keeps_stable_fields_only():
         "git": {"sha": "abc"},
         "platform": "Linux-6.1-x86_64",
     }
-    assert machine_fingerprint(environment) == FINGERPRINT
+    assert machine_fingerprint(environment) == STORE_FINGERPRINT
     gpu = {**environment, "cuda": "12.4", "device": {"type": "cuda", "name": "NVIDIA H100", "count": 8}}
     assert fingerprint_key(machine_fingerprint(gpu)) == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
 
@@ -153,8 +120,8 @@ def test_the_path_of_a_workload_name_stays_inside_the_folder(tmp_path):
 
 def test_updating_one_config_keeps_the_others_unless_the_workload_changed(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry())
-    bf16_only = entry(sps=(80.0, 81.0))
+    store.write(store_entry())
+    bf16_only = store_entry(sps=(80.0, 81.0))
     bf16_only = BaselineEntry(**{**bf16_only.__dict__, "configs": {"bf16": bf16_only.configs["fp32"]}})
     _, stored = store.write(bf16_only)
     assert list(stored.configs) == ["fp32", "bf16"]

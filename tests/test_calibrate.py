@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from perfgate.check.calibrate import detectable_slowdown
-from perfgate.judge.verdict import GateSettings
-from tests.conftest import WORKLOADS, run_cli, validate_results
+from perfgate.judge.settings import GateSettings
+from tests.helpers.cli import run_cli
+from tests.helpers.results import validate_results
+from tests.helpers.workloads import TINY_FILE
 
-TINY = f"{WORKLOADS / 'tiny.py'}:tiny"
+TINY = f"{TINY_FILE}:tiny"
 
 
+@pytest.mark.e2e
 def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_path):
     results = tmp_path / "planted.json"
     result = run_cli(

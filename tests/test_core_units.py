@@ -15,7 +15,7 @@ from perfgate.measure.lab import plan_trials
 from perfgate.records.summary import ConfigSummary, Spread, percentile
 from perfgate.references import parse_reference, resolve_references
 from perfgate.variants import parse_configs
-from tests.conftest import WORKLOADS
+from tests.helpers.workloads import WORKLOADS
 
 
 def test_configs_come_back_in_lab_order_whatever_order_they_are_given():
@@ -60,6 +60,7 @@ def test_slice_covers_warmup_and_timed_steps():
     assert _workload(steps=10, warmup_steps=2, batch_size=4).slice_samples == 48
 
 
+@pytest.mark.e2e
 def test_builtin_workloads_do_not_need_numpy():
     # torch does not depend on numpy; a machine without it must still run the built-in workloads.
     code = (

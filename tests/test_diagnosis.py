@@ -5,67 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.verdict import GateSettings, Status, compare_run
+from perfgate.judge.settings import GateSettings
+from perfgate.judge.verdict import Status, compare_run
 from perfgate.records.baselines import entry_from_workload
-from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.records.results import ConfigResult
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
+from tests.helpers.results import BASE_MS, BASELINE, STEPS, phased_run
 
-STEPS = 20
-BASE_MS = {"data_wait": 0.1, "h2d": 0.05, "forward": 4.0, "backward": 6.0, "optimizer": 1.0}
 SETTINGS = GateSettings(trials=3, max_trials=3)
-ENVIRONMENT = {"device": {"type": "cpu"}, "cpu": {"model": "Test CPU", "available_cores": 8}, "threads": 2}
-
-
-def trial(index, ms, tail_ms=0.0, jitter=0.0, memory=None, system=None):
-    phases = {p: [v / 1000 * (1 + jitter * ((i + index) % 3 - 1)) for i in range(STEPS)] for p, v in ms.items()}
-    step_s = [sum(phases[p][i] for p in phases) for i in range(STEPS)]
-    if tail_ms:
-        step_s[-1] += tail_ms / 1000
-    samples_per_sec = 8 * STEPS / sum(step_s)
-    return TrialResult(
-        config="fp32",
-        trial=index,
-        status="ok",
-        samples_per_sec=samples_per_sec,
-        step_s=step_s,
-        phases_s=phases,
-        first_losses=[1.0],
-        data_checksum="sha256:00",
-        memory={"peak_bytes": 50 << 20},
-        memory_step_bytes=memory or [(50 << 20) + 4096 * ((i * 7) % 3) for i in range(STEPS)],
-        system=system,
-    )
-
-
-def run(ms, loader=None, tail_ms=0.0, memory=None, system=None):
-    trials = [trial(i, ms, tail_ms, jitter=0.01, memory=memory, system=system) for i in range(3)]
-    workload = WorkloadResult(
-        name="w",
-        reference="w.py:w",
-        settings={
-            "batch_size": 8,
-            "steps": STEPS,
-            "warmup_steps": 1,
-            "seed": 0,
-            "trials": 3,
-            "device": "cpu",
-            "threads": 2,
-            "loader": loader or {},
-        },
-        data_checksum="sha256:00",
-        first_losses={"fp32": [1.0]},
-        configs={"fp32": ConfigResult("fp32", trials)},
-    )
-    return RunResult("0.1.0", "2026-11-22T10:00:00+00:00", ENVIRONMENT, [workload])
-
-
-BASELINE_RUN = run(BASE_MS)
-BASELINE = {"w": entry_from_workload(BASELINE_RUN, BASELINE_RUN.workloads[0])}
 
 
 def diagnosed(ms, *, every_config=False, **kwargs):
-    result = compare_run(run(ms, **kwargs), BASELINE, SETTINGS)
+    result = compare_run(phased_run(ms, **kwargs), BASELINE, SETTINGS)
     return result, diagnose(result, every_config=every_config)
 
 
@@ -101,9 +53,9 @@ def test_a_clean_run_names_no_suspect_and_regressions_only_are_diagnosed_by_defa
 
 def test_a_standing_data_wait_is_reported_even_without_a_regression():
     heavy = {**BASE_MS, "data_wait": 4.0}
-    baseline_run = run(heavy, loader={"num_workers": 2})
+    baseline_run = phased_run(heavy, loader={"num_workers": 2})
     baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
-    result = compare_run(run(heavy, loader={"num_workers": 2}), baseline, SETTINGS)
+    result = compare_run(phased_run(heavy, loader={"num_workers": 2}), baseline, SETTINGS)
     (d,) = diagnose(result, every_config=True)
     (finding,) = d.findings
     assert finding.standing and finding.line.endswith("(so did the baseline's)")
@@ -165,7 +117,9 @@ def test_thresholds_come_from_the_project_and_bad_keys_are_refused(tmp_path):
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_share = 0.99\nexplains = 1.01\n")
     project = load_project_config(tmp_path)
-    result = compare_run(run({**BASE_MS, "data_wait": 9.0}), BASELINE, GateSettings(project, trials=3, max_trials=3))
+    result = compare_run(
+        phased_run({**BASE_MS, "data_wait": 9.0}), BASELINE, GateSettings(project, trials=3, max_trials=3)
+    )
     (d,) = diagnose(result)
     assert "data pipeline" not in [f.suspect for f in d.findings]
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_shares = 0.3\n")
@@ -175,7 +129,7 @@ def test_thresholds_come_from_the_project_and_bad_keys_are_refused(tmp_path):
 
 def counted(ms, **fields):
     """A run whose trials also carry call counts or compile times."""
-    base = run(ms)
+    base = phased_run(ms)
     (workload,) = base.workloads
     trials = [dataclasses.replace(t, **fields) for t in workload.configs["fp32"].trials]
     configs = {"fp32": ConfigResult("fp32", trials)}
@@ -234,9 +188,9 @@ def test_the_attribution_shares_out_the_change_and_shows_compile_time():
 def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_and_quiet_without():
     # Data wait 0.1 -> 2.0 ms of an unchanged step (15%: under the 20% share, no slowdown to explain).
     moved = {**BASE_MS, "data_wait": 2.0, "forward": 2.1}
-    baseline_run = run(BASE_MS, loader={"num_workers": 2})
-    changed = diagnosed_against(baseline_run, run(moved, loader={"num_workers": 0}))
+    baseline_run = phased_run(BASE_MS, loader={"num_workers": 2})
+    changed = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 0}))
     assert changed.suspect == "data pipeline"
     assert "the DataLoader's settings changed: num_workers 2 -> 0" in changed.findings[0].evidence
-    same = diagnosed_against(baseline_run, run(moved, loader={"num_workers": 2}))
+    same = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 2}))
     assert "data pipeline" not in [f.suspect for f in same.findings]

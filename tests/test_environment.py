@@ -7,6 +7,8 @@ import pytest
 
 from perfgate.measure.environment import collect_environment, git_state
 
+pytestmark = pytest.mark.e2e  # real git repositories: git runs in subprocesses
+
 
 @pytest.fixture
 def repo(tmp_path):

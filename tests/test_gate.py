@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
 import pytest
 import yaml
 
-from tests.conftest import GATED, WORKLOADS, git, run_cli, validate_results
+from tests.helpers.cli import run_cli, run_main
+from tests.helpers.git import git
+from tests.helpers.results import results_document, validate_results
+from tests.helpers.workloads import GATED, WORKLOADS
 
 # One config, three trials, no extra trials: each check is three trial processes. One thread: on a busy
 # 2-core machine, two OpenMP threads stall on each other's barriers and a trial of tiny ops can take 40x longer.
 CHECK = ("check", GATED, "--configs", "fp32", "--trials", "3", "--max-trials", "3", "--threads", "1", "--quiet")
 
 
-@pytest.fixture
-def project(gated_project):
-    return gated_project
-
-
-def test_update_writes_a_reviewable_baseline_for_this_machine(project):
-    document = yaml.safe_load((project / "baselines" / "gated.yaml").read_text())
+@pytest.mark.e2e
+def test_update_writes_a_reviewable_baseline_for_this_machine(gated_project):
+    document = yaml.safe_load((gated_project / "baselines" / "gated.yaml").read_text())
     assert document["schema_version"] == 1 and document["workload"] == "gated"
     (entry,) = document["machines"].values()
     assert entry["fingerprint"]["device_type"] == "cpu"
@@ -34,28 +32,29 @@ def test_update_writes_a_reviewable_baseline_for_this_machine(project):
     assert all(trial["probe_steps_per_sec"] > 0 for trial in fp32["trials"])
 
 
-def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
+@pytest.mark.e2e
+def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_path):
     """Exit 0 for the same code. alpha 0.001 keeps this test's own false-alarm chance negligible; the
     false-alarm rate at the default alpha is measured by benchmarks/power.py, not here."""
     results = tmp_path / "results.json"
     markdown = tmp_path / "report.md"
     two_trials = ("--trials", "2", "--max-trials", "2")  # a pass needs no more: any verdict but regression does
     outputs = ("--json", str(results), "--markdown", str(markdown))
-    result = run_cli(*CHECK, *two_trials, "--alpha", "0.001", *outputs, cwd=project)
+    result = run_cli(*CHECK, *two_trials, "--alpha", "0.001", *outputs, cwd=gated_project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate: gated  (baseline measured " in result.stdout
     assert "REGRESSION" not in result.stdout
     assert "Exit 0 (pass)." in result.stdout
-    compared = run_cli("compare", str(results), "--alpha", "0.001", cwd=project)
+    compared = run_cli("compare", str(results), "--alpha", "0.001", cwd=gated_project)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     gate_lines = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "x " in line]
     assert gate_lines and gate_lines[-1] in compared.stdout  # the same verdict row, measured once
     # `perfgate report` judges the saved run with the check's own settings (kept in the file): same report.
-    rendered = run_cli("report", str(results), "--format", "markdown", cwd=project)
+    rendered = run_cli("report", str(results), "--format", "markdown", cwd=gated_project)
     assert rendered.returncode == 0, rendered.stderr
     assert rendered.stdout == markdown.read_text()
     assert "### perfgate: pass" in rendered.stdout and "| fp32 |" in rendered.stdout
-    as_json = json.loads(run_cli("report", str(results), "--format", "json", cwd=project).stdout)
+    as_json = json.loads(run_cli("report", str(results), "--format", "json", cwd=gated_project).stdout)
     saved = json.loads(results.read_text())
     validate_results(saved)
     assert saved["gate"] == {
@@ -71,7 +70,7 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
     }
     assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
     assert as_json["diagnoses"] == []  # a pass: nothing regressed, nothing to diagnose
-    assert gate_lines[-1] in run_cli("report", str(results), cwd=project).stdout
+    assert gate_lines[-1] in run_cli("report", str(results), cwd=gated_project).stdout
 
 
 # One trial is enough where the verdict does not rest on statistics (a changed slice) or the effect is
@@ -80,30 +79,33 @@ def test_check_of_the_same_code_passes_and_compare_agrees(project, tmp_path):
 ONE_TRIAL = ("check", GATED, "--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
 
 
-def test_check_fails_when_peak_memory_grows(project):
-    result = run_cli(*ONE_TRIAL, cwd=project, env={"PERFGATE_TEST_PLANT": "memory"})
+@pytest.mark.e2e
+def test_check_fails_when_peak_memory_grows(gated_project):
+    result = run_cli(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "memory"})
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 regression (gated fp32)" in result.stdout
     assert "tolerance 5%, p=" in result.stdout and "): a memory regression" in result.stdout
 
 
-def test_a_changed_data_slice_is_judged_with_the_change_as_evidence(project):
-    result = run_cli(*ONE_TRIAL, cwd=project, env={"PERFGATE_TEST_PLANT": "data"})
+@pytest.mark.e2e
+def test_a_changed_data_slice_is_judged_with_the_change_as_evidence(gated_project):
+    result = run_cli(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "data"})
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert "not comparable" not in result.stdout
     assert "the data pipeline's output changed (data-slice checksum " in result.stdout
 
 
-def test_a_missing_baseline_exits_3_naming_the_differing_fields(project, tmp_path):
+@pytest.mark.e2e
+def test_a_missing_baseline_exits_3_naming_the_differing_fields(gated_project, tmp_path):
     other = tmp_path / "baselines"
     other.mkdir()
-    text = (project / "baselines" / "gated.yaml").read_text()
+    text = (gated_project / "baselines" / "gated.yaml").read_text()
     document = yaml.safe_load(text)
     (entry,) = document["machines"].values()
     entry["fingerprint"]["threads"] = 64
     document["machines"] = {"another machine": entry}
     (other / "gated.yaml").write_text(yaml.safe_dump(document))
-    result = run_cli(*CHECK, "--baseline-dir", str(other), cwd=project)
+    result = run_cli(*CHECK, "--baseline-dir", str(other), cwd=gated_project)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "no baseline for gated on this machine" in result.stdout
     assert "differs in threads 64 (this machine: " in result.stdout
@@ -111,8 +113,9 @@ def test_a_missing_baseline_exits_3_naming_the_differing_fields(project, tmp_pat
     assert "step p50/p95/p99" not in result.stdout  # nothing was measured: no lab table
 
 
-def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
-    result = run_cli(*CHECK, cwd=tmp_path)
+def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = run_main(capsys, *CHECK)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "no baseline for gated in baselines/; run perfgate update (writes baselines/gated.yaml; commit it)" in (
         result.stdout
@@ -120,6 +123,7 @@ def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path):
     assert "step p50/p95/p99" not in result.stdout
 
 
+@pytest.mark.e2e
 def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
     shutil.copy(WORKLOADS / "tiny.py", tmp_path / "work.py")
     git(tmp_path, "init", "-q")
@@ -140,24 +144,7 @@ def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
     assert entry["git"]["dirty"] is False and len(entry["git"]["sha"]) == 40
 
 
-def results_document() -> dict:
-    """A results document as perfgate writes one (workload w, four fp32 trials, this machine's environment)."""
-    from perfgate.measure.environment import collect_environment
-    from tests.test_diagnosis import BASE_MS, run
-
-    document = dataclasses.replace(run(BASE_MS), environment=collect_environment("cpu", 2)).to_dict()
-    workload = document["workloads"][0]
-    trials = workload["configs"]["fp32"]["trials"]
-    trials.append({**trials[0], "trial": 3})
-    workload["data_checksum"] = "sha256:" + "0" * 64
-    for trial in trials:  # the fields the diagnosis tests' trials leave out
-        trial["data_checksum"] = workload["data_checksum"]
-        trial["memory"] = {"kind": "cpu-rss-above-setup", "peak_bytes": 50 << 20, "reserved_bytes": None}
-    document = json.loads(json.dumps(document))
-    validate_results(document)
-    return document
-
-
+@pytest.mark.e2e
 def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_path):
     base = results_document()
     for trial, sps in zip(base["workloads"][0]["configs"]["fp32"]["trials"], (1000, 1010, 990, 1005), strict=True):
@@ -186,6 +173,7 @@ def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_pa
     assert strict.returncode == 1
 
 
+@pytest.mark.e2e
 def test_a_config_that_ran_before_and_now_fails_fails_the_check(tmp_path):
     oom = f"{WORKLOADS / 'tiny.py'}:oom_under_autocast"
     result = run_cli("update", oom, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)

@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-from perfgate.judge.verdict import GateResult, GateSettings, Look, Status, compare_entries
-from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.judge.settings import GateSettings, Look
+from perfgate.judge.verdict import GateResult, Status, compare_entries
+from perfgate.records.baselines import BaselineEntry, ConfigEntry
+from tests.helpers.baselines import GATE_BASE, gate_entry
 
-FINGERPRINT = {"device_type": "cpu", "device_count": 1, "torch": "2.13.0+cpu", "cpu_model": "AMD EPYC", "threads": 2}
-
-
-def entry(samples_per_sec, probe_steps_per_sec=None, peak_mib=50):
-    probes = probe_steps_per_sec or [None] * len(samples_per_sec)
-    trials = [
-        TrialEntry(samples_per_sec=s, peak_bytes=peak_mib << 20, probe_steps_per_sec=p)
-        for s, p in zip(samples_per_sec, probes, strict=True)
-    ]
-    return BaselineEntry(
-        workload="w",
-        fingerprint=FINGERPRINT,
-        measured_at="2026-11-22T10:00:00+00:00",
-        perfgate_version="0.1.0",
-        git=None,
-        reference="w.py:w",
-        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0},
-        data_checksum="sha256:00",
-        configs={"fp32": ConfigEntry([2.0], trials)},
-    )
-
-
-BASE = entry([500, 505, 495, 502, 498], [1000, 1010, 990, 1004, 996])
 SETTINGS = GateSettings(trials=3, max_trials=3)
 
 
 def verdict(candidate):
-    (config,) = compare_entries(BASE, candidate, SETTINGS).configs
+    (config,) = compare_entries(GATE_BASE, candidate, SETTINGS).configs
     return config
 
 
 def test_a_machine_running_slower_today_is_not_a_regression_of_the_code():
-    busy = verdict(entry([430, 432, 428], [860, 864, 856]))  # everything 14% slower, probe included
+    busy = verdict(gate_entry([430, 432, 428], [860, 864, 856]))  # everything 14% slower, probe included
     assert busy.throughput is not None and busy.throughput.verdict == "regression"  # the raw numbers alone
     assert busy.adjusted is not None and busy.adjusted.verdict == "no change"
     assert busy.status == Status.INCONCLUSIVE
@@ -45,26 +24,26 @@ def test_a_machine_running_slower_today_is_not_a_regression_of_the_code():
 
 
 def test_a_slower_workload_on_an_unchanged_machine_is_a_regression():
-    slower = verdict(entry([430, 432, 428], [1000, 1002, 998]))
+    slower = verdict(gate_entry([430, 432, 428], [1000, 1002, 998]))
     assert slower.status == Status.REGRESSION
     assert slower.machine is not None and abs(slower.machine.ratio - 1) < 0.01
 
 
 def test_a_slowdown_hidden_by_a_faster_machine_is_never_no_change():
-    hidden = verdict(entry([500, 502, 498], [1160, 1165, 1156]))  # 14% faster machine, 14% slower code
+    hidden = verdict(gate_entry([500, 502, 498], [1160, 1165, 1156]))  # 14% faster machine, 14% slower code
     assert hidden.throughput is not None and hidden.throughput.verdict == "no change"
     assert hidden.status == Status.INCONCLUSIVE
 
 
 def test_entries_without_probe_rates_are_compared_raw():
-    old = entry([500, 505, 495, 502, 498])
-    (config,) = compare_entries(old, entry([430, 432, 428], [1000, 1002, 998]), SETTINGS).configs
+    old = gate_entry([500, 505, 495, 502, 498])
+    (config,) = compare_entries(old, gate_entry([430, 432, 428], [1000, 1002, 998]), SETTINGS).configs
     assert config.adjusted is None and config.status == Status.REGRESSION
 
 
 def test_exit_codes_follow_the_worst_verdict():
     def result(*statuses):
-        workloads = compare_entries(BASE, entry([500, 503, 498], [1000, 1003, 998]), SETTINGS)
+        workloads = compare_entries(GATE_BASE, gate_entry([500, 503, 498], [1000, 1003, 998]), SETTINGS)
         configs = [
             type(workloads.configs[0])(workloads.workload, f"c{i}", s, "", workloads.configs[0].limits)
             for i, s in enumerate(statuses)
@@ -83,8 +62,8 @@ def test_exit_codes_follow_the_worst_verdict():
 def test_a_clear_slowdown_is_a_regression_although_one_of_three_baseline_trials_was_disturbed():
     # Measured on an outside workload: the raw Welch test has two degrees of freedom on the baseline side
     # and cannot be significant; the machine-adjusted comparison is, and the raw estimate is far beyond 5%.
-    base = entry([304.8, 219.6, 300.8], [1000, 722, 990])
-    candidate = entry([125, 131, 139, 128, 136, 133, 127, 130], [1001, 995, 1003, 990, 1008, 998, 1002, 996])
+    base = gate_entry([304.8, 219.6, 300.8], [1000, 722, 990])
+    candidate = gate_entry([125, 131, 139, 128, 136, 133, 127, 130], [1001, 995, 1003, 990, 1008, 998, 1002, 996])
     settings = GateSettings(trials=3, max_trials=8)
     (config,) = compare_entries(base, candidate, settings, looks={("w", "fp32"): Look(8, 7, True)}).configs
     assert config.throughput is not None and config.throughput.verdict == "inconclusive"
@@ -93,14 +72,14 @@ def test_a_clear_slowdown_is_a_regression_although_one_of_three_baseline_trials_
 
 
 def test_a_raw_slowdown_within_the_threshold_is_not_made_a_regression_by_the_probe():
-    base = entry([304.8, 219.6, 300.8], [1000, 722, 990])
-    candidate = entry([296, 299, 301], [1040, 1050, 1045])  # the probe ran faster, the raw estimate ~ -2%
+    base = gate_entry([304.8, 219.6, 300.8], [1000, 722, 990])
+    candidate = gate_entry([296, 299, 301], [1040, 1050, 1045])  # the probe ran faster, the raw estimate ~ -2%
     (config,) = compare_entries(base, candidate, SETTINGS).configs
     assert config.status != Status.REGRESSION
 
 
 def test_changed_losses_and_data_are_evidence_not_a_refusal():
-    candidate = entry([430, 432, 428], [1000, 1002, 998])
+    candidate = gate_entry([430, 432, 428], [1000, 1002, 998])
     candidate = BaselineEntry(
         **{
             **candidate.__dict__,
@@ -108,7 +87,7 @@ def test_changed_losses_and_data_are_evidence_not_a_refusal():
             "configs": {"fp32": ConfigEntry([2.5], candidate.configs["fp32"].trials)},
         }
     )
-    result = compare_entries(BASE, candidate, SETTINGS)
+    result = compare_entries(GATE_BASE, candidate, SETTINGS)
     assert result.problem is None
     (config,) = result.configs
     assert config.status == Status.REGRESSION
@@ -117,8 +96,8 @@ def test_changed_losses_and_data_are_evidence_not_a_refusal():
 
 
 def test_a_changed_batch_size_is_still_not_comparable():
-    candidate = entry([500, 505, 495])
+    candidate = gate_entry([500, 505, 495])
     candidate = BaselineEntry(**{**candidate.__dict__, "settings": {**candidate.settings, "batch_size": 16}})
-    result = compare_entries(BASE, candidate, SETTINGS)
+    result = compare_entries(GATE_BASE, candidate, SETTINGS)
     assert result.problem_status == Status.NOT_COMPARABLE
     assert "batch_size 8 -> 16" in (result.problem or "")

@@ -7,10 +7,14 @@ import json
 import pytest
 import torch
 
-from tests.conftest import WORKLOADS, run_cli, validate_results
+from tests.helpers.cli import run_cli
+from tests.helpers.results import validate_results
+from tests.helpers.workloads import TINY_FILE as TINY
+from tests.helpers.workloads import WORKLOADS
+
+pytestmark = pytest.mark.e2e  # every test here runs real trials
 
 CONFIGS = ("fp32", "bf16", "bf16-compile")
-TINY = WORKLOADS / "tiny.py"
 
 
 def run_json(tmp_path, *args, **kwargs):

@@ -15,7 +15,18 @@ import pytest
 import perfgate
 
 PACKAGE = Path(perfgate.__file__).parent
-BASE = {"perfgate", "errors", "naming", "variants", "workload", "formatting", "_bytes", "project", "references", "builtin"}
+BASE = {
+    "perfgate",
+    "errors",
+    "naming",
+    "variants",
+    "workload",
+    "formatting",
+    "_bytes",
+    "project",
+    "references",
+    "builtin",
+}
 FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations"}
 LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4}
 FRONT = 5

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from markdown_it import MarkdownIt
 
-from perfgate.judge.verdict import GateResult, GateSettings, Status, WorkloadVerdict, compare_entries
+from perfgate.judge.settings import GateSettings
+from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries
 from perfgate.report.markdown import MARKER, format_markdown
-from tests.test_gate_verdicts import BASE, entry
+from tests.helpers.baselines import GATE_BASE, gate_entry
 
 SETTINGS = GateSettings(trials=3, max_trials=3)
 
 
 def result(*candidates):
-    return GateResult([compare_entries(BASE, c, SETTINGS) for c in candidates], SETTINGS)
+    return GateResult([compare_entries(GATE_BASE, c, SETTINGS) for c in candidates], SETTINGS)
 
 
 def tables(text):
@@ -21,7 +22,7 @@ def tables(text):
 
 
 def test_the_report_is_a_table_github_renders_with_the_verdict_first():
-    text = format_markdown(result(entry([430, 432, 428], [1000, 1002, 998])))
+    text = format_markdown(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
     assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32).")
     found, rows = tables(text)
     assert len(found) == 1 and len(rows) == 2  # header and one config
@@ -38,7 +39,7 @@ def test_text_from_outside_is_kept_on_one_line_and_its_pipes_escaped():
 
 
 def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
-    many = result(*[entry([430 + i, 432, 428], [1000, 1002, 998]) for i in range(40)])
+    many = result(*[gate_entry([430 + i, 432, 428], [1000, 1002, 998]) for i in range(40)])
     full = format_markdown(many, limit=10**7)
     short = format_markdown(many, limit=4000, details="results.json")
     assert len(full) > 4000 >= len(short.encode())
@@ -55,7 +56,9 @@ def test_the_chart_is_a_valid_png_with_a_row_per_config(tmp_path):
     from perfgate.report.chart import write_chart
 
     path = tmp_path / "out" / "chart.png"
-    write_chart(result(entry([430, 432, 428], [1000, 1002, 998]), entry([500, 505, 498], [1000, 1004, 996])), path)
+    write_chart(
+        result(gate_entry([430, 432, 428], [1000, 1002, 998]), gate_entry([500, 505, 498], [1000, 1004, 996])), path
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as image:
         image.verify()

@@ -13,10 +13,12 @@ import random
 import subprocess
 import sys
 
+import pytest
+
 from perfgate.check.micro import INNER_SESSION_ENV, decide_pairs, pair_sides
 from perfgate.judge.verdict import Status
 from perfgate.records.micro import MicroBenchmark
-from tests.conftest import git
+from tests.helpers.git import git
 
 # -- the decision, on made-up sessions -----------------------------------------------------------------
 
@@ -151,6 +153,7 @@ def worktrees(path):
     return git(path, "worktree", "list").splitlines()
 
 
+@pytest.mark.e2e
 def test_a_slower_working_tree_fails_against_head(tmp_path):
     """Each call sleeps 4 ms in the working tree, 2 ms at HEAD: half the calls per second, whatever the
     machine's load does to the sessions in between."""
@@ -170,6 +173,7 @@ def test_a_slower_working_tree_fails_against_head(tmp_path):
     assert len(worktrees(tmp_path)) == 1  # the base's worktree is gone
 
 
+@pytest.mark.e2e
 def test_unchanged_code_passes_and_a_new_test_file_has_nothing_to_compare(tmp_path):
     make_repo(tmp_path, pairs=2)
     (tmp_path / "tests" / "test_new.py").write_text(TEST_BENCH.replace("test_work", "test_new_work"))  # untracked
@@ -185,6 +189,7 @@ def test_unchanged_code_passes_and_a_new_test_file_has_nothing_to_compare(tmp_pa
     assert len(worktrees(tmp_path)) == 1
 
 
+@pytest.mark.e2e
 def test_the_plugin_is_off_inside_a_paired_session(pytester):
     """The paired sessions run the user's pytest configuration, which may ask for --perfgate (even against
     a ref): inside them the plugin gates nothing and needs no ref."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import WORKLOADS, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.workloads import WORKLOADS
+
+pytestmark = pytest.mark.e2e  # every test here runs real trials of the built-in workloads
 
 PLANTS = WORKLOADS / "builtin_plants.py"
 LM, VISION = f"{PLANTS}:lm", f"{PLANTS}:vision"
@@ -18,7 +21,8 @@ ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threa
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def builtin_baselines(tmp_path_factory):
+    """A project folder whose baselines/ holds lm and vision (builtin_plants.py, no plant) measured here."""
     folder = tmp_path_factory.mktemp("builtins")
     result = run_cli(
         "update", LM, VISION, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
@@ -27,8 +31,8 @@ def project(tmp_path_factory):
     return folder
 
 
-def check(project, plant, *args):
-    result = run_cli("check", *ONE_TRIAL, *args, cwd=project, env={"PERFGATE_TEST_PLANT": plant})
+def check(folder, plant, *args):
+    result = run_cli("check", *ONE_TRIAL, *args, cwd=folder, env={"PERFGATE_TEST_PLANT": plant})
     assert result.returncode in (0, 1), result.stdout + result.stderr
     return result
 
@@ -41,24 +45,24 @@ def diagnosis_of(output, name):
     return "\n".join(lines[start:end])
 
 
-def test_a_slow_augmentation_is_the_data_pipeline(project):
-    result = check(project, "slowaugment", VISION, "--diagnose")
+def test_a_slow_augmentation_is_the_data_pipeline(builtin_baselines):
+    result = check(builtin_baselines, "slowaugment", VISION, "--diagnose")
     found = diagnosis_of(result.stdout, "vision-small")
     assert found.startswith("  vision-small fp32: suspect data pipeline")
     assert "    - data pipeline: waiting for data takes " in found and "data wait: " in found
 
 
-def test_num_workers_0_is_the_data_pipeline_with_the_changed_setting(project):
-    result = check(project, "workers0", VISION, "--diagnose")
+def test_num_workers_0_is_the_data_pipeline_with_the_changed_setting(builtin_baselines):
+    result = check(builtin_baselines, "workers0", VISION, "--diagnose")
     found = diagnosis_of(result.stdout, "vision-small")
     assert found.startswith("  vision-small fp32: suspect data pipeline")
     assert "the DataLoader's settings changed: num_workers 2 -> 0" in found
     assert "num_workers=0: batches are loaded in the training process" in found
 
 
-def test_extra_layers_are_a_regression_in_model_compute_forward_and_backward(project):
+def test_extra_layers_are_a_regression_in_model_compute_forward_and_backward(builtin_baselines):
     # Model compute is named only when samples/s regressed, which takes a few trials to show.
-    result = check(project, "layers", LM, "--trials", "3", "--max-trials", "3")
+    result = check(builtin_baselines, "layers", LM, "--trials", "3", "--max-trials", "3")
     assert result.returncode == 1, result.stdout
     assert "1 regression (lm-small fp32)" in result.stdout
     assert "a regression beyond the 5% threshold" in result.stdout
@@ -68,26 +72,26 @@ def test_extra_layers_are_a_regression_in_model_compute_forward_and_backward(pro
     assert "share of change" in found  # the attribution table
 
 
-def test_a_host_sync_each_step_is_framework_overhead(project):
-    found = diagnosis_of(check(project, "hostsync", LM, "--diagnose").stdout, "lm-small")
+def test_a_host_sync_each_step_is_framework_overhead(builtin_baselines):
+    found = diagnosis_of(check(builtin_baselines, "hostsync", LM, "--diagnose").stdout, "lm-small")
     assert found.startswith("  lm-small fp32: suspect framework overhead")
     assert "framework overhead: 1 host sync per step, the baseline 0" in found
 
 
-def test_many_tiny_operations_are_framework_overhead(project):
-    found = diagnosis_of(check(project, "tinyops", LM, "--diagnose").stdout, "lm-small")
+def test_many_tiny_operations_are_framework_overhead(builtin_baselines):
+    found = diagnosis_of(check(builtin_baselines, "tinyops", LM, "--diagnose").stdout, "lm-small")
     assert found.startswith("  lm-small fp32: suspect framework overhead")
     assert "torch functions, " in found and "dispatch-sized, not compute" in found
 
 
-def test_a_loss_kept_without_item_is_memory_growth(project):
-    found = diagnosis_of(check(project, "leak", LM, "--diagnose").stdout, "lm-small")
+def test_a_loss_kept_without_item_is_memory_growth(builtin_baselines):
+    found = diagnosis_of(check(builtin_baselines, "leak", LM, "--diagnose").stdout, "lm-small")
     assert found.startswith("  lm-small fp32: suspect memory")
     assert "memory growth: memory in use rose " in found and "a loss summed without .item()" in found
 
 
-def test_an_injected_nan_fails_the_config_and_is_numerics(project):
-    result = check(project, "nan", LM)
+def test_an_injected_nan_fails_the_config_and_is_numerics(builtin_baselines):
+    result = check(builtin_baselines, "nan", LM)
     assert result.returncode == 1, result.stdout
     assert "1 failed (lm-small fp32)" in result.stdout
     found = diagnosis_of(result.stdout, "lm-small")
@@ -95,9 +99,9 @@ def test_an_injected_nan_fails_the_config_and_is_numerics(project):
     assert "loss is nan at step 0; the workload must train with a finite loss" in found
 
 
-def test_a_clean_run_names_no_suspect(project):
+def test_a_clean_run_names_no_suspect(builtin_baselines):
     """Also a second run of each built-in: the same data slice and first losses, or it is not comparable."""
-    result = check(project, "", LM, VISION, "--diagnose")
+    result = check(builtin_baselines, "", LM, VISION, "--diagnose")
     assert "not comparable" not in result.stdout
     for name in ("lm-small", "vision-small"):  # standing conditions, if any, are no suspect
         assert diagnosis_of(result.stdout, name).startswith(f"  {name} fp32: suspect none ("), result.stdout

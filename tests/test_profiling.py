@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from perfgate.judge.diagnosis import grown_operators
 from perfgate.measure.profiling import StepProfiler
 
 
+@pytest.mark.e2e  # a real torch.profiler run: about 2 s
 def test_a_profiled_loop_writes_a_chrome_trace_and_its_top_operators_per_step(tmp_path):
     trace = tmp_path / "t" / "w-fp32.trace.json"
     profiler = StepProfiler(trace, "cpu", steps=6)

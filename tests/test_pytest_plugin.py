@@ -9,7 +9,11 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
-from tests.conftest import WORKLOADS, git, validate_results
+from tests.helpers.git import git
+from tests.helpers.results import validate_results
+from tests.helpers.workloads import WORKLOADS
+
+pytestmark = pytest.mark.e2e  # every test here runs pytest in a subprocess, most of them real trials
 
 # The configured workload runs one config; `-k` tests add bf16 to show that selection decides what is measured.
 # Three trials, no extra ones, one thread: see tests/test_gate.py for why.
@@ -95,7 +99,8 @@ def measured(tmp_path_factory, gated_project):
 
 
 @pytest.fixture
-def project(pytester, measured):
+def measured_pytester(pytester, measured):
+    """pytester, its folder a copy of the measured project (baselines included)."""
     folder, _ = measured
     shutil.copytree(folder, pytester.path, dirs_exist_ok=True)
     return pytester
@@ -120,14 +125,14 @@ def test_update_writes_the_baselines(measured):
     assert "gated" not in output.split("= perfgate =")[1]  # -k selected the fixture test alone
 
 
-def test_a_second_run_passes_and_reports_per_config(project):
+def test_a_second_run_passes_and_reports_per_config(measured_pytester):
     """alpha 0.001 keeps this test's own false-alarm chance negligible (benchmarks/power.py measures the rest)."""
-    junit = project.path / "junit.xml"
-    results = project.path / "results.json"
-    project.path.joinpath("pyproject.toml").write_text(
+    junit = measured_pytester.path / "junit.xml"
+    results = measured_pytester.path / "results.json"
+    measured_pytester.path.joinpath("pyproject.toml").write_text(
         PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16"')
     )
-    result = project.runpytest_subprocess(
+    result = measured_pytester.runpytest_subprocess(
         "--perfgate",
         "--perfgate-alpha",
         "0.001",
@@ -160,9 +165,9 @@ def test_a_second_run_passes_and_reports_per_config(project):
     assert "perfgate_current_samples_per_sec" in properties["test_fixture_style"]
 
 
-def test_a_planted_slowdown_fails_with_a_readable_message(project, monkeypatch):
+def test_a_planted_slowdown_fails_with_a_readable_message(measured_pytester, monkeypatch):
     monkeypatch.setenv("PERFGATE_TEST_PLANT", "slow")
-    result = project.runpytest_subprocess("--perfgate", "-k", "gated or built")
+    result = measured_pytester.runpytest_subprocess("--perfgate", "-k", "gated or built")
     assert result.ret == 1, result.stdout.str()
     result.assert_outcomes(failed=2)
     output = result.stdout.str()
@@ -247,8 +252,8 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
         [
             "*paced fp32: REGRESSION: samples/s -*",
             "*= perfgate =*",
-            f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured one "
-            "after the other, alternating",
+            f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured taking "
+            "turns at the training steps",
             "*tiny*fp32*",
             "*paced*fp32*REGRESSION*",
             "*test_micro.py::test_augmentation *",

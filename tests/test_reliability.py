@@ -21,11 +21,11 @@ from perfgate.measure.environment import git_state
 from perfgate.records.baselines import BaselineError, BaselineStore, parse_baseline
 from perfgate.records.locking import LockTimeout, locked_folder
 from perfgate.records.results import parse_results
-from tests.conftest import WORKLOADS, git, run_cli
-from tests.test_baseline_store import entry
-
-ROOT = Path(__file__).parent.parent
-TINY = WORKLOADS / "tiny.py"
+from tests.helpers.baselines import store_entry
+from tests.helpers.cli import run_cli, run_main, start_perfgate
+from tests.helpers.git import git
+from tests.helpers.results import results_document
+from tests.helpers.workloads import ROOT, TINY_FILE
 
 
 def writer(directory: Path, cpu_model: str, rounds: int = 1, preamble: str = "") -> subprocess.Popen[str]:
@@ -33,10 +33,10 @@ def writer(directory: Path, cpu_model: str, rounds: int = 1, preamble: str = "")
     code = (
         f"{preamble}\n"
         "import sys\nfrom pathlib import Path\nfrom perfgate.records.baselines import BaselineStore\n"
-        "from perfgate.errors import PerfgateError\nfrom tests.test_baseline_store import entry\n"
+        "from perfgate.errors import PerfgateError\nfrom tests.helpers.baselines import store_entry\n"
         "try:\n"
         f"    for _ in range({rounds}):\n"
-        "        BaselineStore(Path(sys.argv[1])).write(entry(cpu_model=sys.argv[2]))\n"
+        "        BaselineStore(Path(sys.argv[1])).write(store_entry(cpu_model=sys.argv[2]))\n"
         "except PerfgateError as exc:\n"
         "    sys.exit(f'error: {exc.one_line()}')\n"
     )
@@ -53,8 +53,9 @@ def cpu_models(directory: Path) -> set[str]:
     return {e.fingerprint["cpu_model"] for e in BaselineStore(directory).load("gpt-small").values()}
 
 
+@pytest.mark.e2e
 def test_a_second_update_waits_for_the_first_to_finish_writing(tmp_path):
-    BaselineStore(tmp_path).write(entry(cpu_model="first"))
+    BaselineStore(tmp_path).write(store_entry(cpu_model="first"))
     with locked_folder(tmp_path):  # as an update in the middle of its write holds it
         process = writer(tmp_path, "second")
         time.sleep(1.5)
@@ -65,6 +66,7 @@ def test_a_second_update_waits_for_the_first_to_finish_writing(tmp_path):
     assert cpu_models(tmp_path) == {"first", "second"}
 
 
+@pytest.mark.e2e
 def test_concurrent_writers_of_one_file_never_lose_an_entry(tmp_path):
     processes = [writer(tmp_path, f"machine-{i}", rounds=10) for i in range(4)]
     for process in processes:
@@ -77,7 +79,7 @@ def test_concurrent_writers_of_one_file_never_lose_an_entry(tmp_path):
 def test_a_lock_held_too_long_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFGATE_LOCK_TIMEOUT", "0.3")
     with locked_folder(tmp_path), pytest.raises(LockTimeout) as raised:
-        BaselineStore(tmp_path).write(entry())
+        BaselineStore(tmp_path).write(store_entry())
     assert raised.value.one_line() == (
         f"another process has been writing the baselines in {tmp_path} for over 0.3 s; wait for the other "
         "perfgate update to finish, or stop it, then run again"
@@ -88,7 +90,7 @@ def test_a_lock_held_too_long_is_a_one_line_error(tmp_path, monkeypatch):
 def test_a_bad_lock_timeout_is_a_one_line_error_and_nothing_is_written(tmp_path, monkeypatch, value):
     monkeypatch.setenv("PERFGATE_LOCK_TIMEOUT", value)
     with pytest.raises(UsageError) as raised:
-        BaselineStore(tmp_path).write(entry())
+        BaselineStore(tmp_path).write(store_entry())
     assert raised.value.one_line() == (
         f"PERFGATE_LOCK_TIMEOUT must be a number of seconds above 0, not {value!r}; set it to, say, 120, "
         "or unset it for that default"
@@ -96,8 +98,9 @@ def test_a_bad_lock_timeout_is_a_one_line_error_and_nothing_is_written(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_a_full_disk_on_write_leaves_the_old_file_intact(tmp_path):
-    BaselineStore(tmp_path).write(entry(cpu_model="first"))
+    BaselineStore(tmp_path).write(store_entry(cpu_model="first"))
     old = (tmp_path / "gpt-small.yaml").read_bytes()
     # A file-size limit smaller than the new file: the kernel fails the write (EFBIG) as a full disk does.
     limit = "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
@@ -123,12 +126,14 @@ def trial_processes(parent: psutil.Process) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.e2e
 def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_path):
     baselines = tmp_path / "baselines"
-    BaselineStore(baselines).write(replace(entry(cpu_model="another machine"), workload="tiny"))  # committed before
+    committed = replace(store_entry(cpu_model="another machine"), workload="tiny")  # committed before
+    BaselineStore(baselines).write(committed)
     before = (baselines / "tiny.yaml").read_bytes()
-    command = [sys.executable, "-m", "perfgate", "update", f"{TINY}:tiny", "--trials", "3", "--configs", "fp32"]
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C handled as in a terminal, even where this run's shell started it with SIGINT ignored.
+    process = start_perfgate("update", f"{TINY_FILE}:tiny", "--trials", "3", "--configs", "fp32", cwd=tmp_path)
     parent = psutil.Process(process.pid)
     deadline = time.monotonic() + 60
     trials: list[psutil.Process] = []
@@ -148,10 +153,11 @@ def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_pat
     assert not alive  # the trial (and its workers) went down with it
 
 
+@pytest.mark.e2e
 def test_a_trial_that_crashes_or_is_killed_is_failed_with_the_reason(tmp_path):
     """os._exit, a segfault, and the out-of-memory killer's SIGKILL: each trial fails with its reason, the
     run goes on to the next workload, and with nothing measured the run exits 4."""
-    crashes = [f"{TINY}:{name}" for name in ("crashes", "segfaults", "killed")]
+    crashes = [f"{TINY_FILE}:{name}" for name in ("crashes", "segfaults", "killed")]
     result = run_cli("run", *crashes, "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 4, result.stdout + result.stderr
     assert "trial process exited with code 3 without a result" in result.stdout
@@ -174,6 +180,7 @@ def repo(tmp_path):
     return path
 
 
+@pytest.mark.e2e
 def test_a_shallow_clone_is_recorded_as_such(repo, tmp_path):
     """(Not a repository, no commits, a detached HEAD and a dirty tree: tests/test_environment.py.)"""
     assert git_state(repo)["shallow"] is False
@@ -183,12 +190,13 @@ def test_a_shallow_clone_is_recorded_as_such(repo, tmp_path):
     assert state == {"sha": git(repo, "rev-parse", "HEAD"), "branch": "main", "dirty": False, "shallow": True}
 
 
+@pytest.mark.e2e
 def test_update_runs_in_a_shallow_clone_on_a_detached_head(repo, tmp_path):
     """The usual GitHub Actions checkout: depth 1, detached. Update records the commit and goes on."""
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     git(clone, "checkout", "-q", "--detach")
-    result = run_cli("update", f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=clone)
+    result = run_cli("update", f"{TINY_FILE}:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=clone)
     assert result.returncode == 0, result.stdout + result.stderr
     (stored,) = yaml.safe_load((clone / "baselines" / "tiny.yaml").read_text())["machines"].values()
     assert stored["git"] == {"sha": git(clone, "rev-parse", "HEAD"), "branch": None, "dirty": False, "shallow": True}
@@ -221,7 +229,7 @@ def test_hostile_or_broken_baseline_files_are_one_line_errors(text, message):
 
 def test_nan_or_wrong_types_in_a_trial_are_refused_with_their_place(tmp_path):
     store = BaselineStore(tmp_path)
-    store.write(entry())
+    store.write(store_entry())
     text = store.path_for("gpt-small").read_text()
     for bad, message in (
         ("samples_per_sec: .nan", "samples_per_sec must be finite and not negative, got nan"),
@@ -260,15 +268,14 @@ def test_broken_results_files_are_one_line_errors(text, message):
     assert message in raised.value.one_line()
 
 
-def test_report_and_compare_refuse_a_results_file_with_a_wrong_type(tmp_path):
-    from tests.test_gate import results_document
-
+def test_report_and_compare_refuse_a_results_file_with_a_wrong_type(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     document = results_document()  # as perfgate writes one; validated against the schema
     (tmp_path / "r.json").write_text(json.dumps(document))
     document["workloads"][0]["configs"]["fp32"]["trials"][0]["samples_per_sec"] = "fast"
     (tmp_path / "bad.json").write_text(json.dumps(document))
     for command in (("report", "bad.json"), ("compare", "r.json", "bad.json")):
-        result = run_cli(*command, cwd=tmp_path)
+        result = run_main(capsys, *command)
         assert result.returncode == 2, result.stdout + result.stderr
         assert result.stderr.strip().splitlines() == [
             "error: bad.json is not a valid results file: workloads[0].configs.fp32.trials[0].samples_per_sec: "
@@ -302,12 +309,13 @@ def test_nothing_perfgate_loads_is_unpickled_or_loaded_unsafely():
 def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fails():
     """Missing data is never a silent pass: the verdict rests on the trials that ran and says how many
     failed; a config that ran before and now has no trial left fails the check."""
-    from perfgate.judge.verdict import GateSettings, Status, compare_run
+    from perfgate.judge.settings import GateSettings
+    from perfgate.judge.verdict import Status, compare_run
     from perfgate.records.results import ConfigResult, TrialResult
-    from tests.test_diagnosis import BASE_MS, BASELINE, run
+    from tests.helpers.results import BASE_MS, BASELINE, phased_run
 
     def with_failures(failed: int):
-        current = run(BASE_MS)
+        current = phased_run(BASE_MS)
         (workload,) = current.workloads
         trials = list(workload.configs["fp32"].trials)
         for i in range(failed):

@@ -15,7 +15,7 @@ from perfgate.records.results import (
     parse_results,
     write_text_atomic,
 )
-from tests.conftest import validate_results
+from tests.helpers.results import validate_results
 
 
 def _trial(trial: int, samples_per_sec: float) -> TrialResult:

@@ -7,12 +7,14 @@ import sys
 
 import psutil
 import pytest
-from conftest import WORKLOADS
 
 from perfgate.measure.lab import RunningTrial, TrialPlace, run_trial_process, start_trial_server
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.references import resolve_references
+from tests.helpers.workloads import WORKLOADS
+
+pytestmark = pytest.mark.e2e  # real trials, forked from a real trial server
 
 
 def spec(function: str, trial: int = 0) -> TrialSpec:
@@ -30,12 +32,12 @@ def test_a_forked_trial_computes_what_a_fresh_process_does_and_the_server_serves
         server.close()
     assert server.process.returncode == 0  # closing its requests ends it
     for record in forked:
-        assert record["status"] == "ok", record
-        assert record["first_losses"] == fresh["first_losses"]  # seeded alike: the same numbers
-        assert record["data_checksum"] == fresh["data_checksum"]
-        assert record["threads"] == 1
+        assert record.result.ok, record
+        assert record.result.first_losses == fresh.result.first_losses  # seeded alike: the same numbers
+        assert record.result.data_checksum == fresh.result.data_checksum
+        assert record.result.threads == 1
     # The child imported nothing the server had not: torch was already there.
-    assert forked[0]["process_s"] < fresh["process_s"]
+    assert forked[0].result.process_s < fresh.result.process_s
 
 
 def test_a_forked_trial_past_its_timeout_dies_with_its_process_group_and_the_server_lives_on(tmp_path):
@@ -46,10 +48,11 @@ def test_a_forked_trial_past_its_timeout_dies_with_its_process_group_and_the_ser
         pid = hanging.process.pid
         assert psutil.Process(pid).ppid() == server.process.pid  # forked by the server, not started by us
         record = hanging.wait()
-        assert record["status"] == "error" and str(record["message"]).startswith("timed out after 3 s")
+        assert record.result.status == "failed" and record.failure_kind == "crash"
+        assert str(record.result.failure).startswith("timed out after 3 s")
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         after = RunningTrial(spec("tiny"), tmp_path, 120.0, place, server).wait()
-        assert after["status"] == "ok", after
+        assert after.result.ok, after
     finally:
         server.close()
 

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from perfgate.measure.turns import TurnCoordinator
+
+pytestmark = pytest.mark.e2e  # real processes taking turns, a few seconds a test
 
 # A stand-in for a trial: a "DataLoader worker" child that ticks every millisecond, and steps that
 # spin for `step_s`, each step's start and end on the monotonic clock (shared by every process).

@@ -6,7 +6,7 @@ import pytest
 
 from perfgate.errors import WorkloadReferenceError
 from perfgate.references import reference_for
-from tests.conftest import WORKLOADS
+from tests.helpers.workloads import WORKLOADS
 from tests.workloads import tiny
 
 TINY_FILE = str((WORKLOADS / "tiny.py").resolve())

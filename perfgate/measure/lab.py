@@ -20,7 +20,7 @@ import perfgate
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
-from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
 from perfgate.references import Reference
 from perfgate.workload import Workload
 
@@ -187,11 +187,10 @@ class LabSession:
                 trace = (directory / f"{name}-{config}.trace.json").absolute()
                 spec = self._spec(reference, config, trial=-1, profile=str(trace))
                 record = run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
-                profile = record.get("profile")
-                if record.get("status") == "ok" and isinstance(profile, dict):
-                    self.profiles[(name, config)] = profile
+                if record.result.ok and record.profile is not None:
+                    self.profiles[(name, config)] = record.profile
                 else:
-                    self.profiles[(name, config)] = {"failure": str(record.get("message", "no profile"))}
+                    self.profiles[(name, config)] = {"failure": record.result.failure or "no profile"}
 
     def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
         return TrialSpec(
@@ -215,15 +214,15 @@ class LabSession:
             reference, _ = self.by_name[planned.workload]
             spec = self._spec(reference, planned.config, trial=planned.trial)
             record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s)
-            if record.get("status") == "error" and record.get("kind") == "workload":
+            result = record.result
+            if record.failure_kind == "workload":
                 raise WorkloadError(
-                    str(record.get("message")),
+                    str(result.failure),
                     where=f"workload {planned.workload!r}, config {planned.config}",
                     hint="fix the workload and run again (--debug shows the trial's traceback)",
-                    details=str(record.get("traceback") or "") or None,
+                    details=record.traceback or None,
                 )
-            result = TrialResult.from_record(record)
-            if record.get("status") == "error" and record.get("kind") == "config":
+            if record.failure_kind == "config":
                 self.config_failures[key] = result.failure or "failed"
             self.trials[key].append(result)
             if self.progress:
@@ -298,8 +297,11 @@ class RunningTrial:
             with contextlib.suppress(OSError):  # the process may already have ended
                 os.sched_setaffinity(self.process.pid, place.cpus)
 
-    def wait(self, deadline: float | None = None) -> dict[str, object]:
-        """The trial's record; a crash, a timeout or Ctrl-C takes its process group down first."""
+    def wait(self, deadline: float | None = None) -> TrialRecord:
+        """The trial's record; a crash, a timeout or Ctrl-C takes its process group down first.
+
+        A crash, a timeout or an unreadable record is a failed record (`failure_kind` "crash"); a record
+        whose fields are not a `TrialRecord`'s raises TrialRecordError (`TrialRecord.from_dict`)."""
         timeout = self.timeout_s if deadline is None else max(0.0, deadline - time.perf_counter())
         try:
             returncode = self.process.wait(timeout=timeout)
@@ -315,10 +317,11 @@ class RunningTrial:
             raise
         if self.out_path.is_file():
             try:
-                record: dict[str, object] = json.loads(self.out_path.read_text(encoding="utf-8"))
-                return record
+                document = json.loads(self.out_path.read_text(encoding="utf-8"))
             except json.JSONDecodeError:
                 pass
+            else:
+                return TrialRecord.from_dict(document, source=f"trial record {self.out_path.name}")
         return _failed(
             self.spec, f"trial process {_describe_exit(returncode)}; last output: {_tail(self.log_path)}", self.started
         )
@@ -339,9 +342,7 @@ def start_trial_server(threads: int, place: TrialPlace, scratch: Path) -> TrialS
     return TrialServer(python_command(place), trial_environment(threads, place), place.cwd, log)
 
 
-def run_trial_process(
-    spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None
-) -> dict[str, object]:
+def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None) -> TrialRecord:
     """Run one trial in a fresh Python process and return its record; crashes become failed records."""
     return RunningTrial(spec, scratch, timeout_s, place or TrialPlace()).wait()
 
@@ -425,15 +426,8 @@ def collect_workload(
     )
 
 
-def _failed(spec: TrialSpec, message: str, started: float) -> dict[str, object]:
-    return {
-        "status": "error",
-        "kind": "crash",
-        "message": message,
-        "config": spec.config,
-        "trial": spec.trial,
-        "process_s": time.perf_counter() - started,
-    }
+def _failed(spec: TrialSpec, message: str, started: float) -> TrialRecord:
+    return TrialRecord.failed(spec.config, spec.trial, message, "crash", process_s=time.perf_counter() - started)
 
 
 def _kill_group(process: subprocess.Popen[bytes] | ForkedProcess) -> None:

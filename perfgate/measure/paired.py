@@ -49,7 +49,7 @@ from perfgate.measure.lab import (
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
-from perfgate.records.results import Against, RunResult, TrialResult
+from perfgate.records.results import Against, RunResult, TrialRecord, TrialResult
 from perfgate.references import Reference
 
 SIDES = ("base", "head")
@@ -376,20 +376,20 @@ class PairedSession:
             self.fork = False
             return RunningTrial(spec, scratch, self.settings.timeout_s, place)
 
-    def _record(self, side: str, key: tuple[str, str], record: dict[str, Any]) -> None:
+    def _record(self, side: str, key: tuple[str, str], record: TrialRecord) -> None:
         trials = self.sides[side]
-        if record.get("status") == "error" and record.get("kind") == "workload":
-            message = str(record.get("message"))
+        result = record.result
+        if record.failure_kind == "workload":
+            message = str(result.failure)
             if side == "head":
                 raise WorkloadError(
                     message,
                     where=f"workload {key[0]!r}, config {key[1]}",
                     hint="fix the workload and run again (--debug shows the trial's traceback)",
-                    details=str(record.get("traceback") or "") or None,
+                    details=record.traceback or None,
                 )
             trials.problems[key[0]] = f"{key[0]} cannot be measured at {self.ref}: {message}"
-        result = TrialResult.from_record(record)
-        if record.get("status") == "error" and record.get("kind") == "config":
+        if record.failure_kind == "config":
             trials.config_failures[key] = result.failure or "failed"
         if result.ok and result.workload and key[0] not in trials.identities:
             trials.identities[key[0]] = {k: v for k, v in result.workload.items() if k != "slice_indices"}

@@ -9,10 +9,33 @@ cost on a training loop (docs/performance.md).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DEFAULT_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A metric over the timed steps: its mean and 95th percentile."""
+
+    mean: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class SystemSummary:
+    """What the results file keeps of the samples (a trial's `system`): how many, and each metric's spread."""
+
+    samples: int
+    cpu_percent: Spread | None  # all cores' mean, per sample
+    busiest_core_percent: Spread | None  # the busiest core, per sample
+    process_cpu_percent: Spread | None  # the trial process; 100 = one core
+    gpu_util_percent: Spread | None  # None without CUDA and NVML
+
+    def to_record(self) -> dict[str, Any]:
+        """As the results file keeps it: `{"samples": n, "cpu_percent": {"mean": m, "p95": p} or null, ...}`."""
+        return asdict(self)
 
 
 @dataclass
@@ -21,24 +44,24 @@ class Samples:
     process_cpu_percent: list[float] = field(default_factory=list)  # the trial process; 100 = one core
     gpu_util_percent: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SystemSummary:
         """Means and 95th percentiles, as the results file keeps them."""
         from perfgate.records.summary import percentile
 
-        def stats(values: list[float]) -> dict[str, float] | None:
+        def stats(values: list[float]) -> Spread | None:
             if not values:
                 return None
-            return {"mean": sum(values) / len(values), "p95": percentile(values, 95)}
+            return Spread(mean=sum(values) / len(values), p95=percentile(values, 95))
 
         busiest = [max(cores) for cores in self.cpu_percent_per_core if cores]
         overall = [sum(cores) / len(cores) for cores in self.cpu_percent_per_core if cores]
-        return {
-            "samples": len(self.cpu_percent_per_core),
-            "cpu_percent": stats(overall),
-            "busiest_core_percent": stats(busiest),
-            "process_cpu_percent": stats(self.process_cpu_percent),
-            "gpu_util_percent": stats(self.gpu_util_percent),
-        }
+        return SystemSummary(
+            samples=len(self.cpu_percent_per_core),
+            cpu_percent=stats(overall),
+            busiest_core_percent=stats(busiest),
+            process_cpu_percent=stats(self.process_cpu_percent),
+            gpu_util_percent=stats(self.gpu_util_percent),
+        )
 
 
 class SystemSampler:

@@ -1,9 +1,17 @@
 """One trial: set up the workload in this process, run warm-up and timed steps, and report.
 
 The runner starts `python -m perfgate.measure.trial SPEC OUT` once per trial, so peak memory, allocator state
-and compiled graphs never leak from one trial into the next. The trial writes one JSON record to OUT:
-`status` is `ok`, or `error` with a `kind` the runner acts on (`workload`: the user's code is at fault,
-stop the run; `config`: this config cannot run here, for example torch.compile failed).
+and compiled graphs never leak from one trial into the next. The trial writes one JSON record to OUT, a
+`records.results.TrialRecord`: the `TrialResult` (status `ok`, or `failed` with the reason) and, for a
+failed trial, a `failure_kind` the runner acts on (`workload`: the user's code is at fault, stop the run;
+`config`: this config cannot run here, for example torch.compile failed). The runner reads it strictly:
+a field it does not know, or one missing, is an error rather than silently dropped.
+
+A trial runs in this order, each step in its own function: load the workload (`_load`), time the
+machine probe, build the data, model and optimizer (`_set_up`), run the warm-up and timed steps in one
+loop (`_train`), collect what is read after the steps (`_after_steps`: final loss, peak memory, torch
+calls, compile counters), checksum the data slice in a pass of its own, time the probe again, and
+assemble the record (`_record`).
 """
 
 from __future__ import annotations
@@ -19,15 +27,21 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate._bytes import tensor_bytes
 from perfgate.measure.profiling import StepProfiler
 from perfgate.measure.sampler import SystemSampler
 from perfgate.measure.turns import TurnTaker
+from perfgate.records.results import FailureKind, TrialRecord, TrialResult
 from perfgate.records.summary import PHASES
+
+if TYPE_CHECKING:
+    from perfgate.measure.device import Device
+    from perfgate.variants import Config
+    from perfgate.workload import Workload
 
 FIRST_LOSSES = 3
 
@@ -52,37 +66,113 @@ class TrialSpec:
 class TrialFailure(Exception):
     """Raised inside the trial with the kind and message that go into the record."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: FailureKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
 
 
-def run_trial(spec: TrialSpec) -> dict[str, Any]:
+def run_trial(spec: TrialSpec) -> TrialRecord:
     """Run one trial in this process and return its record (never raises for workload faults)."""
     started = time.perf_counter()
     try:
         record = _run(spec)
     except TrialFailure as failure:
-        record = {"status": "error", "kind": failure.kind, "message": failure.message}
-        if failure.__cause__ is not None:
-            record["traceback"] = "".join(traceback.format_exception(failure.__cause__))
+        cause = failure.__cause__
+        record = TrialRecord.failed(
+            spec.config,
+            spec.trial,
+            failure.message,
+            failure.kind,
+            traceback=None if cause is None else "".join(traceback.format_exception(cause)),
+        )
     except Exception as exc:  # perfgate's own errors while loading, or a bug here: report, don't crash
         from perfgate.errors import PerfgateError
 
-        kind = "workload" if isinstance(exc, PerfgateError) else "internal"
+        kind: FailureKind = "workload" if isinstance(exc, PerfgateError) else "internal"
         message = exc.one_line() if isinstance(exc, PerfgateError) else f"{type(exc).__name__}: {exc}"
-        record = {
-            "status": "error",
-            "kind": kind,
-            "message": message,
-            "traceback": "".join(traceback.format_exception(exc)),
-        }
-    record.update(config=spec.config, trial=spec.trial, process_s=time.perf_counter() - started)
-    return record
+        record = TrialRecord.failed(
+            spec.config, spec.trial, message, kind, traceback="".join(traceback.format_exception(exc))
+        )
+    return replace(record, result=replace(record.result, process_s=time.perf_counter() - started))
 
 
-def _run(spec: TrialSpec) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Setup:
+    """What the steps run on, built before the clock starts; it lives until the trial's record is made."""
+
+    config: Config
+    device: Device
+    workload: Workload
+    dataset: Any
+    loader: Any  # kept alive to the end, as persistent DataLoader workers expect
+    model: Any  # the torch.nn.Module
+    step_model: Any  # the model, or torch.compile's wrapper of it: what the steps call
+    optimizer: Any
+    autocast: Any  # a factory of autocast contexts (a null context without autocast)
+    autocast_check: dict[str, Any] | None  # the probe matmul's dtype under autocast
+    setup_s: float
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What the warm-up and timed steps measured, and what they leave for the reads after them."""
+
+    phases: dict[str, list[float]]  # per phase, one duration per timed step
+    warmup_step_s: list[float]
+    first_losses: list[float]
+    memory_step_bytes: list[int]  # after each timed step: a steady rise means something is kept
+    bookkeeping_s: float
+    timed_elapsed_s: float  # with turns, the other side's turns too
+    graphs_before_timing: int
+    autocast_check: dict[str, Any] | None  # the setup's check, with the first step's layer outputs counted
+    loss: Any  # the last step's loss and (device) batch
+    batch: Any
+    sampler: SystemSampler
+    profiler: StepProfiler | None
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """torch.compile's graph count and graph breaks in this process (dynamo's counters)."""
+
+    graphs: int
+    graph_breaks: int
+
+    def to_record(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _AfterSteps:
+    """What is read once the timed steps are over, before the data slice is checksummed."""
+
+    final_loss: float
+    memory: dict[str, Any]  # `Device.peak_memory()`
+    calls: tuple[int, int] | None  # torch calls and host syncs of one eager step
+    compile_stats: CompileStats | None
+
+
+def _run(spec: TrialSpec) -> TrialRecord:
+    config, device, workload = _load(spec)
+
+    from perfgate.measure.probe import probe_steps_per_sec
+
+    probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
+    identity = workload_identity(workload)
+    setup, batches = _set_up(workload, config, device)
+    steps = _train(spec, setup, batches)
+    after = _after_steps(setup, steps)
+    del batches
+    # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
+    # training step runs between the timed pass's clock reads.
+    data_checksum = _checksum_slice(workload, setup.dataset, device.type)
+    probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
+    return _record(spec, setup, steps, after, identity, data_checksum, probe_rates)
+
+
+def _load(spec: TrialSpec) -> tuple[Config, Device, Workload]:
+    """Set the thread count, pick the device and load the workload the spec names."""
     import torch
 
     from perfgate.measure.device import select_device
@@ -95,11 +185,14 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     workload = Reference(spec.reference_text, spec.reference_target).load()
     if config.compile and workload.warmup_steps < 1:
         raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
+    return config, device, workload
 
-    from perfgate.measure.probe import probe_steps_per_sec
 
-    probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
-    identity = workload_identity(workload)
+def _set_up(workload: Workload, config: Config, device: Device) -> tuple[_Setup, Iterator[Any]]:
+    """Seed, build the dataset, DataLoader, model and optimizer, compile and check autocast: the setup
+    that `setup_s` times. Returns the setup and the iterator over the batches (its workers running)."""
+    import torch
+
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
@@ -120,18 +213,35 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
     batches = iter(loader)
     device.mark_setup_done()
     setup_s = time.perf_counter() - setup_started
+    setup = _Setup(
+        config, device, workload, dataset, loader, model, step_model, optimizer, autocast, autocast_check, setup_s
+    )
+    return setup, batches
 
+
+def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
+    """The warm-up steps, then the timed steps, in one loop: each step's five phases timed on the device's
+    clock, the system sampled and (with `spec.profile`) profiled over the timed steps only.
+
+    One loop body for both, with every per-step value in a local: the clock reads see the same work
+    in warm-up and timed steps, and the previous step's batch and loss are let go where they were."""
+    import torch
+
+    config, device, workload = setup.config, setup.device, setup.workload
+    step_model, optimizer, autocast = setup.step_model, setup.optimizer, setup.autocast
+    autocast_check = setup.autocast_check
     non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
     first_losses: list[float] = []
     warmup_step_s: list[float] = []
     phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    memory_step_bytes: list[int] = []  # after each timed step: a steady rise means something is kept
+    memory_step_bytes: list[int] = []
     bookkeeping_s = 0.0
     total_steps = workload.warmup_steps + workload.steps
     graphs_before_timing = 0
-    hooks = _OutputDtypeCounter(model) if config.autocast_dtype and not config.compile else None
+    hooks = _OutputDtypeCounter(setup.model) if config.autocast_dtype and not config.compile else None
     current = "the DataLoader"
     loss = None
+    batch = None
     timed_started = 0.0
     sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
     profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile else None
@@ -205,55 +315,92 @@ def _run(spec: TrialSpec) -> dict[str, Any]:
         raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
         sampler.stop()  # whatever ended the steps; stopping twice is harmless
-    final_loss = _finite_loss(loss, total_steps - 1)
-    memory = device.peak_memory()
-    # Framework overhead, counted after the timed steps: torch calls in one more step on the last
-    # batch (eager configs; a counting mode would make torch.compile recompile), graphs and breaks.
-    calls = None if config.compile else _count_torch_calls(workload, step_model, optimizer, batch, autocast)
-    compile_stats = _compile_stats() if config.compile else None
-    del batches
-    # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
-    # training step runs between the timed pass's clock reads.
-    data_checksum = _checksum_slice(workload, dataset, device.type)
-    probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
+    return _Steps(
+        phases=phases,
+        warmup_step_s=warmup_step_s,
+        first_losses=first_losses,
+        memory_step_bytes=memory_step_bytes,
+        bookkeeping_s=bookkeeping_s,
+        timed_elapsed_s=timed_elapsed_s,
+        graphs_before_timing=graphs_before_timing,
+        autocast_check=autocast_check,
+        loss=loss,
+        batch=batch,
+        sampler=sampler,
+        profiler=profiler,
+    )
 
-    step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
+
+def _after_steps(setup: _Setup, steps: _Steps) -> _AfterSteps:
+    """The final loss and peak memory, then the framework overhead, counted after the timed steps: torch
+    calls in one more step on the last batch (eager configs; a counting mode would make torch.compile
+    recompile), graphs and breaks."""
+    config, workload = setup.config, setup.workload
+    final_loss = _finite_loss(steps.loss, workload.warmup_steps + workload.steps - 1)
+    memory = setup.device.peak_memory()
+    calls = (
+        None
+        if config.compile
+        else _count_torch_calls(workload, setup.step_model, setup.optimizer, steps.batch, setup.autocast)
+    )
+    compile_stats = _compile_stats() if config.compile else None
+    return _AfterSteps(final_loss, memory, calls, compile_stats)
+
+
+def _record(
+    spec: TrialSpec,
+    setup: _Setup,
+    steps: _Steps,
+    after: _AfterSteps,
+    identity: dict[str, Any],
+    data_checksum: str,
+    probe_rates: list[float],
+) -> TrialRecord:
+    """The trial's record from what it measured: step times summed from their phases, samples/sec, the
+    compile time (the first warm-up step above a median step) and warnings."""
+    import torch
+
+    config, workload = setup.config, setup.workload
+    step_s = [sum(values) for values in zip(*(steps.phases[p] for p in PHASES), strict=True)]
     timed_samples = workload.steps * workload.batch_size
     compile_s = None
-    if config.compile and warmup_step_s:
-        compile_s = max(0.0, warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
+    if config.compile and steps.warmup_step_s:
+        compile_s = max(0.0, steps.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
     warnings = []
-    recompiled = _compiled_graph_count() - graphs_before_timing if config.compile else 0
+    recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
     if recompiled > 0:
         warnings.append(f"torch.compile compiled {recompiled} new graph(s) during timed steps")
-    return {
-        "status": "ok",
-        "samples_per_sec": timed_samples / sum(step_s),
-        "timed_steps": workload.steps,
-        "timed_samples": timed_samples,
-        "step_s": step_s,
-        "phases_s": phases,
-        "warmup_step_s": warmup_step_s,
-        "timed_elapsed_s": timed_elapsed_s,
-        "bookkeeping_s": bookkeeping_s,
-        "setup_s": setup_s,
-        "compile_s": compile_s,
-        "first_losses": first_losses,
-        "final_loss": final_loss,
-        "data_checksum": data_checksum,
-        "memory": memory,
-        "memory_step_bytes": memory_step_bytes,
-        "system": sampler.samples.summary(),
-        "profile": None if profiler is None else {"trace": spec.profile, "top_operators": profiler.top_operators},
-        "torch_calls_per_step": None if calls is None else calls[0],
-        "host_syncs_per_step": None if calls is None else calls[1],
-        "compile_stats": compile_stats,
-        "autocast": autocast_check,
-        "probe_steps_per_sec": probe_rates,
-        "threads": torch.get_num_threads(),
-        "warnings": warnings,
-        "workload": {**identity, "slice_indices": _slice_digest(workload, len(dataset))},
-    }
+    result = TrialResult(
+        config=spec.config,
+        trial=spec.trial,
+        status="ok",
+        samples_per_sec=timed_samples / sum(step_s),
+        step_s=step_s,
+        phases_s=steps.phases,
+        warmup_step_s=steps.warmup_step_s,
+        timed_elapsed_s=steps.timed_elapsed_s,
+        bookkeeping_s=steps.bookkeeping_s,
+        setup_s=setup.setup_s,
+        compile_s=compile_s,
+        first_losses=steps.first_losses,
+        final_loss=after.final_loss,
+        data_checksum=data_checksum,
+        memory=after.memory,
+        memory_step_bytes=steps.memory_step_bytes,
+        system=steps.sampler.samples.summary().to_record(),
+        torch_calls_per_step=None if after.calls is None else after.calls[0],
+        host_syncs_per_step=None if after.calls is None else after.calls[1],
+        compile_stats=None if after.compile_stats is None else after.compile_stats.to_record(),
+        autocast=steps.autocast_check,
+        probe_steps_per_sec=probe_rates,
+        threads=torch.get_num_threads(),
+        warnings=warnings,
+        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset))},
+    )
+    profile = None
+    if steps.profiler is not None:
+        profile = {"trace": spec.profile, "top_operators": steps.profiler.top_operators}
+    return TrialRecord(result, profile=profile)
 
 
 def workload_identity(workload: Any) -> dict[str, Any]:
@@ -478,20 +625,21 @@ def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, au
     return Counter.calls, Counter.syncs
 
 
-def _compile_stats() -> dict[str, int] | None:
+def _compile_stats() -> CompileStats | None:
     """torch.compile's graph count and graph breaks in this process (dynamo's counters; internal API)."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
         return None
-    return {
-        "graphs": int(counters["stats"].get("unique_graphs", 0)),
-        "graph_breaks": int(sum(counters["graph_break"].values())),
-    }
+    return CompileStats(
+        graphs=int(counters["stats"].get("unique_graphs", 0)),
+        graph_breaks=int(sum(counters["graph_break"].values())),
+    )
 
 
 def _compiled_graph_count() -> int:
-    return (_compile_stats() or {}).get("graphs", 0)
+    stats = _compile_stats()
+    return 0 if stats is None else stats.graphs
 
 
 def _is_compile_error(exc: BaseException) -> bool:
@@ -521,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = TrialSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
     record = run_trial(spec)
     tmp = Path(out_path + ".tmp")
-    tmp.write_text(json.dumps(record), encoding="utf-8")
+    tmp.write_text(json.dumps(record.to_dict()), encoding="utf-8")
     os.replace(tmp, out_path)
     return 0
 

@@ -9,9 +9,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from perfgate.errors import ResultsError, UsageError
+from perfgate.errors import ResultsError, TrialRecordError, UsageError
 from perfgate.records.summary import ConfigSummary, summarize_trials
 
 SCHEMA_VERSION = 2  # 2 added the paired check's base side (`against`) and the slice's sample indices
@@ -55,19 +55,90 @@ class TrialResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
+
+TRIAL_STATUSES = ("ok", "failed")
+# Why a trial failed, which decides what the runner does: `workload` (the user's code is at fault: stop the
+# run), `config` (this config cannot run here, e.g. torch.compile failed: no more trials of it), `internal`
+# (a bug in perfgate's trial code), `crash` (the trial process died, timed out or wrote no record).
+FailureKind = Literal["workload", "config", "internal", "crash"]
+FAILURE_KINDS: tuple[FailureKind, ...] = get_args(FailureKind)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What one trial process sends back (`python -m perfgate.measure.trial SPEC OUT` writes it as JSON):
+    its `TrialResult`, and what only the runner reads, never the results file."""
+
+    result: TrialResult
+    failure_kind: FailureKind | None = None  # set when the trial failed, else None
+    traceback: str | None = None  # the failure's traceback (shown with --debug)
+    profile: dict[str, Any] | None = None  # a profiling trial's trace path and top operators
+
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> TrialResult:
-        """Build from the JSON record a trial process writes."""
-        if record.get("status") != "ok":
-            return cls(
-                config=record["config"],
-                trial=record["trial"],
-                status="failed",
-                failure=record.get("message", "unknown failure"),
-                process_s=record.get("process_s"),
+    def failed(
+        cls,
+        config: str,
+        trial: int,
+        message: str,
+        kind: FailureKind,
+        *,
+        traceback: str | None = None,
+        process_s: float | None = None,
+    ) -> TrialRecord:
+        """The record of a trial that measured nothing: why (`message`) and what kind of failure."""
+        result = TrialResult(config=config, trial=trial, status="failed", failure=message, process_s=process_s)
+        return cls(result, failure_kind=kind, traceback=traceback)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object a trial process writes: every field, always (the reading side refuses any gap)."""
+        return {
+            "result": asdict(self.result),
+            "failure_kind": self.failure_kind,
+            "traceback": self.traceback,
+            "profile": self.profile,
+        }
+
+    @classmethod
+    def from_dict(cls, record: Any, *, source: str) -> TrialRecord:
+        """Read what `to_dict` wrote, strictly: an unknown or missing field, or a status or failure kind
+        outside the vocabulary, is a TrialRecordError naming it (never silently dropped)."""
+        _check_fields(record, _RECORD_FIELDS, "a trial's record", source)
+        _check_fields(record["result"], _TRIAL_FIELDS, "a trial's result", source)
+        result = TrialResult(**record["result"])
+        kind = record["failure_kind"]
+        if result.status not in TRIAL_STATUSES:
+            raise TrialRecordError(
+                f"a trial's result has status {result.status!r}; a trial is {' or '.join(map(repr, TRIAL_STATUSES))}",
+                where=source,
+                hint=_MISMATCH_HINT,
             )
-        names = {f for f in cls.__dataclass_fields__ if f not in ("status", "failure")}
-        return cls(status="ok", **{k: v for k, v in record.items() if k in names})
+        if (kind is None) != result.ok or (kind is not None and kind not in FAILURE_KINDS):
+            expected = "none" if result.ok else " or ".join(map(repr, FAILURE_KINDS))
+            raise TrialRecordError(
+                f"a trial's record with status {result.status!r} has failure_kind {kind!r}, not {expected}",
+                where=source,
+                hint=_MISMATCH_HINT,
+            )
+        return cls(result, failure_kind=kind, traceback=record["traceback"], profile=record["profile"])
+
+
+_MISMATCH_HINT = "the trial process and the runner disagree on the record: run both from one perfgate installation"
+
+
+def _check_fields(record: Any, names: frozenset[str], what: str, source: str) -> None:
+    """`record` is a JSON object with exactly the fields `names`; else a one-line TrialRecordError naming them."""
+    if not isinstance(record, dict):
+        raise TrialRecordError(f"{what} is {type(record).__name__}, not a JSON object", where=source)
+    unknown = sorted(set(record) - names)
+    missing = sorted(names - set(record))
+    if not unknown and not missing:
+        return
+    problems = []
+    if unknown:
+        problems.append(f"has the unknown field{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}")
+    if missing:
+        problems.append(f"lacks the field{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))}")
+    raise TrialRecordError(f"{what} {' and '.join(problems)}", where=source, hint=_MISMATCH_HINT)
 
 
 @dataclass(frozen=True)
@@ -403,3 +474,4 @@ def _schema_problem(document: dict[str, Any], version: int = SCHEMA_VERSION) -> 
 
 
 _TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)
+_RECORD_FIELDS = frozenset(TrialRecord.__dataclass_fields__)

@@ -1,0 +1,147 @@
+"""Saved files read back: tests/data/results-v2.json (as `perfgate run --json` writes it) and
+tests/data/baselines/mlp.yaml (as `perfgate update` writes it), the verdict they give together and its reports.
+
+tests/data/make_data.py wrote both with perfgate's own writers from fixed, synthetic trials: workload `mlp` on
+one made-up machine, fp32 20% slower than its baseline, bf16 unchanged with one trial killed. No trial runs here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.judge.settings import GateSettings
+from perfgate.judge.verdict import Status, compare_results
+from perfgate.records.baselines import BaselineStore, render_baseline
+from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.results import load_results
+from perfgate.report.markdown import MARKER, format_markdown
+from perfgate.report.text import format_gate, format_run
+from tests.helpers.cli import run_main
+from tests.helpers.results import validate_results
+
+DATA = Path(__file__).parent / "data"
+RESULTS = DATA / "results-v2.json"
+BASELINES = DATA / "baselines"
+MACHINE = {
+    "device_type": "cpu",
+    "device_name": None,
+    "device_count": 1,
+    "cuda": None,
+    "torch": "2.13.0+cpu",
+    "cpu_model": "Test CPU",
+    "threads": 2,
+}
+SETTINGS = GateSettings(trials=3, max_trials=3)
+REGENERATE = "perfgate now writes this file differently; if that is meant, run python tests/data/make_data.py"
+
+
+def test_the_saved_results_file_is_valid_and_reads_back_its_trials():
+    document = json.loads(RESULTS.read_text(encoding="utf-8"))
+    validate_results(document)
+    assert document["schema_version"] == 2 and "gate" not in document and "against" not in document
+    run = load_results(RESULTS)
+    assert (run.perfgate_version, run.created_at) == ("0.1.0", "2026-11-22T10:00:00+00:00")
+    assert run.environment["git"]["sha"] == "2" * 40
+    assert machine_fingerprint(run.environment) == MACHINE
+    (workload,) = run.workloads
+    assert (workload.name, workload.reference) == ("mlp", "perf/mlp.py:mlp")
+    assert workload.settings["batch_size"] == 8 and workload.settings["steps"] == 4
+    assert list(workload.configs) == ["fp32", "bf16"]
+    fp32, bf16 = workload.configs["fp32"], workload.configs["bf16"]
+    assert [t.samples_per_sec for t in fp32.trials] == [800.0, 806.0, 795.0, 802.0]
+    assert fp32.trials[0].step_s == [0.01] * 4 and fp32.trials[0].probe_steps_per_sec == [2000.0, 2004.0]
+    assert fp32.summary is not None and fp32.summary.samples_per_sec.median == 801.0
+    assert [t.status for t in bf16.trials] == ["ok", "ok", "ok", "ok", "failed"]
+    assert bf16.trials[4].failure == "trial process was killed by SIGKILL"
+    assert bf16.summary is not None and (bf16.summary.trials_ok, bf16.summary.trials_failed) == (4, 1)
+    assert bf16.summary.peak_bytes == 30 << 20
+
+
+def test_the_saved_results_file_round_trips(tmp_path):
+    run = load_results(RESULTS)
+    again = tmp_path / "again.json"
+    run.write_json(again)
+    assert load_results(again) == run
+    assert json.loads(again.read_text(encoding="utf-8")) == json.loads(RESULTS.read_text(encoding="utf-8")), REGENERATE
+
+
+def test_the_baseline_store_reads_the_saved_file():
+    store = BaselineStore(BASELINES)
+    entries = store.load("mlp")
+    assert list(entries) == ["cpu Test CPU, 2 threads, torch 2.13.0+cpu"] == [fingerprint_key(MACHINE)]
+    entry = store.find("mlp", MACHINE)
+    assert entry is not None
+    assert (entry.workload, entry.measured_at, entry.commit) == ("mlp", "2026-11-20T09:00:00+00:00", "1" * 40)
+    assert entry.data_checksum == "sha256:" + "ab" * 32 and entry.settings["trials"] == 5
+    assert list(entry.configs) == ["fp32", "bf16"]
+    assert entry.configs["fp32"].samples_per_sec == [1000.0, 1012.0, 990.0, 1004.0, 996.0]
+    assert entry.configs["fp32"].first_losses == [2.5, 2.375]
+    assert entry.configs["fp32"].probe_steps_per_sec == [2002.0] * 5  # the probe's two rates a trial, combined
+    assert entry.configs["bf16"].peak_bytes == [30 << 20] * 5
+    assert store.find("mlp", {**MACHINE, "threads": 4}) is None  # another machine type: no baseline
+    assert store.load("other") == {}
+    # Stable: writing what was read gives the same text back (an empty diff in review).
+    assert render_baseline("mlp", entries.values()) == store.path_for("mlp").read_text(encoding="utf-8"), REGENERATE
+
+
+def judged():
+    return compare_results(load_results(RESULTS), SETTINGS, store=BaselineStore(BASELINES))
+
+
+def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone():
+    result = judged()
+    assert result.exit_code == 1
+    (workload,) = result.workloads
+    assert workload.workload == "mlp" and workload.problem is None
+    fp32, bf16 = workload.configs
+    assert (fp32.config, fp32.status) == ("fp32", Status.REGRESSION)
+    assert fp32.throughput is not None and fp32.throughput.ratio == pytest.approx(0.8004, abs=1e-4)
+    assert (fp32.throughput.n_baseline, fp32.throughput.n_candidate) == (5, 4)
+    assert fp32.throughput.ci_high < 0.95  # beyond the 5% threshold, whatever the noise
+    assert fp32.machine is not None and fp32.machine.ratio == pytest.approx(1.0)  # the same machine, as fast
+    assert fp32.reason == (
+        "samples/s -20.0% (0.800x, 95.0% CI 0.792-0.809x, p=2.9e-10): a regression beyond the 5% threshold (p < 0.01)"
+    )
+    assert (bf16.config, bf16.status, bf16.trials_failed) == ("bf16", Status.NO_CHANGE, 1)
+    assert bf16.throughput is not None and bf16.throughput.n_candidate == 4
+    assert bf16.reason.endswith("no regression beyond 5% (1 trial failed and not counted)")
+
+
+def test_the_text_and_markdown_reports_of_the_saved_verdict():
+    result = judged()
+    text = format_gate(result)
+    rows = [" ".join(line.split()) for line in text.splitlines() if line.split()[:1] in (["fp32"], ["bf16"])]
+    assert rows == [  # config, baseline s/s, current s/s, ratio, CI, p, machine, peak mem, trials, verdict
+        "fp32 1,000.0 801.0 0.800x 0.792-0.809 2.9e-10 1.00x +0.0% 5+4 REGRESSION",
+        "bf16 1,500.0 1,499.5 1.000x 0.992-1.008 0.5 1.00x +0.0% 5+4 no change",
+    ]
+    assert "(baseline measured 2026-11-20T09:00:00+00:00 at commit 1111111111; cpu Test CPU, 2 threads" in text
+    assert text.rstrip().endswith("perfgate check: 1 regression (mlp fp32); 1 no change. Exit 1 (fail).")
+    markdown = format_markdown(result, details=RESULTS.name)
+    assert markdown.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (mlp fp32); 1 no change.\n")
+    assert "Baseline measured 2026-11-20T09:00:00+00:00 at `1111111111`." in markdown
+    table = [line for line in markdown.splitlines() if line.startswith("| fp32 ") or line.startswith("| bf16 ")]
+    assert table == [
+        "| fp32 | 1,000.0 | 801.0 | 0.800x (0.792-0.809) | 2.9e-10 | 1.00x | +0.0% | 0.7% | 2% | 5+4 "
+        "| **regression** |",
+        "| bf16 | 1,500.0 | 1,499.5 | 1.000x (0.992-1.008) | 0.5 | 1.00x | +0.0% | 0.5% | 1% | 5+4 | no change |",
+    ]
+    lab = format_run(load_results(RESULTS))
+    assert lab.startswith("mlp  (perf/mlp.py:mlp; batch 8, 4 timed steps after 1 warm-up, 5 trials, 2 threads, cpu)")
+    assert "! bf16 trial 5 failed: trial process was killed by SIGKILL" in lab
+
+
+def test_compare_and_report_read_the_saved_files_from_the_command_line(monkeypatch, capsys):
+    """In the data folder, `baselines/` is the saved one: what `perfgate compare` and `report` read by default."""
+    monkeypatch.chdir(DATA)
+    compared = run_main(capsys, "compare", RESULTS.name)
+    assert compared.returncode == 1, compared.stdout + compared.stderr
+    assert "! fp32: samples/s -20.0% (0.800x, " in compared.stdout
+    assert compared.stdout.rstrip().endswith("Exit 1 (fail).") and compared.stderr == ""
+    reported = run_main(capsys, "report", RESULTS.name, "--format", "markdown")
+    assert reported.returncode == 0, reported.stderr  # the report is written; the verdict is the check's exit code
+    assert reported.stdout.startswith(MARKER + "\n### perfgate: fail\n")
+    assert "| fp32 | 1,000.0 | 801.0 | 0.800x (0.792-0.809) |" in reported.stdout

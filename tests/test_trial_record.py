@@ -1,0 +1,166 @@
+"""A trial's record: the trial process writes a `TrialRecord` (its `TrialResult` and what only the runner reads),
+and the runner reads it strictly: a field it does not know, or one missing, is a one-line error naming it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import pytest
+
+from perfgate.errors import PerfgateError, TrialRecordError
+from perfgate.measure.lab import RunningTrial, TrialPlace
+from perfgate.measure.trial import TrialSpec
+from perfgate.records.results import FAILURE_KINDS, TrialRecord, TrialResult
+from perfgate.references import resolve_references
+
+TINY = Path(__file__).parent / "workloads" / "tiny.py"
+
+
+def spec(function: str, config: str = "fp32") -> TrialSpec:
+    (reference,) = resolve_references([f"{TINY}:{function}"])
+    return TrialSpec(reference.text, reference.target, config, 0, "cpu", 1)
+
+
+def ok_record() -> dict[str, object]:
+    """What a trial process writes for a measured trial (the numbers made up), through JSON as it travels."""
+    result = TrialResult(
+        config="fp32",
+        trial=0,
+        status="ok",
+        samples_per_sec=100.0,
+        step_s=[0.08, 0.08],
+        phases_s={"data_wait": [0.01, 0.01], "h2d": [0.0, 0.0], "forward": [0.03, 0.03]},
+        process_s=2.5,
+        memory={"kind": "cpu-rss-above-setup", "peak_bytes": 10, "reserved_bytes": None, "setup_bytes": 5},
+    )
+    document: dict[str, object] = json.loads(json.dumps(TrialRecord(result).to_dict()))
+    return document
+
+
+def refusal(document: object) -> str:
+    """The one-line message a record is refused with."""
+    with pytest.raises(TrialRecordError) as caught:
+        TrialRecord.from_dict(document, source="trial record tiny-fp32-0.out.json")
+    assert isinstance(caught.value, PerfgateError)
+    line = caught.value.one_line()
+    assert "\n" not in line
+    return line
+
+
+def test_a_well_formed_record_reads_back_as_the_record_written():
+    document = ok_record()
+    record = TrialRecord.from_dict(document, source="test")
+    assert record.to_dict() == document
+    assert record.result.ok and record.failure_kind is None
+    assert list(document["result"]) == [f.name for f in fields(TrialResult)]  # type: ignore[arg-type]
+
+
+def test_a_misspelt_field_of_the_result_is_refused_naming_it():
+    document = ok_record()
+    result = document["result"]
+    assert isinstance(result, dict)
+    result["sampels_per_sec"] = result.pop("samples_per_sec")
+    line = refusal(document)
+    assert line.startswith(
+        "a trial's result has the unknown field 'sampels_per_sec' and lacks the field 'samples_per_sec' "
+        "(trial record tiny-fp32-0.out.json)"
+    ), line
+
+
+def test_a_missing_field_is_refused_naming_it():
+    document = ok_record()
+    result = document["result"]
+    assert isinstance(result, dict)
+    del result["process_s"]
+    assert refusal(document).startswith("a trial's result lacks the field 'process_s' ")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kind": "workload"}, "a trial's record has the unknown field 'kind'"),  # the old record's name
+        ({"failure_kind": "workload"}, "a trial's record with status 'ok' has failure_kind 'workload', not none"),
+    ],
+)
+def test_an_unknown_field_or_kind_of_the_record_itself_is_refused(change, message):
+    document = ok_record()
+    document.update(change)
+    assert refusal(document).startswith(message)
+
+
+def test_the_old_error_status_is_refused_one_vocabulary_ok_or_failed():
+    document = ok_record()
+    result = document["result"]
+    assert isinstance(result, dict)
+    result.update(status="error", failure="boom")
+    document["failure_kind"] = "workload"
+    assert refusal(document).startswith("a trial's result has status 'error'; a trial is 'ok' or 'failed'")
+
+
+def test_a_record_that_is_not_an_object_is_refused():
+    assert refusal([1, 2]).startswith("a trial's record is list, not a JSON object")
+
+
+def test_a_failed_record_says_failed_with_its_kind():
+    record = TrialRecord.failed("bf16", 3, "timed out after 1 s", "crash", process_s=1.0)
+    assert record.result.status == "failed" and not record.result.ok
+    assert record.result.failure == "timed out after 1 s" and record.failure_kind in FAILURE_KINDS
+    assert TrialRecord.from_dict(json.loads(json.dumps(record.to_dict())), source="test") == record
+
+
+@pytest.mark.e2e
+def test_a_real_trials_record_round_trips_through_the_dataclass(tmp_path):
+    trial = RunningTrial(spec("tiny"), tmp_path, 120.0, TrialPlace())
+    record = trial.wait()
+    document = json.loads(trial.out_path.read_text(encoding="utf-8"))
+    assert TrialRecord.from_dict(document, source="test") == record
+    assert record.to_dict() == document
+    result = record.result
+    assert result.status == "ok" and record.failure_kind is None and record.traceback is None
+    assert result.config == "fp32" and result.trial == 0 and result.process_s and result.process_s > 0
+    assert result.samples_per_sec > 0 and len(result.step_s) == 4 and len(result.first_losses) == 3
+    assert set(result.phases_s) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
+    assert result.system is not None and set(result.system) == {
+        "samples",
+        "cpu_percent",
+        "busiest_core_percent",
+        "process_cpu_percent",
+        "gpu_util_percent",
+    }
+    assert result.workload is not None and result.workload["name"] == "tiny"
+    assert asdict(result) == document["result"]  # the results file keeps exactly these fields
+
+
+@pytest.mark.e2e
+def test_a_record_with_a_misspelt_field_stops_the_runner_in_one_line(tmp_path):
+    trial = RunningTrial(spec("tiny"), tmp_path, 120.0, TrialPlace())
+    assert trial.process.wait(timeout=120) == 0
+    document = json.loads(trial.out_path.read_text(encoding="utf-8"))
+    document["result"]["final_los"] = document["result"].pop("final_loss")
+    trial.out_path.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(TrialRecordError, match=r"^a trial's result has the unknown field 'final_los' .*\.out\.json\)"):
+        trial.wait()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("function", "config", "kind", "failure"),
+    [
+        ("forward_raises", "fp32", "workload", "loss(model, batch) raised ValueError: shape mismatch in my loss"),
+        ("oom_under_autocast", "bf16", "config", "out of device memory in loss(model, batch): CUDA out of memory."),
+        ("crashes", "fp32", "crash", "trial process exited with code 3 without a result"),
+    ],
+)
+def test_failed_trials_say_failed(tmp_path, function, config, kind, failure):
+    trial = RunningTrial(spec(function, config), tmp_path, 120.0, TrialPlace())
+    record = trial.wait()
+    assert record.result.status == "failed" and not record.result.ok
+    assert record.failure_kind == kind
+    assert record.result.failure is not None and record.result.failure.startswith(failure), record.result.failure
+    assert record.result.process_s is not None and record.result.samples_per_sec == 0.0
+    if kind != "crash":  # the trial wrote its record: "failed" on disk too, with the cause's traceback
+        document = json.loads(trial.out_path.read_text(encoding="utf-8"))
+        assert document["result"]["status"] == "failed" and document["failure_kind"] == kind
+        assert record.traceback is not None and "Traceback" in record.traceback
