@@ -4,6 +4,8 @@ and the runner reads it strictly: a field it does not know, or one missing, is a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -164,3 +166,26 @@ def test_failed_trials_say_failed(tmp_path, function, config, kind, failure):
         document = json.loads(trial.out_path.read_text(encoding="utf-8"))
         assert document["result"]["status"] == "failed" and document["failure_kind"] == kind
         assert record.traceback is not None and "Traceback" in record.traceback
+
+
+@pytest.mark.e2e
+def test_the_earlier_entry_points_still_run_a_trial_and_write_the_annotations(tmp_path):
+    """`python -m perfgate.trial` and `python -m perfgate.annotations`, which workflows may call, are aliases
+    of `perfgate.measure.trial` and `perfgate.action`."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(asdict(spec("tiny"))), encoding="utf-8")
+    out = tmp_path / "out.json"
+    trial = subprocess.run(
+        [sys.executable, "-m", "perfgate.trial", str(spec_path), str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert trial.returncode == 0, trial.stderr
+    record = TrialRecord.from_dict(json.loads(out.read_text(encoding="utf-8")), source=str(out))
+    assert record.result.ok and record.result.samples_per_sec > 0
+    annotations = subprocess.run(
+        [sys.executable, "-m", "perfgate.annotations", "update", "0", str(tmp_path / "none.json"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert annotations.returncode == 0, annotations.stderr
+    assert annotations.stdout.strip() == "::notice title=perfgate::baselines written: review and commit them"
