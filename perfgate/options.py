@@ -2,8 +2,8 @@
 
 Each `Option` holds a name, a help text and a parser; `add_to_argparse` renders it as `--NAME` for
 `perfgate`, `add_to_pytest` as `--perfgate-NAME` with the ini key `perfgate_NAME` (the way
-pytest-benchmark renders its options for a prefix). Help texts name other options and the update
-command through a `FrontEnd` (`{o[against]}` placeholders), so each front end reads its own spelling.
+pytest-benchmark renders its options for a prefix); a `FrontEnd` gives each its spelling. A value
+read from an option or an ini key goes through the same parser, so both get the same error message.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ class Option:
     """One option: a `flag` takes no value; the others are parsed by `parse` (None: kept as text)."""
 
     name: str
-    help: str  # `{o[NAME]}`: another option, `{default}`: the command's default, as the front end has them
+    help: str  # `{default}`: the default of the command that renders it
     metavar: str | None = None
     parse: Parse | None = None
     flag: bool = False
 
-    def help_for(self, front_end: FrontEnd, **values: Any) -> str:
-        return self.help.format(o=_Spelling(front_end), **values)
+    def help_for(self, **values: Any) -> str:
+        return self.help.format(**values)
 
 
 def argparse_type(parse: Parse, where: str) -> Callable[[str], Any]:
@@ -49,14 +49,6 @@ def argparse_type(parse: Parse, where: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"{error.what}; {error.hint}" if error.hint else error.what) from None
 
     return convert
-
-
-class _Spelling:
-    def __init__(self, front_end: FrontEnd) -> None:
-        self.front_end = front_end
-
-    def __getitem__(self, name: str) -> str:
-        return self.front_end.option(name)
 
 
 def _path(value: Any, where: str) -> Path:
@@ -112,7 +104,7 @@ def add_to_argparse(
     **help_values: Any,
 ) -> None:
     """`option` as `--NAME`; `help_values` fill the help text's placeholders (`default`: the default's)."""
-    text = option.help_for(front_end, **{"default": default, **help_values}).replace("%", "%%")
+    text = option.help_for(**{"default": default, **help_values}).replace("%", "%%")
     if option.flag:
         parser.add_argument(front_end.option(option.name), action="store_true", help=text)
         return
@@ -125,7 +117,7 @@ def add_to_argparse(
 def add_to_pytest(group: Any, parser: Any, option: Option, front_end: FrontEnd, **help_values: Any) -> None:
     """`option` as `--perfgate-NAME` with the ini key `perfgate_NAME`; the plugin parses the values itself,
     so an ini value and an option share one parser (`Option.parse`) and one error message."""
-    text = option.help_for(front_end, **help_values)
+    text = option.help_for(**help_values)
     key = ini_key(option)
     if option.flag:
         group.addoption(front_end.option(option.name), dest=key, action="store_true", default=None, help=text)
