@@ -109,7 +109,7 @@ def test_the_fingerprint_keeps_stable_fields_only():
         "git": {"sha": "abc"},
         "platform": "Linux-6.1-x86_64",
     }
-    assert machine_fingerprint(environment) == STORE_FINGERPRINT
+    assert machine_fingerprint(environment) == {**STORE_FINGERPRINT, "cpu_capability": None}  # none recorded
     gpu = {**environment, "cuda": "12.4", "device": {"type": "cuda", "name": "NVIDIA H100", "count": 8}}
     assert fingerprint_key(machine_fingerprint(gpu)) == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
 
@@ -129,3 +129,26 @@ def test_updating_one_config_keeps_the_others_unless_the_workload_changed(tmp_pa
     previous, stored = store.write(changed)
     assert previous is not None and list(previous.configs) == ["fp32", "bf16"]
     assert list(stored.configs) == ["bf16"]
+
+
+def test_the_cpu_instruction_set_is_part_of_the_machine(tmp_path):
+    """One CPU model name covers AVX2 and AVX512 hosts, and bf16 runs about 20x slower on the first: they
+    are two machine types. An entry written before the fingerprint held it takes it from its environment."""
+    environment = {"device": {"type": "cpu"}, "torch": "2.13.0+cpu", "threads": 2, "cpu": {"model": "AMD EPYC"}}
+    avx2 = machine_fingerprint({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX2"}})
+    avx512 = machine_fingerprint({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX512"}})
+    assert fingerprint_key(avx2) == "cpu AMD EPYC (AVX2), 2 threads, torch 2.13.0+cpu"
+    assert fingerprint_key(avx512) == "cpu AMD EPYC (AVX512), 2 threads, torch 2.13.0+cpu"
+    assert fingerprint_key(machine_fingerprint(environment)) == "cpu AMD EPYC, 2 threads, torch 2.13.0+cpu"
+    store = BaselineStore(tmp_path)
+    store.write(store_entry())
+    path = store.path_for("gpt-small")
+    text = path.read_text(encoding="utf-8")
+    # the helper's fingerprint has no cpu_capability, as an earlier perfgate wrote them; its environment has
+    assert "cpu_capability" not in text and "environment: {}" in text
+    older = text.replace("environment: {}", "environment: {cpu: {capability: AVX2}}")
+    path.write_text(older, encoding="utf-8")
+    (entry,) = store.load("gpt-small").values()
+    assert entry.fingerprint["cpu_capability"] == "AVX2"
+    assert store.find("gpt-small", {**STORE_FINGERPRINT, "cpu_capability": "AVX2"}) is not None
+    assert store.find("gpt-small", {**STORE_FINGERPRINT, "cpu_capability": "AVX512"}) is None

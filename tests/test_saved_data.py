@@ -32,6 +32,7 @@ MACHINE = {
     "cuda": None,
     "torch": "2.13.0+cpu",
     "cpu_model": "Test CPU",
+    "cpu_capability": None,  # the saved environment records none
     "threads": 2,
 }
 SETTINGS = GateSettings(trials=3, max_trials=3)

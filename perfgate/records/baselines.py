@@ -22,6 +22,7 @@ import yaml
 from perfgate.errors import PerfgateError
 from perfgate.records.fingerprint import (
     FINGERPRINT_FIELDS,
+    cpu_capability,
     fingerprint_key,
     machine_fingerprint,
 )
@@ -390,9 +391,14 @@ class DocumentReader:
                 raise self.fail(f"{where}.configs has unknown config {name!r} (known: {', '.join(CONFIG_NAMES)})")
             configs[name] = self.config(config, f"{where}.configs.{name}")
         git = raw.get("git")
+        environment = raw.get("environment") if isinstance(raw.get("environment"), dict) else {}
+        stored = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
+        if "cpu_capability" not in fingerprint and stored.get("device_type") == "cpu":
+            # written before the fingerprint held it: the entry's environment recorded it all along
+            stored["cpu_capability"] = cpu_capability(environment)
         return BaselineEntry(
             workload=workload,
-            fingerprint={k: fingerprint.get(k) for k in FINGERPRINT_FIELDS},
+            fingerprint=stored,
             measured_at=str(raw.get("measured_at", "")),
             perfgate_version=str(raw.get("perfgate_version", "")),
             git=git if isinstance(git, dict) else None,
@@ -400,7 +406,7 @@ class DocumentReader:
             settings=self.mapping(raw.get("settings", {}), f"{where}.settings"),
             data_checksum=raw.get("data_checksum") if isinstance(raw.get("data_checksum"), str) else None,
             configs=configs,
-            environment=raw.get("environment") if isinstance(raw.get("environment"), dict) else {},
+            environment=environment,
         )
 
     def config(self, raw: Any, where: str) -> ConfigEntry:
