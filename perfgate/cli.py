@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import perfgate
 from perfgate import options
 from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
-from perfgate.judge.settings import DEFAULT_TIME_BUDGET_S
+from perfgate.judge.settings import DEFAULT_TIME_BUDGET_S, PER_CONFIG_BUDGET_S
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from perfgate.naming import CLI
 from perfgate.options import add_to_argparse, argparse_type
@@ -115,9 +115,10 @@ def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> Non
         group.add_argument(
             "--time-budget",
             type=_positive_float,
-            default=DEFAULT_TIME_BUDGET_S,
+            default=None,
             metavar="SECONDS",
-            help=f"stop adding trials once the check has run this long (default: {DEFAULT_TIME_BUDGET_S:g})",
+            help=f"stop adding trials once the check has run this long (default: {PER_CONFIG_BUDGET_S:g} per config "
+            f"judged, {DEFAULT_TIME_BUDGET_S:g} at most)",
         )
     add_baseline_option(group)
 
@@ -315,7 +316,7 @@ def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool =
         threshold=args.threshold,
         alpha=args.alpha,
         max_trials=trials if single_look else max_trials,
-        time_budget_s=getattr(args, "time_budget", DEFAULT_TIME_BUDGET_S),
+        time_budget_s=getattr(args, "time_budget", None),
         fail_on_inconclusive=args.fail_on_inconclusive,
     )
 

@@ -51,6 +51,7 @@ class DiagnosisThresholds:
     data_wait_share: float = 0.20  # of the step: the loader, not the model, sets the pace
     data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
     explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
+    evidence_sigmas: float = 4.0  # a change counts beyond this many standard errors of its trials' spread
     tail_ratio: float = 1.5  # p95 / p50 of step times
     tail_sigmas: float = 3.0
     memory_growth_kib: float = 8.0  # per timed step: perfgate's own bookkeeping adds under 1 KiB

@@ -254,7 +254,9 @@ def pytest_benchmark_generate_machine_info(config: pytest.Config) -> dict[str, A
 
 def _refuse_parallel_workers(config: pytest.Config) -> None:
     workers = config.getoption("numprocesses", None)
-    if workers not in (None, 0, "0") or os.environ.get("PYTEST_XDIST_WORKER"):
+    # An xdist worker has `workerinput`; the PYTEST_XDIST_WORKER variable would also catch pytest sessions
+    # that a worker's tests start in subprocesses, which run on their own.
+    if workers not in (None, 0, "0") or hasattr(config, "workerinput"):
         from perfgate.errors import UsageError
 
         raise UsageError(
@@ -504,7 +506,7 @@ class PerfgateSession:
                     alpha=gate.alpha,
                     max_pairs=max(gate.trials, gate.max_trials),
                     min_pairs=gate.trials,
-                    time_budget_s=gate.time_budget_s,
+                    time_budget_s=gate.budget_s(0),
                     notify=notify,
                 )
             self.micro = self.micro_paired.verdicts

@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from perfgate.check.paired import takes_turns
+from perfgate.cli import build_parser
 from perfgate.judge.settings import GateSettings, Look, LookTracker
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
@@ -651,6 +652,16 @@ def test_the_look_tracker_counts_each_configs_looks_from_its_previous_one():
     assert tracker.look({a: 5, b: 4}, final=False) == {a: Look(5, 4, True), b: Look(4, 3, False)}  # a: at max_trials
     assert tracker.look({a: 5, b: 4}, final=True) == {a: Look(5, 4, True), b: Look(4, 3, True)}  # the budget ran out
     assert tracker.look({a: 0}, final=False)[a] == Look(5, 4, True)  # a count that did not grow keeps its look
+
+
+def test_the_default_time_budget_is_five_minutes_a_config_and_ten_at_most():
+    settings = GateSettings(ProjectConfig(), trials=3, max_trials=20)
+    assert [settings.budget_s(n) for n in (1, 2, 3)] == [300.0, 600.0, 600.0]
+    assert settings.budget_s(0) == 600.0  # no configs (pytest-benchmark sessions): the whole budget
+    assert GateSettings(ProjectConfig(), time_budget_s=45.0).budget_s(3) == 45.0  # given: as given
+    parser = build_parser()
+    assert parser.parse_args(["check", "--against", "main"]).time_budget is None
+    assert parser.parse_args(["check", "--time-budget", "90"]).time_budget == 90.0
 
 
 def test_pairs_take_turns_by_default_but_not_when_run_at_the_same_time():

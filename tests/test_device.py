@@ -18,8 +18,8 @@ def test_cpu_peak_memory_counts_what_was_allocated_after_setup():
     block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, touched
     peak = device.peak_memory()
     del block
-    assert peak["kind"] == "cpu-rss-above-setup"
-    assert peak["peak_bytes"] >= 60 * 1024 * 1024
+    assert peak.kind == "cpu-rss-above-setup"
+    assert peak.peak_bytes >= 60 * 1024 * 1024
 
 
 def test_cpu_peak_window_starts_again_after_reset():
@@ -28,7 +28,7 @@ def test_cpu_peak_window_starts_again_after_reset():
     block = torch.ones(64 * 1024 * 1024 // 4)
     del block
     device.reset_peak_memory()
-    assert device.peak_memory()["peak_bytes"] < 32 * 1024 * 1024
+    assert device.peak_memory().peak_bytes < 32 * 1024 * 1024
 
 
 @pytest.mark.skipif(_heap_in_use_bytes() is None, reason="needs glibc's mallinfo2")
@@ -74,9 +74,9 @@ def test_cuda_peak_memory_is_max_allocated_and_reserved():
     block = torch.ones(64 * 1024 * 1024 // 4, device="cuda")
     peak = device.peak_memory()
     del block
-    assert peak["kind"] == "cuda-max-allocated"
-    assert peak["peak_bytes"] >= 64 * 1024 * 1024
-    assert peak["reserved_bytes"] >= peak["peak_bytes"]
+    assert peak.kind == "cuda-max-allocated"
+    assert peak.peak_bytes >= 64 * 1024 * 1024
+    assert peak.reserved_bytes is not None and peak.reserved_bytes >= peak.peak_bytes
 
 
 @needs_cuda

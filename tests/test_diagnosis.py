@@ -9,9 +9,10 @@ from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
+from perfgate.records.shapes import SystemSummary, UsageSpread
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
-from tests.helpers.results import BASE_MS, BASELINE, STEPS, phased_run
+from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, phased_run, phased_trial
 
 SETTINGS = GateSettings(trials=3, max_trials=3)
 
@@ -26,16 +27,22 @@ def test_a_slow_loader_is_the_data_pipeline_with_loader_hints():
     assert result.verdicts[0].status == Status.REGRESSION
     assert d.suspect == "data pipeline"
     (finding, *_) = d.findings
-    assert finding.line == "data pipeline: waiting for data takes 1% -> 45% of the step"
+    assert finding.line == (
+        "data pipeline: waiting for data explains 100% of the slower step (1% -> 45% of the step); "
+        "look at the Dataset, its transforms and the DataLoader settings this change touched"
+    )
+    assert d.headline == "data pipeline (explains 100% of the slower step)"
     assert "data wait: 0.10 -> 9.00 ms per step" in finding.evidence[0]
-    assert "explains 100% of the slower step" in finding.evidence
     assert any(e.startswith("num_workers=0: batches are loaded in the training process") for e in finding.evidence)
 
 
 def test_heavier_forward_and_backward_are_model_compute():
     _, (d,) = diagnosed({**BASE_MS, "forward": 8.0, "backward": 12.0})
     assert d.suspect == "model compute"
-    assert d.findings[0].line.startswith("model compute: backward grew most; compute phases explain 100%")
+    assert d.findings[0].line == (
+        "model compute: backward and forward + loss explain 100% of the slower step; "
+        "look at the model code this change touched"
+    )
 
 
 def test_a_long_tail_of_steps_is_reported():
@@ -77,6 +84,14 @@ def test_memory_rising_step_over_step_is_memory_growth():
     assert d.findings[0].line == "memory growth: memory in use rose 1.0 MiB per step, 19.0 MiB over 20 timed steps"
 
 
+def test_memory_growth_leads_even_when_the_step_is_slower_for_its_pressure_slows_it():
+    rising = [(50 << 20) + (1 << 20) * i for i in range(STEPS)]
+    result, (d,) = diagnosed({**BASE_MS, "forward": 6.0}, memory=rising)
+    assert result.verdicts[0].slower
+    assert [f.suspect for f in d.findings][:2] == ["memory", "model compute"]
+    assert d.headline == "memory"
+
+
 def test_a_slow_steady_rise_like_perfgates_own_bookkeeping_is_not_memory_growth():
     creeping = [(50 << 20) + 1024 * i for i in range(STEPS)]  # 1 KiB per step, perfectly steady
     _, (d,) = diagnosed(BASE_MS, every_config=True, memory=creeping)
@@ -93,11 +108,13 @@ def test_a_one_off_allocation_is_not_memory_growth():
 
 
 def system(gpu_mean, gpu_p95, core_p95):
-    return {
-        "samples": 40,
-        "gpu_util_percent": {"mean": gpu_mean, "p95": gpu_p95},
-        "busiest_core_percent": {"mean": core_p95 - 5, "p95": core_p95},
-    }
+    return SystemSummary(
+        samples=40,
+        cpu_percent=None,
+        busiest_core_percent=UsageSpread(mean=core_p95 - 5, p95=core_p95),
+        process_cpu_percent=None,
+        gpu_util_percent=UsageSpread(mean=gpu_mean, p95=gpu_p95),
+    )
 
 
 def test_an_idle_gpu_beside_a_busy_core_is_a_cpu_bottleneck_and_a_busy_gpu_is_quiet():
@@ -185,12 +202,90 @@ def test_the_attribution_shares_out_the_change_and_shows_compile_time():
     assert all(same.share(p) is None for p in same.phases)
 
 
-def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_and_quiet_without():
-    # Data wait 0.1 -> 2.0 ms of an unchanged step (15%: under the 20% share, no slowdown to explain).
-    moved = {**BASE_MS, "data_wait": 2.0, "forward": 2.1}
+def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_only_when_the_step_is_slower():
     baseline_run = phased_run(BASE_MS, loader={"num_workers": 2})
+    # Data wait 0.1 -> 2.0 ms of a step 17% slower, with num_workers 2 -> 0: the data pipeline.
+    slower = diagnosed_against(baseline_run, phased_run({**BASE_MS, "data_wait": 2.0}, loader={"num_workers": 0}))
+    assert slower.suspect == "data pipeline"
+    assert "the DataLoader's settings changed: num_workers 2 -> 0" in slower.findings[0].evidence
+    # The same wait in a step no slower (fewer workers can be faster on two busy cores): worth a line, no
+    # suspect, for no data-pipeline regression happened.
+    moved = {**BASE_MS, "data_wait": 2.0, "forward": 2.1}
     changed = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 0}))
-    assert changed.suspect == "data pipeline"
-    assert "the DataLoader's settings changed: num_workers 2 -> 0" in changed.findings[0].evidence
+    assert changed.suspect is None
+    (finding,) = changed.findings
+    assert finding.standing and finding.line.endswith("(the step is no slower)")
+    assert "the DataLoader's settings changed: num_workers 2 -> 0" in finding.evidence
     same = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 2}))
     assert "data pipeline" not in [f.suspect for f in same.findings]
+
+
+def scattered(run, factors=(0.5, 1.15, 0.7)):
+    """The same trials with their samples/s scattered (a machine too noisy for a samples/s verdict), their
+    phases unchanged."""
+    (workload,) = run.workloads
+    trials = [
+        dataclasses.replace(t, samples_per_sec=BASELINE["w"].configs["fp32"].samples_per_sec[0] * f)
+        for t, f in zip(workload.configs["fp32"].trials, factors, strict=True)
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+def with_peak(run, peak_bytes):
+    (workload,) = run.workloads
+    trials = [
+        dataclasses.replace(t, memory=dataclasses.replace(t.memory, peak_bytes=peak_bytes))
+        for t in workload.configs["fp32"].trials
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+def test_a_compute_slowdown_that_also_grows_memory_names_compute_first_whichever_verdict_is_decided():
+    # The issue's case: forward +7 ms and backward +12.8 ms a step, peak memory 50 -> 80 MiB.
+    slower = with_peak(phased_run({**BASE_MS, "forward": 11.0, "backward": 18.8}), 80 << 20)
+    for run, early in ((slower, False), (scattered(slower), True)):
+        result = compare_run(run, BASELINE, SETTINGS)
+        (verdict,) = result.verdicts
+        assert verdict.memory.verdict == "regression" and verdict.status == Status.REGRESSION
+        assert verdict.slower is not early  # samples/s decided, or still open on a noisy machine
+        (d,) = diagnose(result)
+        assert d.early is early
+        assert [f.suspect for f in d.findings] == ["model compute", "memory"]
+        assert d.headline.startswith("model compute (explains 100% of the slower step)")
+        assert d.findings[1].line == "peak memory regression: 50.0 MiB -> 80.0 MiB"
+
+
+def test_a_pure_memory_regression_names_memory():
+    result = compare_run(with_peak(phased_run(BASE_MS), 80 << 20), BASELINE, SETTINGS)
+    assert result.verdicts[0].status == Status.REGRESSION and not result.verdicts[0].slower
+    (d,) = diagnose(result)
+    assert d.suspect == "memory" and not d.early
+    assert d.headline == "memory"
+    assert d.findings[0].line == "peak memory regression: 50.0 MiB -> 80.0 MiB"
+
+
+def test_one_slow_step_in_a_clean_run_is_not_a_finding_but_a_tail_in_every_trial_is():
+    trials = [phased_trial(i, BASE_MS, tail_ms=400.0 if i == 0 else 0.0, jitter=0.01) for i in range(3)]
+    (workload,) = BASELINE_RUN.workloads
+    one_slow = dataclasses.replace(
+        BASELINE_RUN, workloads=[dataclasses.replace(workload, configs={"fp32": ConfigResult("fp32", trials)})]
+    )
+    (d,) = diagnose(compare_run(one_slow, BASELINE, SETTINGS), every_config=True)
+    assert d.findings == () and d.suspect is None
+    _, (d,) = diagnosed(BASE_MS, every_config=True, tail_ms=400.0)  # the same slow step in every trial
+    assert [f.suspect for f in d.findings] == ["tail latency"]
+
+
+def test_early_evidence_is_shown_while_samples_per_sec_is_open_and_the_build_does_not_fail():
+    result = compare_run(scattered(phased_run({**BASE_MS, "data_wait": 9.0})), BASELINE, SETTINGS)
+    assert result.verdicts[0].status == Status.INCONCLUSIVE and result.exit_code == 0
+    (d,) = diagnose(result)  # diagnosed without --diagnose: the evidence is that strong
+    assert d.early and d.suspect == "data pipeline"
+    text = format_diagnoses([d])
+    assert "suspect data pipeline (explains 100% of the slower step); early evidence: the samples/s verdict is " in text
+    assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in format_markdown(result, diagnoses=[d])
+    # The same scatter without a phase that moved: no evidence, no diagnosis.
+    quiet = compare_run(scattered(phased_run(BASE_MS)), BASELINE, SETTINGS)
+    assert quiet.verdicts[0].status == Status.INCONCLUSIVE and diagnose(quiet) == []

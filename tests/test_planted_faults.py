@@ -49,15 +49,19 @@ def test_a_slow_augmentation_is_the_data_pipeline(builtin_baselines):
     result = check(builtin_baselines, "slowaugment", VISION, "--diagnose")
     found = diagnosis_of(result.stdout, "vision-small")
     assert found.startswith("  vision-small fp32: suspect data pipeline")
-    assert "    - data pipeline: waiting for data takes " in found and "data wait: " in found
+    assert "    - data pipeline: waiting for data explains " in found and "data wait: " in found
 
 
-def test_num_workers_0_is_the_data_pipeline_with_the_changed_setting(builtin_baselines):
+def test_num_workers_0_names_the_changed_setting_and_is_the_data_pipeline_only_when_slower(builtin_baselines):
     result = check(builtin_baselines, "workers0", VISION, "--diagnose")
     found = diagnosis_of(result.stdout, "vision-small")
-    assert found.startswith("  vision-small fp32: suspect data pipeline")
     assert "the DataLoader's settings changed: num_workers 2 -> 0" in found
     assert "num_workers=0: batches are loaded in the training process" in found
+    if "(the step is no slower)" in found:  # on two busy cores, loading in the training process can be faster
+        assert found.startswith("  vision-small fp32: suspect none ("), found
+        assert "1 regression" not in result.stdout
+    else:
+        assert found.startswith("  vision-small fp32: suspect data pipeline"), found
 
 
 def test_extra_layers_are_a_regression_in_model_compute_forward_and_backward(builtin_baselines):

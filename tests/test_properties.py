@@ -8,7 +8,7 @@ import json
 import math
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import PerfgateError
@@ -117,6 +117,7 @@ def test_swapping_baseline_and_candidate_swaps_regression_and_improvement(base, 
 
 
 @given(samples, samples, thresholds, alphas, st.integers(-20, 20))
+@example(base=[1 / 64], new=[1 / 64, 2 / 64, 3 / 64], threshold=0.01, alpha=0.001, power=1)  # exactly 2x off
 def test_scaling_both_sides_by_a_constant_changes_nothing(base, new, threshold, alpha, power):
     scale = 2.0**power
     plain = compare_throughput(base, new, threshold=threshold, alpha=alpha)

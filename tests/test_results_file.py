@@ -15,6 +15,7 @@ from perfgate.records.results import (
     parse_results,
     write_text_atomic,
 )
+from perfgate.records.shapes import PeakMemory
 from tests.helpers.results import validate_results
 
 
@@ -29,7 +30,7 @@ def _trial(trial: int, samples_per_sec: float) -> TrialResult:
         first_losses=[1.0],
         final_loss=float("nan"),
         data_checksum="sha256:" + "0" * 64,
-        memory={"kind": "cpu-rss-above-setup", "peak_bytes": 10, "reserved_bytes": None, "setup_bytes": 5},
+        memory=PeakMemory(kind="cpu-rss-above-setup", peak_bytes=10, reserved_bytes=None, setup_bytes=5),
         threads=1,
     )
 
@@ -99,6 +100,24 @@ def test_a_results_file_of_schema_version_1_is_still_read(tmp_path):
     run = parse_results(json.dumps(document), source="old.json")
     assert run.against is None
     assert [w.name for w in run.workloads] == [w.name for w in _run().workloads]
+
+
+def test_a_file_read_back_is_written_again_byte_for_byte_and_an_unknown_key_inside_a_trial_is_refused(tmp_path):
+    document = _written(tmp_path)
+    trials = document["workloads"][0]["configs"]["fp32"]["trials"]
+    del trials[1]["memory"]["setup_bytes"]  # an older file's memory: left out when written again
+    trials[1]["autocast"] = {"active": True, "probe_dtype": "bfloat16"}
+    document["workloads"][0]["profiles"] = {"fp32": {"failure": "timed out after 1 s"}}
+    text = json.dumps(document, indent=2) + "\n"
+    parse_results(text, source="r.json").write_json(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_text() == text
+    trials[0]["memory"]["peak"] = 1
+    with pytest.raises(ResultsError) as raised:
+        parse_results(json.dumps(document), source="r.json")
+    assert raised.value.one_line() == (
+        "r.json is not a valid results file: a trial's memory has the unknown field 'peak'; "
+        "give a results file written by perfgate --json"
+    )
 
 
 def test_a_paired_section_is_refused_in_a_schema_version_1_file(tmp_path):

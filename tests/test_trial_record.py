@@ -15,6 +15,7 @@ from perfgate.errors import PerfgateError, TrialRecordError
 from perfgate.measure.lab import RunningTrial, TrialPlace
 from perfgate.measure.trial import TrialSpec
 from perfgate.records.results import FAILURE_KINDS, TrialRecord, TrialResult
+from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, UsageSpread
 from perfgate.references import resolve_references
 
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
@@ -35,7 +36,7 @@ def ok_record() -> dict[str, object]:
         step_s=[0.08, 0.08],
         phases_s={"data_wait": [0.01, 0.01], "h2d": [0.0, 0.0], "forward": [0.03, 0.03]},
         process_s=2.5,
-        memory={"kind": "cpu-rss-above-setup", "peak_bytes": 10, "reserved_bytes": None, "setup_bytes": 5},
+        memory=PeakMemory(kind="cpu-rss-above-setup", peak_bytes=10, reserved_bytes=None, setup_bytes=5),
     )
     document: dict[str, object] = json.loads(json.dumps(TrialRecord(result).to_dict()))
     return document
@@ -112,6 +113,67 @@ def test_a_failed_record_says_failed_with_its_kind():
     assert TrialRecord.from_dict(json.loads(json.dumps(record.to_dict())), source="test") == record
 
 
+def test_memory_autocast_system_and_profile_travel_as_the_objects_the_files_keep():
+    document = ok_record()
+    result = document["result"]
+    assert isinstance(result, dict)
+    result["autocast"] = {
+        "active": True,
+        "probe_dtype": "bfloat16",
+        "bf16_layer_outputs": 3,
+        "checked_layer_outputs": 4,
+    }
+    spread = {"mean": 40.0, "p95": 60.0}
+    result["system"] = {
+        "samples": 9,
+        "cpu_percent": spread,
+        "busiest_core_percent": spread,
+        "process_cpu_percent": spread,
+        "gpu_util_percent": None,
+    }
+    operators = [{"name": "aten::mm", "calls_per_step": 2.0, "self_cpu_s_per_step": 0.1, "self_device_s_per_step": 0}]
+    document["profile"] = {"trace": "traces/w-fp32.trace.json", "top_operators": operators}
+    record = TrialRecord.from_dict(document, source="test")
+    assert record.result.memory == PeakMemory("cpu-rss-above-setup", 10, None, setup_bytes=5)
+    assert record.result.autocast == AutocastCheck(True, "bfloat16", 3, 4)
+    assert record.result.system is not None and record.result.system.cpu_percent == UsageSpread(40.0, 60.0)
+    assert record.profile == Profile(trace="traces/w-fp32.trace.json", top_operators=operators)
+    assert json.dumps(record.to_dict()) == json.dumps(document)  # the same keys, in the same order
+    # a compiled config counts no layer outputs, a saved file may lack setup_bytes: both stay left out
+    result["autocast"] = {"active": True, "probe_dtype": "bfloat16"}
+    result["memory"] = {"kind": "cuda-max-allocated", "peak_bytes": 10, "reserved_bytes": 20}
+    document["profile"] = {"failure": "timed out after 1 s"}
+    assert json.dumps(TrialRecord.from_dict(document, source="test").to_dict()) == json.dumps(document)
+    failed = TrialRecord.failed("bf16", 3, "timed out after 1 s", "crash").to_dict()
+    assert failed["result"]["memory"] == {} and failed["result"]["system"] is None  # a trial that measured nothing
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "memory",
+            {"kind": "cpu-rss-above-setup", "peak": 10, "reserved_bytes": None},
+            "a trial's memory has the unknown field 'peak' and lacks the field 'peak_bytes'",
+        ),
+        (
+            "autocast",
+            {"active": True, "probe_dtype": "bfloat16", "bf16": 3},
+            "a trial's autocast check has the unknown field 'bf16'",
+        ),
+        ("system", {"samples": 1}, "a trial's system summary lacks the fields 'busiest_core_percent', "),
+        ("profile", {"trace": "t.json"}, "a profile lacks the field 'top_operators'"),
+    ],
+)
+def test_an_unknown_or_missing_key_inside_a_field_is_refused_naming_it(field, value, message):
+    document = ok_record()
+    result = document["result"]
+    assert isinstance(result, dict)
+    (document if field == "profile" else result)[field] = value
+    line = refusal(document)
+    assert line.startswith(message) and "(trial record tiny-fp32-0.out.json); the trial process" in line, line
+
+
 @pytest.mark.e2e
 def test_a_real_trials_record_round_trips_through_the_dataclass(tmp_path):
     trial = RunningTrial(spec("tiny"), tmp_path, 120.0, TrialPlace())
@@ -124,7 +186,7 @@ def test_a_real_trials_record_round_trips_through_the_dataclass(tmp_path):
     assert result.config == "fp32" and result.trial == 0 and result.process_s and result.process_s > 0
     assert result.samples_per_sec > 0 and len(result.step_s) == 4 and len(result.first_losses) == 3
     assert set(result.phases_s) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
-    assert result.system is not None and set(result.system) == {
+    assert result.system is not None and set(result.system.to_dict()) == {
         "samples",
         "cpu_percent",
         "busiest_core_percent",
@@ -132,7 +194,7 @@ def test_a_real_trials_record_round_trips_through_the_dataclass(tmp_path):
         "gpu_util_percent",
     }
     assert result.workload is not None and result.workload["name"] == "tiny"
-    assert asdict(result) == document["result"]  # the results file keeps exactly these fields
+    assert result.to_dict() == document["result"]  # the results file keeps exactly these fields
 
 
 @pytest.mark.e2e

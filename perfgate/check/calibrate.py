@@ -116,11 +116,13 @@ def run_calibration(
         planted_result = decide_paired(planted, settings, started, notify)
     planted_by_key = {(v.workload, v.config): v for v in planted_result.verdicts}
     configs = []
+    budget_s = settings.budget_s(len(aa_result.verdicts))
+    config_budget_s = budget_s / max(1, len(aa_result.verdicts))  # each config's share, as the check spends it
     for verdict in aa_result.verdicts:
         key = (verdict.workload, verdict.config)
         noise = verdict.throughput.noise if verdict.throughput is not None else math.nan
         per_pair = pair_s.get(key, math.nan)
-        budget_pairs = max(settings.trials, min(settings.max_trials, int(settings.time_budget_s // per_pair)))
+        budget_pairs = max(settings.trials, min(settings.max_trials, int(config_budget_s // per_pair)))
         threshold = verdict.limits.throughput
         other = planted_by_key.get(key)
         configs.append(
@@ -143,7 +145,7 @@ def run_calibration(
         slowdown=slowdown,
         threshold_text=", ".join(sorted({f"{100 * v.limits.throughput:g}%" for v in aa_result.verdicts})) or "5%",
         settings_text=f"{run_settings.threads} torch thread(s) per trial on {run_settings.device}, each pair's trials "
-        f"{how}; time budget {settings.time_budget_s:g} s, at most {settings.max_trials} pairs per config",
+        f"{how}; time budget {budget_s:g} s, at most {settings.max_trials} pairs per config",
         aa=aa_result,
         planted=planted_result,
     )

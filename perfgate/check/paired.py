@@ -21,8 +21,9 @@ def decide_paired(
     """The paired check: the first pairs (as far as the time budget allows), then more pairs for open
     configs until each is decided or the budget or `max_trials` is reached (`decide_sequentially`)."""
     keys = list(session.sides["head"].trials)
+    budget_s = settings.budget_s(len(keys))
     for index in range(settings.trials):
-        if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > settings.time_budget_s:
+        if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > budget_s:
             break
         session.run_more(keys)
     tracker = LookTracker(settings)

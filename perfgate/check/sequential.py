@@ -42,8 +42,10 @@ def decide_sequentially(
             and sizes().get((v.workload, v.config), most) < most
         ]
 
+    budget_s = settings.budget_s(len(sizes()))
+
     def budget_left_after(pending: list[tuple[str, str]]) -> bool:
-        return time.monotonic() - started + round_s(pending) <= settings.time_budget_s
+        return time.monotonic() - started + round_s(pending) <= budget_s
 
     result = judge(False)
     while True:
@@ -56,7 +58,7 @@ def decide_sequentially(
             # The data will not grow: look once more as the last look, with what is left of the error rates.
             final = judge(True)
             if any(v.status == Status.INCONCLUSIVE for v in final.verdicts):
-                return final, f"--time-budget {settings.time_budget_s:g} s reached"
+                return final, f"time budget {budget_s:g} s reached"
             return final, None
         if notify:
             notify(f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more {unit} of each")

@@ -8,10 +8,10 @@ the change in step time. The rules read the same figures:
   (explains) of a regressed step, or it grew data_wait_growth times the baseline's (and by 5% of the
   step or more) while the DataLoader's settings changed (their change is the evidence); hints come from
   the DataLoader settings;
-- model compute: forward, backward and optimizer growth explains most of a regressed step (only a
-  regression verdict counts as slower: on a noisy machine one trial's step time proves nothing);
-- tail latency: p95 over p50 step time of tail_ratio or more (and tail_ratio times the baseline's), or
-  steps beyond mean + 3 sd;
+- model compute: forward, backward and optimizer growth explains most of a slower step (a regression
+  verdict, or early evidence beyond the trials' noise: on a noisy machine one trial's step proves nothing);
+- tail latency: p95 over p50 step time of tail_ratio or more, and tail_ratio times the baseline's (a lone
+  slow step moves no p95: it is no finding);
 - memory: memory in use rising step over step (a least-squares slope of memory_growth_kib per step or
   more, correlation with the step number memory_growth_fit or more: something keeps tensors or autograd
   graphs alive, the classic being a loss summed without `.item()`), or a peak-memory regression;
@@ -25,7 +25,12 @@ the change in step time. The rules read the same figures:
 - operators (with `--profile`): the operators whose self time per step grew most against the
   baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
 
-Each finding is one line plus its evidence. Pure functions over the gate's result: nothing here runs.
+Each finding is one line plus its evidence. The findings are ranked by what explains the change (see
+`_strength`): with a slower step, the part that explains most of its growth leads and memory follows;
+without one, memory leads when it is what changed. A slower step is a samples/s regression, or, while
+that verdict is still open, early evidence: the step grew past the threshold's worth beyond
+evidence_sigmas standard errors of the trials' spread (the diagnosis is then shown, marked as early,
+and fails nothing). Pure functions over the gate's result: nothing here runs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +47,14 @@ from perfgate.judge.verdict import GateResult, Status
 from perfgate.project import DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry
 from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
+from perfgate.records.shapes import Profile
 from perfgate.records.summary import PHASES, operator_self_s, percentile
 
 Thresholds = DiagnosisThresholds  # the name the rules use
 DEFAULT_THRESHOLDS = Thresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
+DATA = frozenset({"data_wait", "h2d"})
+COMPUTE = frozenset({"forward", "backward", "optimizer"})
 SUSPECT_OF_PHASE = {
     "data_wait": "data pipeline",
     "h2d": "data pipeline",
@@ -68,10 +77,27 @@ class PhaseChange:
     phase: str
     baseline_s: float | None  # per step; None without a baseline
     current_s: float
+    noise_s: float | None = None  # standard error of the change, from the trials' spread; None: unknown
 
     @property
     def change_s(self) -> float:
         return self.current_s - (self.baseline_s or 0.0)
+
+
+@dataclass(frozen=True)
+class Movement:
+    """How a part of the step (some phases, or all of them) changed against the baseline, per step."""
+
+    before_s: float
+    change_s: float
+    noise_s: float | None  # standard error of the change from the trials' spread on both sides; None: unknown
+
+    def beyond_noise(self, sigmas: float) -> bool:
+        """A change beyond `sigmas` standard errors; with the noise unknown (one trial a side), beyond a
+        quarter of the part's time, which run-to-run noise alone does not reach."""
+        if self.noise_s is None:
+            return abs(self.change_s) > 0.25 * self.before_s
+        return abs(self.change_s) > sigmas * self.noise_s
 
 
 @dataclass(frozen=True)
@@ -81,6 +107,7 @@ class Diagnosis:
     phases: tuple[PhaseChange, ...]
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     compile_s: tuple[float | None, float] | None = None  # (baseline, current) one-off compile time
+    early: bool = False  # the step is slower beyond its noise while the samples/s verdict is still open
 
     def to_dict(self) -> dict[str, Any]:
         """The diagnosis as data (`perfgate report --format json`): times in seconds per step."""
@@ -88,12 +115,20 @@ class Diagnosis:
             "workload": self.workload,
             "config": self.config,
             "suspect": self.suspect,
+            "suspect_share": self.suspect_share,
+            "early_evidence": self.early,
             "findings": [
                 {"suspect": f.suspect, "line": f.line, "evidence": list(f.evidence), "standing": f.standing}
                 for f in self.findings
             ],
             "phases": [
-                {"phase": p.phase, "baseline_s": p.baseline_s, "current_s": p.current_s, "share": self.share(p)}
+                {
+                    "phase": p.phase,
+                    "baseline_s": p.baseline_s,
+                    "current_s": p.current_s,
+                    "noise_s": p.noise_s,
+                    "share": self.share(p),
+                }
                 for p in self.phases
             ],
             "compile_s": None
@@ -116,11 +151,33 @@ class Diagnosis:
         """The strongest finding's suspect; standing conditions and operator lists only support one."""
         return next((f.suspect for f in self.findings if f.suspect != "operators" and not f.standing), None)
 
+    @property
+    def suspect_share(self) -> float | None:
+        """How much of the slower step the suspect explains (its phases' share of the growth); None when it
+        is not a phase's suspect (memory, numerics, ...) or the step did not grow."""
+        names = {"data pipeline": DATA, "model compute": COMPUTE, "framework overhead": COMPUTE}.get(self.suspect or "")
+        if names is None:
+            return None
+        share = _explained(self.phases, names)
+        return share if share > 0 else None
+
+    @property
+    def headline(self) -> str:
+        """`model compute (explains 96% of the slower step)`, marked when it is early evidence."""
+        if self.suspect is None:
+            return "none (no finding explains a change)" if self.findings else "none (no rule fired)"
+        share = self.suspect_share
+        text = self.suspect + (f" (explains {share:.0%} of the slower step)" if share is not None else "")
+        if self.early:
+            text += "; early evidence: the samples/s verdict is still open, the build does not fail on it"
+        return text
+
 
 def diagnose(
     result: GateResult, *, every_config: bool = False, thresholds: Thresholds | None = None
 ) -> list[Diagnosis]:
-    """A diagnosis for each regressed config (each measured config with `every_config`).
+    """A diagnosis for each regressed config (each measured config with `every_config`), and for each config
+    whose samples/s verdict is still open while its step is slower beyond the trials' noise (early evidence).
 
     Thresholds: `thresholds`, else the project's `[tool.perfgate.diagnosis]`, else the defaults.
     """
@@ -139,7 +196,10 @@ def diagnose(
             if numerics is not None:
                 diagnoses.append(Diagnosis(verdict.workload, verdict.config, (), (numerics,)))
                 continue
-            if config is None or not (every_config or verdict.status == Status.REGRESSION):
+            if config is None:
+                continue
+            open_only = not every_config and verdict.status != Status.REGRESSION
+            if open_only and verdict.status != Status.INCONCLUSIVE:
                 continue
             base_entry = workload.baseline
             base = base_entry.configs.get(verdict.config) if base_entry else None
@@ -156,8 +216,10 @@ def diagnose(
                 memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
                 th=th,
                 changes=verdict.evidence,
+                threshold=verdict.limits.throughput,
+                machine_ratio=verdict.machine.ratio if verdict.machine is not None else None,
             )
-            if diagnosis is not None:
+            if diagnosis is not None and (diagnosis.early or not open_only):
                 diagnoses.append(diagnosis)
     return diagnoses
 
@@ -176,28 +238,88 @@ def diagnose_config(
     memory_regressed: bool = False,
     th: Thresholds = DEFAULT_THRESHOLDS,
     changes: Sequence[str] = (),
+    threshold: float = 0.05,
+    machine_ratio: float | None = None,
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded. `changes` is the
-    verdict's evidence of what else changed (the model's numerics, the data pipeline's output)."""
+    verdict's evidence of what else changed (the model's numerics, the data pipeline's output).
+
+    The findings are ranked by what explains the change: when the step is slower (`slower`: the samples/s
+    verdict is a regression; or, early evidence, the step grew past the `threshold`'s worth beyond its
+    trials' noise, with the machine's own speed change, `machine_ratio` from the probe, taken out), the
+    part that explains most of the growth leads and memory follows; otherwise memory leads when it is
+    what changed. A finding true of the baseline too, or one that explains no slower step, is no suspect."""
     ok = [t for t in current.trials if t.ok and t.step_s]
     if not ok:
         return None
     phases = tuple(
-        PhaseChange(p, _baseline_per_step(baseline, p, steps), statistics.fmean(s for t in ok for s in t.phases_s[p]))
+        PhaseChange(
+            p,
+            _baseline_per_step(baseline, p, steps),
+            statistics.fmean(s for t in ok for s in t.phases_s[p]),
+            _movement(baseline, ok, steps, {p}).noise_s,
+        )
         for p in PHASES
     )
+    early = not slower and _slower_beyond_noise(baseline, ok, steps, threshold, machine_ratio, th)
+    slowdown = slower or early
     step_s = [s for t in ok for s in t.step_s]
+    profile = measured.profiles.get(config)
+    grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
     findings = [
-        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slower, th, changes),
-        *_model_compute(phases, slower, th, changes),
-        *_tail_latency(step_s, baseline, slower, th),
+        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slowdown, th, changes),
+        *_model_compute(phases, slowdown, th, changes, grown),
+        *_tail_latency(step_s, baseline, slowdown, th),
         *_memory(ok, baseline, memory_regressed, th),
         *_framework(ok, baseline, th),
         *_utilisation(ok, th),
         *_operators(baseline, measured.profiles.get(config)),
     ]
-    findings.sort(key=lambda f: _strength(f, phases, slower), reverse=True)
-    return Diagnosis(workload, config, phases, tuple(findings), _compile_times(ok, baseline))
+    findings.sort(key=lambda f: _strength(f, phases, slowdown), reverse=True)
+    return Diagnosis(workload, config, phases, tuple(findings), _compile_times(ok, baseline), early)
+
+
+def _movement(
+    baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None, names: AbstractSet[str]
+) -> Movement:
+    """How these phases' time per step changed, and the standard error of that change: the trials' spread
+    on each side pooled (a side of one trial adds no spread), over both sides' trial counts."""
+    before = (
+        [sum(t.phase_s.get(p, 0.0) for p in names) / steps for t in baseline.trials if t.phase_s]
+        if baseline is not None and steps
+        else []
+    )
+    now = [sum(statistics.fmean(t.phases_s[p]) for p in names if t.phases_s.get(p)) for t in ok]
+    if not before or not now:
+        return Movement(0.0, 0.0, None)
+    deviations = [v - statistics.fmean(side) for side in (before, now) if len(side) > 1 for v in side]
+    freedom = len(deviations) - sum(1 for side in (before, now) if len(side) > 1)
+    noise = None
+    if freedom >= 1:
+        noise = math.sqrt(sum(d * d for d in deviations) / freedom) * math.sqrt(1 / len(before) + 1 / len(now))
+    return Movement(statistics.fmean(before), statistics.fmean(now) - statistics.fmean(before), noise)
+
+
+def _slower_beyond_noise(
+    baseline: ConfigEntry | None,
+    ok: Sequence[TrialResult],
+    steps: int | None,
+    threshold: float,
+    machine_ratio: float | None,
+    th: Thresholds,
+) -> bool:
+    """Early evidence: the step (its phases together) grew by more than a `threshold` slowdown of samples/s
+    and beyond `evidence_sigmas` standard errors, as measured and with the machine's own speed change (the
+    probe's `machine_ratio`) taken out: both must agree, as the samples/s verdicts must."""
+    step = _movement(baseline, ok, steps, set(PHASES))
+    if step.before_s <= 0 or threshold >= 1:
+        return False
+    movements = [step]
+    if machine_ratio is not None and machine_ratio > 0:  # a machine running at 0.8x makes every step 1.25x
+        expected = step.before_s / machine_ratio
+        movements.append(Movement(expected, step.before_s + step.change_s - expected, step.noise_s))
+    growth = 1 / (1 - threshold) - 1  # a samples/s slowdown of `threshold` is a step this much longer
+    return all(m.change_s >= growth * m.before_s and m.beyond_noise(th.evidence_sigmas) for m in movements)
 
 
 def _compile_times(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> tuple[float | None, float] | None:
@@ -226,13 +348,13 @@ def _data_pipeline(
     th: Thresholds,
     changes: Sequence[str] = (),
 ) -> list[Finding]:
-    data = [p for p in phases if p.phase in ("data_wait", "h2d")]
+    data = [p for p in phases if p.phase in DATA]
     step = statistics.fmean(step_s)
     wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
     share = wait_now / step if step else 0.0
     base_step = sum(p.baseline_s or 0.0 for p in phases)
     base_share = wait_before / base_step if base_step else None
-    explains = _explained(phases, {"data_wait", "h2d"}) if slower else 0.0
+    explains = _explained(phases, DATA) if slower else 0.0
     changed = _loader_changes(base_settings, settings)
     output_changed = [c for c in changes if c.startswith("the data pipeline's output changed")]
     grew_with_change = (
@@ -245,13 +367,16 @@ def _data_pipeline(
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
-    if explains >= th.explains:
-        evidence.append(f"explains {explains:.0%} of the slower step")
     if changed:
         evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
     evidence.extend(output_changed)
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
+    if explains >= th.explains:
+        line = (
+            f"data pipeline: waiting for data explains {explains:.0%} of the slower step ({was}{share:.0%} of "
+            "the step); look at the Dataset, its transforms and the DataLoader settings this change touched"
+        )
     standing = (
         explains < th.explains
         and not grew_with_change
@@ -261,6 +386,11 @@ def _data_pipeline(
     )
     if standing:
         line += " (so did the baseline's)"
+    elif explains < th.explains and base_share is not None and not slower:
+        # More waiting for data in a step that is no slower (fewer workers on a busy machine can be faster):
+        # worth knowing, not a regression of the data pipeline.
+        line += " (the step is no slower)"
+        standing = True
     return [Finding("data pipeline", line, tuple(evidence), standing)]
 
 
@@ -291,18 +421,28 @@ def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
 
 
 def _model_compute(
-    phases: Sequence[PhaseChange], slower: bool, th: Thresholds, changes: Sequence[str] = ()
+    phases: Sequence[PhaseChange],
+    slower: bool,
+    th: Thresholds,
+    changes: Sequence[str] = (),
+    operators: Sequence[tuple[str, float, float]] = (),
 ) -> list[Finding]:
-    compute = {"forward", "backward", "optimizer"}
-    explains = _explained(phases, compute) if slower else 0.0
+    explains = _explained(phases, COMPUTE) if slower else 0.0
     if explains < th.explains:
         return []
-    grown = sorted((p for p in phases if p.phase in compute), key=lambda p: p.change_s, reverse=True)
+    grown = sorted((p for p in phases if p.phase in COMPUTE), key=lambda p: p.change_s, reverse=True)
     evidence = tuple(_per_step(p) for p in grown) + tuple(
         c for c in changes if c.startswith("the model's numerics changed")
     )
-    top = PHASE_NAMES.get(grown[0].phase, grown[0].phase)
-    line = f"model compute: {top} grew most; compute phases explain {explains:.0%} of the slower step"
+    growth = sum(p.change_s for p in phases)
+    # The phases that carry the growth (each at least a fifth of the compute phases' growth), largest first.
+    carrying = [p for p in grown if p.change_s > 0.2 * growth * explains] or grown[:1]
+    names = " and ".join(PHASE_NAMES.get(p.phase, p.phase) for p in carrying)
+    line = f"model compute: {names} explain{'s' if len(carrying) == 1 else ''} {explains:.0%} of the slower step"
+    if operators:
+        name, before, now = operators[0]
+        line += f"; {name} +{1000 * (now - before):.2f} ms per step"
+    line += "; look at the model code this change touched"
     return [Finding("model compute", line, evidence)]
 
 
@@ -315,19 +455,17 @@ def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None, slower:
     ratio = p95 / p50 if p50 > 0 else math.inf
     base = [t.step_p95_s / t.step_p50_s for t in (baseline.trials if baseline else []) if t.step_p50_s and t.step_p95_s]
     base_ratio = statistics.median(base) if base else None
-    tail = ratio >= th.tail_ratio and (base_ratio is None or ratio >= th.tail_ratio * base_ratio)  # new, not the usual
-    if not tail and not beyond:
+    # A tail is a finding when p95 is far from the median and far beyond the baseline's own tail; a few
+    # slow steps (p95 does not move for one in twenty) are what a shared machine does now and then.
+    if ratio < th.tail_ratio or (base_ratio is not None and ratio < th.tail_ratio * base_ratio):
         return []
-    if not tail:
-        line = f"tail latency: {beyond} of {len(step_s)} steps took longer than mean + {th.tail_sigmas:g} sd"
-    else:
-        line = f"tail latency: p95 step time is {ratio:.1f}x the median"
+    line = f"tail latency: p95 step time is {ratio:.1f}x the median"
     evidence = [f"p50 {1000 * p50:.2f} ms, p95 {1000 * p95:.2f} ms"]
     if base_ratio is not None:
         evidence.append(f"baseline p95/p50 {base_ratio:.1f}")
     evidence.append(f"{beyond} step(s) beyond mean + {th.tail_sigmas:g} sd")
-    # A few slow steps are what a shared machine does now and then: a suspect only in a regression.
-    return [Finding("tail latency", line, tuple(evidence), standing=not slower)]
+    # Without a baseline, or without a slower step, a tail is worth knowing but explains nothing.
+    return [Finding("tail latency", line, tuple(evidence), standing=not slower or base_ratio is None)]
 
 
 def _memory(
@@ -353,7 +491,7 @@ def _memory(
                 )
             )
     if regressed:
-        peaks = [t.memory.get("peak_bytes", 0) for t in trials]
+        peaks = [0 if t.memory is None else t.memory.peak_bytes for t in trials]
         was = f"{format_bytes(int(statistics.median(baseline.peak_bytes)))} -> " if baseline else ""
         findings.append(
             Finding("memory", f"peak memory regression: {was}{format_bytes(int(statistics.median(peaks)))}")
@@ -425,14 +563,14 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: 
     return findings
 
 
-def _operators(baseline: ConfigEntry | None, profile: Mapping[str, Any] | None) -> list[Finding]:
+def _operators(baseline: ConfigEntry | None, profile: Profile | None) -> list[Finding]:
     """From --profile: the operators whose self time grew most against the baseline's, and the trace."""
-    if not profile:
+    if profile is None:
         return []
-    if "failure" in profile:
-        return [Finding("operators", f"operators: no profile ({profile['failure']})")]
-    current = profile.get("top_operators") or []
-    trace = f"trace: {profile.get('trace')}"
+    if profile.failure is not None:
+        return [Finding("operators", f"operators: no profile ({profile.failure})")]
+    current = profile.top_operators
+    trace = f"trace: {profile.trace}"
     if baseline is None or not baseline.top_operators:
         top = ", ".join(row["name"] for row in current[:3])
         return [
@@ -448,12 +586,12 @@ def _operators(baseline: ConfigEntry | None, profile: Mapping[str, Any] | None) 
 
 
 def _utilisation(trials: Sequence[TrialResult], th: Thresholds) -> list[Finding]:
-    gpu = [s["gpu_util_percent"] for t in trials if (s := t.system or {}).get("gpu_util_percent")]
+    gpu = [s.gpu_util_percent for t in trials if (s := t.system) and s.gpu_util_percent]
     if not gpu:
         return []
-    p95 = statistics.median(g["p95"] for g in gpu)
-    mean = statistics.median(g["mean"] for g in gpu)
-    cores = [s["busiest_core_percent"]["p95"] for t in trials if (s := t.system or {}).get("busiest_core_percent")]
+    p95 = statistics.median(g.p95 for g in gpu)
+    mean = statistics.median(g.mean for g in gpu)
+    cores = [s.busiest_core_percent.p95 for t in trials if (s := t.system) and s.busiest_core_percent]
     busiest = statistics.median(cores) if cores else None
     evidence = (f"GPU utilisation mean {mean:.0f}%, p95 {p95:.0f}%", f"busiest CPU core p95 {busiest or 0:.0f}%")
     if mean < th.gpu_idle_percent and busiest is not None and busiest > th.cpu_busy_percent:
@@ -481,7 +619,7 @@ def _numerics(reason: str) -> Finding | None:
     return Finding("numerics", "numerics: the loss was not finite", (reason,))
 
 
-def _explained(phases: Sequence[PhaseChange], names: set[str]) -> float:
+def _explained(phases: Sequence[PhaseChange], names: AbstractSet[str]) -> float:
     """The share of the step's growth that these phases account for (0 when the step did not grow)."""
     if any(p.baseline_s is None for p in phases):
         return 0.0
@@ -492,20 +630,34 @@ def _explained(phases: Sequence[PhaseChange], names: set[str]) -> float:
 
 
 def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> float:
-    """Order findings: what explains the slowdown first, then standing conditions, tails last."""
-    if finding.suspect == "data pipeline":
-        return _explained(phases, {"data_wait", "h2d"}) if slower else 0.5
-    if finding.suspect == "model compute":
-        return _explained(phases, {"forward", "backward", "optimizer"})
+    """Order findings. Memory growth (a steady rise step over step: a leak) leads whatever else changed: it
+    is a bug, and the memory pressure it brings is what slows the step. Then, with a slower step, by how
+    much of its growth each explains: the data pipeline by its phases' share, model compute by the
+    compute phases' share, framework overhead (many small operations, host syncs) just above model
+    compute, whose phases it grows; a peak-memory regression and the rest follow. Without a slower step,
+    what changed leads: a peak-memory regression, then framework counts. Standing conditions and operator
+    lists come last: they support, never lead."""
+    if finding.standing:
+        return -1.0
     if finding.suspect == "operators":
-        return 0.0  # supporting detail, never the suspect over a rule
-    if finding.suspect == "framework overhead":
-        return 1.2  # more specific than a phase's growth, which many small operations also show
+        return -0.5
     if finding.line.startswith("memory growth"):
-        return 1.5  # a steady rise is a bug whatever else changed, and often slows the step too
+        return 4.0  # a steady rise is a bug whatever else changed; the memory pressure slows the step too
+    if slower:
+        if finding.suspect == "data pipeline":
+            return 2.0 + _explained(phases, DATA)
+        if finding.suspect == "model compute":
+            return 2.0 + _explained(phases, COMPUTE)
+        if finding.suspect == "framework overhead":
+            return 2.01 + _explained(phases, COMPUTE)
+        if finding.suspect == "memory":
+            return 1.0
+        return 0.5 if finding.suspect != "tail latency" else 0.1
     if finding.suspect == "memory":
-        return 0.45
-    return 0.1
+        return 2.9
+    if finding.suspect == "framework overhead":
+        return 2.5
+    return 1.0 if finding.suspect != "tail latency" else 0.1
 
 
 def _baseline_per_step(baseline: ConfigEntry | None, phase: str, steps: int | None) -> float | None:

@@ -18,7 +18,8 @@ DEFAULT_MAX_TRIALS = 8
 DEFAULT_MAX_PAIRS = 20  # a paired check's largest number of pairs per config
 
 
-DEFAULT_TIME_BUDGET_S = 600.0
+DEFAULT_TIME_BUDGET_S = 600.0  # a check's time budget when not given: 5 minutes per config judged, 10 at most
+PER_CONFIG_BUDGET_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class GateSettings:
     alpha: float = DEFAULT_ALPHA
     trials: int = 3
     max_trials: int = DEFAULT_MAX_TRIALS
-    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+    time_budget_s: float | None = None  # None: `budget_s`'s default, by the number of configs judged
     fail_on_inconclusive: bool = False
     front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
     spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
@@ -38,6 +39,16 @@ class GateSettings:
     @property
     def update_command(self) -> str:
         return self.front_end.update_command
+
+    def budget_s(self, configs: int) -> float:
+        """The check's time budget: `time_budget_s` when given, otherwise 5 minutes for each of the `configs`
+        judged and 10 at most, so a one-config check that cannot decide stops within 5 minutes while the
+        three-config lab gets 10 (a budget of 0 configs, as for pytest-benchmark sessions: the 10)."""
+        if self.time_budget_s is not None:
+            return self.time_budget_s
+        if configs <= 0:
+            return DEFAULT_TIME_BUDGET_S
+        return min(PER_CONFIG_BUDGET_S * configs, DEFAULT_TIME_BUDGET_S)
 
     @property
     def looks(self) -> int:
@@ -97,7 +108,7 @@ class GateSettings:
         threshold: float | None = None,
         alpha: float | None = None,
         max_trials: int | None = None,
-        time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+        time_budget_s: float | None = None,
         fail_on_inconclusive: bool = False,
         front_end: FrontEnd = CLI,
     ) -> GateSettings:

@@ -274,7 +274,8 @@ def _kept_indices(logs: Sequence[float]) -> list[int]:
     if len(logs) < 3:
         return list(range(len(logs)))
     center = statistics.median(logs)
-    kept = [i for i, v in enumerate(logs) if abs(v - center) <= math.log(OUTLIER_FACTOR)]
+    # A hair of slack, so a value exactly OUTLIER_FACTOR off stays in at any scale (log rounding differs).
+    kept = [i for i, v in enumerate(logs) if abs(v - center) <= math.log(OUTLIER_FACTOR) + 1e-9]
     return kept if 2 * len(kept) > len(logs) else list(range(len(logs)))
 
 

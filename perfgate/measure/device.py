@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from perfgate.errors import UsageError
+from perfgate.records.shapes import PeakMemory
 
 _PROC_STATUS = "/proc/self/status"
 _PROC_CLEAR_REFS = "/proc/self/clear_refs"
@@ -77,15 +78,15 @@ class Device:
         heap = _heap_in_use_bytes()
         return None if heap is None or self._setup_heap is None else max(0, heap - self._setup_heap)
 
-    def peak_memory(self) -> dict[str, Any]:
+    def peak_memory(self) -> PeakMemory:
         """Peak memory in the window since `reset_peak_memory`."""
         peak = _peak_rss_bytes()
-        return {
-            "kind": "cpu-rss-above-setup" if self._peak_reset else "cpu-rss-above-setup-lifetime-peak",
-            "peak_bytes": max(0, peak - self._setup_bytes),
-            "reserved_bytes": None,
-            "setup_bytes": self._setup_bytes,
-        }
+        return PeakMemory(
+            kind="cpu-rss-above-setup" if self._peak_reset else "cpu-rss-above-setup-lifetime-peak",
+            peak_bytes=max(0, peak - self._setup_bytes),
+            reserved_bytes=None,
+            setup_bytes=self._setup_bytes,
+        )
 
     def describe(self) -> dict[str, Any]:
         """Name, count and driver of the device, for the environment fingerprint."""
@@ -112,14 +113,14 @@ class CudaDevice(Device):
         # Device tensors plus the host heap: a kept loss keeps its autograd graph's nodes on the host.
         return int(torch.cuda.memory_allocated()) + (self._host_heap_above_setup() or 0)
 
-    def peak_memory(self) -> dict[str, Any]:
+    def peak_memory(self) -> PeakMemory:
         torch.cuda.synchronize()
-        return {
-            "kind": "cuda-max-allocated",
-            "peak_bytes": int(torch.cuda.max_memory_allocated()),
-            "reserved_bytes": int(torch.cuda.max_memory_reserved()),
-            "setup_bytes": self._setup_bytes,
-        }
+        return PeakMemory(
+            kind="cuda-max-allocated",
+            peak_bytes=int(torch.cuda.max_memory_allocated()),
+            reserved_bytes=int(torch.cuda.max_memory_reserved()),
+            setup_bytes=self._setup_bytes,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

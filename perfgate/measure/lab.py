@@ -21,6 +21,7 @@ from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
 from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
+from perfgate.records.shapes import Profile
 from perfgate.references import Reference
 from perfgate.workload import Workload
 
@@ -140,7 +141,7 @@ class LabSession:
         self.progress = progress
         self.keep([workload.name for _, workload in self.loaded])
         self.config_failures: dict[tuple[str, str], str] = {}
-        self.profiles: dict[tuple[str, str], dict[str, Any]] = {}
+        self.profiles: dict[tuple[str, str], Profile] = {}
         self.environment = collect_environment(settings.device, settings.threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
 
@@ -190,7 +191,7 @@ class LabSession:
                 if record.result.ok and record.profile is not None:
                     self.profiles[(name, config)] = record.profile
                 else:
-                    self.profiles[(name, config)] = {"failure": record.result.failure or "no profile"}
+                    self.profiles[(name, config)] = Profile(failure=record.result.failure or "no profile")
 
     def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
         return TrialSpec(
@@ -374,7 +375,7 @@ def collect_workload(
     settings: RunSettings,
     trials: dict[tuple[str, str], list[TrialResult]],
     config_failures: dict[tuple[str, str], str],
-    profiles: dict[tuple[str, str], dict[str, Any]] | None = None,
+    profiles: dict[tuple[str, str], Profile] | None = None,
 ) -> WorkloadResult:
     identity = dict(workload) if isinstance(workload, Mapping) else workload_identity(workload)
     name = identity["name"]

@@ -9,33 +9,12 @@ cost on a training loop (docs/performance.md).
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from perfgate.records.shapes import SystemSummary, UsageSpread
+
 DEFAULT_INTERVAL_S = 0.05
-
-
-@dataclass(frozen=True)
-class Spread:
-    """A metric over the timed steps: its mean and 95th percentile."""
-
-    mean: float
-    p95: float
-
-
-@dataclass(frozen=True)
-class SystemSummary:
-    """What the results file keeps of the samples (a trial's `system`): how many, and each metric's spread."""
-
-    samples: int
-    cpu_percent: Spread | None  # all cores' mean, per sample
-    busiest_core_percent: Spread | None  # the busiest core, per sample
-    process_cpu_percent: Spread | None  # the trial process; 100 = one core
-    gpu_util_percent: Spread | None  # None without CUDA and NVML
-
-    def to_record(self) -> dict[str, Any]:
-        """As the results file keeps it: `{"samples": n, "cpu_percent": {"mean": m, "p95": p} or null, ...}`."""
-        return asdict(self)
 
 
 @dataclass
@@ -48,10 +27,10 @@ class Samples:
         """Means and 95th percentiles, as the results file keeps them."""
         from perfgate.records.summary import percentile
 
-        def stats(values: list[float]) -> Spread | None:
+        def stats(values: list[float]) -> UsageSpread | None:
             if not values:
                 return None
-            return Spread(mean=sum(values) / len(values), p95=percentile(values, 95))
+            return UsageSpread(mean=sum(values) / len(values), p95=percentile(values, 95))
 
         busiest = [max(cores) for cores in self.cpu_percent_per_core if cores]
         overall = [sum(cores) / len(cores) for cores in self.cpu_percent_per_core if cores]

@@ -36,6 +36,7 @@ from perfgate.measure.profiling import StepProfiler
 from perfgate.measure.sampler import SystemSampler
 from perfgate.measure.turns import TurnTaker
 from perfgate.records.results import FailureKind, TrialRecord, TrialResult
+from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile
 from perfgate.records.summary import PHASES
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class _Setup:
     step_model: Any  # the model, or torch.compile's wrapper of it: what the steps call
     optimizer: Any
     autocast: Any  # a factory of autocast contexts (a null context without autocast)
-    autocast_check: dict[str, Any] | None  # the probe matmul's dtype under autocast
+    autocast_check: AutocastCheck | None  # the probe matmul's dtype under autocast
     setup_s: float
 
 
@@ -125,7 +126,7 @@ class _Steps:
     bookkeeping_s: float
     timed_elapsed_s: float  # with turns, the other side's turns too
     graphs_before_timing: int
-    autocast_check: dict[str, Any] | None  # the setup's check, with the first step's layer outputs counted
+    autocast_check: AutocastCheck | None  # the setup's check, with the first step's layer outputs counted
     loss: Any  # the last step's loss and (device) batch
     batch: Any
     sampler: SystemSampler
@@ -148,7 +149,7 @@ class _AfterSteps:
     """What is read once the timed steps are over, before the data slice is checksummed."""
 
     final_loss: float
-    memory: dict[str, Any]  # `Device.peak_memory()`
+    memory: PeakMemory  # `Device.peak_memory()`
     calls: tuple[int, int] | None  # torch calls and host syncs of one eager step
     compile_stats: CompileStats | None
 
@@ -238,7 +239,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
     bookkeeping_s = 0.0
     total_steps = workload.warmup_steps + workload.steps
     graphs_before_timing = 0
-    hooks = _OutputDtypeCounter(setup.model) if config.autocast_dtype and not config.compile else None
+    hooks = _OutputDtypeCounter(setup.model, autocast_check) if autocast_check and not config.compile else None
     current = "the DataLoader"
     loss = None
     batch = None
@@ -281,7 +282,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
                 time.sleep(spec.planted_slowdown * (device.now() - t0))
             t5 = device.now()
             if hooks is not None:
-                autocast_check = {**(autocast_check or {}), **hooks.finish()}
+                autocast_check = hooks.finish()
                 hooks = None
             if step < FIRST_LOSSES:
                 first_losses.append(_finite_loss(loss, step))
@@ -387,7 +388,7 @@ def _record(
         data_checksum=data_checksum,
         memory=after.memory,
         memory_step_bytes=steps.memory_step_bytes,
-        system=steps.sampler.samples.summary().to_record(),
+        system=steps.sampler.samples.summary(),
         torch_calls_per_step=None if after.calls is None else after.calls[0],
         host_syncs_per_step=None if after.calls is None else after.calls[1],
         compile_stats=None if after.compile_stats is None else after.compile_stats.to_record(),
@@ -399,7 +400,7 @@ def _record(
     )
     profile = None
     if steps.profiler is not None:
-        profile = {"trace": spec.profile, "top_operators": steps.profiler.top_operators}
+        profile = Profile(trace=spec.profile, top_operators=steps.profiler.top_operators)
     return TrialRecord(result, profile=profile)
 
 
@@ -493,7 +494,7 @@ def _autocast_factory(device_type: str, dtype_name: str | None) -> Any:
     return lambda: torch.autocast(device_type, dtype=dtype)
 
 
-def _check_autocast(device: Any, autocast: Any) -> dict[str, Any]:
+def _check_autocast(device: Any, autocast: Any) -> AutocastCheck:
     """A matmul inside the autocast context must come out in bfloat16, or autocast is not on."""
     import torch
 
@@ -503,15 +504,16 @@ def _check_autocast(device: Any, autocast: Any) -> dict[str, Any]:
         )
     if probe.dtype != torch.bfloat16:
         raise TrialFailure("config", f"autocast to bfloat16 is not active on {device.type} (matmul gave {probe.dtype})")
-    return {"active": True, "probe_dtype": str(probe.dtype).removeprefix("torch.")}
+    return AutocastCheck(active=True, probe_dtype=str(probe.dtype).removeprefix("torch."))
 
 
 class _OutputDtypeCounter:
     """Counts, for one step, how many leaf modules produced bfloat16 outputs under autocast."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, check: AutocastCheck) -> None:
         import torch
 
+        self.check = check
         self.bf16 = 0
         self.total = 0
         self.handles = [
@@ -527,12 +529,13 @@ class _OutputDtypeCounter:
             self.total += 1
             self.bf16 += int(output.dtype == torch.bfloat16)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> AutocastCheck:
+        """The setup's autocast check with the step's layer outputs counted."""
         for handle in self.handles:
             handle.remove()
         if self.total and not self.bf16:
             raise TrialFailure("config", "autocast was on but no Linear or Conv layer produced bfloat16 output")
-        return {"bf16_layer_outputs": self.bf16, "checked_layer_outputs": self.total}
+        return replace(self.check, bf16_layer_outputs=self.bf16, checked_layer_outputs=self.total)
 
 
 def _check_loss_type(loss: Any, step: int) -> None:

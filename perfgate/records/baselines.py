@@ -124,8 +124,8 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
         trials = [
             TrialEntry(
                 samples_per_sec=t.samples_per_sec,
-                peak_bytes=int(t.memory.get("peak_bytes", 0)),
-                reserved_bytes=t.memory.get("reserved_bytes"),
+                peak_bytes=0 if t.memory is None else int(t.memory.peak_bytes),
+                reserved_bytes=None if t.memory is None else t.memory.reserved_bytes,
                 step_p50_s=statistics.median(t.step_s) if t.step_s else None,
                 step_p95_s=_p95(t.step_s),
                 phase_s={p: sum(t.phases_s.get(p, [])) for p in PHASES},
@@ -139,7 +139,8 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
             if t.ok
         ]
         if trials:
-            operators = workload.profiles.get(name, {}).get("top_operators") or []
+            profile = workload.profiles.get(name)
+            operators = [] if profile is None else profile.top_operators
             configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators))
     return BaselineEntry(
         workload=workload.name,

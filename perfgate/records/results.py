@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from perfgate.errors import ResultsError, TrialRecordError, UsageError
+from perfgate.records.shapes import (
+    AutocastCheck,
+    PeakMemory,
+    Profile,
+    ShapeError,
+    SystemSummary,
+    field_problem,
+    peak_memory_from_dict,
+    peak_memory_to_dict,
+)
 from perfgate.records.summary import ConfigSummary, summarize_trials
 
 SCHEMA_VERSION = 2  # 2 added the paired check's base side (`against`) and the slice's sample indices
@@ -39,13 +51,13 @@ class TrialResult:
     first_losses: list[float] = field(default_factory=list)
     final_loss: float | None = None
     data_checksum: str | None = None
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: PeakMemory | None = None  # None: the trial measured nothing (the files keep `{}`)
     memory_step_bytes: list[int] = field(default_factory=list)  # memory in use after each timed step
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (framework overhead)
     host_syncs_per_step: int | None = None  # of those, copies to the host: .item(), .cpu(), float(t), ...
     compile_stats: dict[str, int] | None = None  # torch.compile's graphs and graph breaks
-    system: dict[str, Any] | None = None  # CPU and GPU utilisation during the timed steps (sampler.py)
-    autocast: dict[str, Any] | None = None
+    system: SystemSummary | None = None  # CPU and GPU utilisation during the timed steps (sampler.py)
+    autocast: AutocastCheck | None = None
     threads: int | None = None
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after
     warnings: list[str] = field(default_factory=list)
@@ -54,6 +66,27 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the results file and a trial's record keep: every field, in order."""
+        document = {f.name: getattr(self, f.name) for f in fields(self)}
+        document["memory"] = peak_memory_to_dict(self.memory)
+        document["system"] = None if self.system is None else self.system.to_dict()
+        document["autocast"] = None if self.autocast is None else self.autocast.to_dict()
+        return copy.deepcopy(document)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
+        """Read what `to_dict` wrote (the caller checks the field names; one left out takes its default):
+        `memory`, `system` and `autocast` strictly, an unknown or missing key a ShapeError naming it."""
+        values = dict(data)
+        if "memory" in values:
+            values["memory"] = peak_memory_from_dict(values["memory"])
+        if values.get("system") is not None:
+            values["system"] = SystemSummary.from_dict(values["system"])
+        if values.get("autocast") is not None:
+            values["autocast"] = AutocastCheck.from_dict(values["autocast"])
+        return cls(**values)
 
 
 TRIAL_STATUSES = ("ok", "failed")
@@ -72,7 +105,7 @@ class TrialRecord:
     result: TrialResult
     failure_kind: FailureKind | None = None  # set when the trial failed, else None
     traceback: str | None = None  # the failure's traceback (shown with --debug)
-    profile: dict[str, Any] | None = None  # a profiling trial's trace path and top operators
+    profile: Profile | None = None  # a profiling trial's trace path and top operators
 
     @classmethod
     def failed(
@@ -92,10 +125,10 @@ class TrialRecord:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object a trial process writes: every field, always (the reading side refuses any gap)."""
         return {
-            "result": asdict(self.result),
+            "result": self.result.to_dict(),
             "failure_kind": self.failure_kind,
             "traceback": self.traceback,
-            "profile": self.profile,
+            "profile": None if self.profile is None else self.profile.to_dict(),
         }
 
     @classmethod
@@ -104,7 +137,11 @@ class TrialRecord:
         outside the vocabulary, is a TrialRecordError naming it (never silently dropped)."""
         _check_fields(record, _RECORD_FIELDS, "a trial's record", source)
         _check_fields(record["result"], _TRIAL_FIELDS, "a trial's result", source)
-        result = TrialResult(**record["result"])
+        try:
+            result = TrialResult.from_dict(record["result"])
+            profile = None if record["profile"] is None else Profile.from_dict(record["profile"])
+        except ShapeError as exc:
+            raise TrialRecordError(str(exc), where=source, hint=_MISMATCH_HINT) from None
         kind = record["failure_kind"]
         if result.status not in TRIAL_STATUSES:
             raise TrialRecordError(
@@ -119,7 +156,7 @@ class TrialRecord:
                 where=source,
                 hint=_MISMATCH_HINT,
             )
-        return cls(result, failure_kind=kind, traceback=record["traceback"], profile=record["profile"])
+        return cls(result, failure_kind=kind, traceback=record["traceback"], profile=profile)
 
 
 _MISMATCH_HINT = "the trial process and the runner disagree on the record: run both from one perfgate installation"
@@ -129,16 +166,9 @@ def _check_fields(record: Any, names: frozenset[str], what: str, source: str) ->
     """`record` is a JSON object with exactly the fields `names`; else a one-line TrialRecordError naming them."""
     if not isinstance(record, dict):
         raise TrialRecordError(f"{what} is {type(record).__name__}, not a JSON object", where=source)
-    unknown = sorted(set(record) - names)
-    missing = sorted(names - set(record))
-    if not unknown and not missing:
-        return
-    problems = []
-    if unknown:
-        problems.append(f"has the unknown field{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}")
-    if missing:
-        problems.append(f"lacks the field{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))}")
-    raise TrialRecordError(f"{what} {' and '.join(problems)}", where=source, hint=_MISMATCH_HINT)
+    problem = field_problem(record, names, what)
+    if problem is not None:
+        raise TrialRecordError(problem, where=source, hint=_MISMATCH_HINT)
 
 
 @dataclass(frozen=True)
@@ -163,6 +193,16 @@ class ConfigResult:
         """The table's figures for this config (None when no trial succeeded); computed once."""
         return summarize_trials(self.trials)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The raw trials and, next to them, the summary the table shows."""
+        summary = self.summary
+        return {
+            "config": self.config,
+            "trials": [trial.to_dict() for trial in self.trials],
+            "failure": self.failure,
+            "summary": None if summary is None else asdict(summary),
+        }
+
 
 @dataclass(frozen=True)
 class WorkloadResult:
@@ -175,7 +215,14 @@ class WorkloadResult:
     first_losses: dict[str, list[float]]
     configs: dict[str, ConfigResult]
     warnings: list[str] = field(default_factory=list)
-    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # per config: trace and top operators
+    profiles: dict[str, Profile] = field(default_factory=dict)  # per config: trace and top operators
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the results file keeps: every field, in order."""
+        document = {f.name: getattr(self, f.name) for f in fields(self)}
+        document["configs"] = {name: config.to_dict() for name, config in self.configs.items()}
+        document["profiles"] = {name: profile.to_dict() for name, profile in self.profiles.items()}
+        return copy.deepcopy(document)
 
 
 def pairing_text(parallel: bool, interleaved: bool) -> str:
@@ -242,19 +289,12 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""
-        workloads = []
-        for workload in self.workloads:
-            item = asdict(workload)
-            for name, config in workload.configs.items():
-                summary = config.summary
-                item["configs"][name]["summary"] = None if summary is None else asdict(summary)
-            workloads.append(item)
         document = {
             "schema_version": SCHEMA_VERSION,
             "perfgate_version": self.perfgate_version,
             "created_at": self.created_at,
             "environment": self.environment,
-            "workloads": workloads,
+            "workloads": [workload.to_dict() for workload in self.workloads],
         }
         if self.gate is not None:
             document["gate"] = self.gate
@@ -392,6 +432,8 @@ def parse_results(text: str, *, source: str) -> RunResult:
             gate if isinstance(gate, dict) else None,
             None if against is None else _against(against, document["perfgate_version"], environment),
         )
+    except ShapeError as exc:
+        raise ResultsError(f"{source} is not a valid results file: {exc}", hint=hint) from None
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ResultsError(f"{source} is not a complete results file ({type(exc).__name__}: {exc})", hint=hint) from exc
 
@@ -407,13 +449,13 @@ def _workloads(items: list[dict[str, Any]]) -> list[WorkloadResult]:
             configs={
                 name: ConfigResult(
                     name,
-                    [TrialResult(**{k: v for k, v in t.items() if k in _TRIAL_FIELDS}) for t in c["trials"]],
+                    [TrialResult.from_dict({k: v for k, v in t.items() if k in _TRIAL_FIELDS}) for t in c["trials"]],
                     c.get("failure"),
                 )
                 for name, c in w["configs"].items()
             },
             warnings=w.get("warnings", []),
-            profiles=w.get("profiles", {}),
+            profiles={name: Profile.from_dict(p) for name, p in w.get("profiles", {}).items()},
         )
         for w in items
     ]

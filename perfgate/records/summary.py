@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perfgate.records.shapes import PeakMemory
+
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
 
@@ -25,7 +27,7 @@ class Trial(Protocol):
     @property
     def compile_s(self) -> float | None: ...
     @property
-    def memory(self) -> dict[str, Any]: ...
+    def memory(self) -> PeakMemory | None: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def summarize_trials(trials: Sequence[Trial]) -> ConfigSummary | None:
     phase_share = {p: sum(sum(t.phases_s[p]) for t in ok) / total if total else 0.0 for p in PHASES}
     phase_median = {p: statistics.median([s for t in ok for s in t.phases_s[p]]) for p in PHASES}
     compile_times = [t.compile_s for t in ok if t.compile_s is not None]
-    reserved = [t.memory["reserved_bytes"] for t in ok if t.memory.get("reserved_bytes") is not None]
+    memory = [t.memory for t in ok if t.memory is not None]
+    reserved = [m.reserved_bytes for m in memory if m.reserved_bytes is not None]
     return ConfigSummary(
         samples_per_sec=Spread.of([t.samples_per_sec for t in ok]),
         step_p50_s=percentile(step_s, 50),
@@ -109,7 +112,7 @@ def summarize_trials(trials: Sequence[Trial]) -> ConfigSummary | None:
         step_p99_s=percentile(step_s, 99),
         phase_share=phase_share,
         phase_median_s=phase_median,
-        peak_bytes=int(statistics.median([t.memory["peak_bytes"] for t in ok])),
+        peak_bytes=int(statistics.median([m.peak_bytes for m in memory])),
         reserved_bytes=int(statistics.median(reserved)) if reserved else None,
         # The first trial compiles cold; later ones show the cached cost. Report the largest.
         compile_s=max(compile_times) if compile_times else None,

@@ -124,8 +124,10 @@ def _row(v: ConfigVerdict, paired: bool = False) -> str:
 
 
 def _diagnosis(d: Diagnosis) -> str:
-    none = "none (findings below were true of the baseline too)" if d.findings else "none (no rule fired)"
-    lines = [f"#### Diagnosis: {d.workload} {d.config}", "", f"Suspect: **{d.suspect or none}**", ""]
+    name = d.suspect or "none"  # the headline starts with it: bold the name, keep what follows plain
+    rest = _cell(d.headline[len(name) :])
+    suspect = f"**{name}** {rest}" if rest else f"**{name}**"
+    lines = [f"#### Diagnosis: {d.workload} {d.config}", "", f"Suspect: {suspect}", ""]
     for finding in d.findings:
         lines.append(f"- {_cell(finding.line)}")
         lines.extend(f"  - {_cell(e)}" for e in finding.evidence)

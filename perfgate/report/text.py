@@ -59,7 +59,7 @@ def format_workload(workload: WorkloadResult) -> str:
             rows.append([name, _FAILED])
             failures.append(f"{name} failed: {config.failure_reason}")
             continue
-        memory_kinds.update(str(t.memory.get("kind")) for t in config.trials if t.ok)
+        memory_kinds.update(str(t.memory.kind if t.memory else None) for t in config.trials if t.ok)
         sps = summary.samples_per_sec
         peak = format_bytes(summary.peak_bytes)
         if summary.reserved_bytes is not None:
@@ -385,8 +385,7 @@ def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
         return ""
     lines = ["diagnosis:"]
     for d in diagnoses:
-        none = "none (findings below were true of the baseline too)" if d.findings else "none (no rule fired)"
-        lines.append(f"  {d.workload} {d.config}: suspect {d.suspect or none}")
+        lines.append(f"  {d.workload} {d.config}: suspect {d.headline}")
         for finding in d.findings:
             lines.append(f"    - {finding.line}")
             lines.extend(f"        {e}" for e in finding.evidence)

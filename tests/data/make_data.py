@@ -18,6 +18,7 @@ from pathlib import Path
 
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.records.shapes import PeakMemory
 
 DATA = Path(__file__).resolve().parent
 RESULTS = DATA / "results-v2.json"  # not results.json: .gitignore leaves that name out
@@ -62,7 +63,7 @@ def trial(config: str, index: int, samples_per_sec: float) -> TrialResult:
         first_losses=FIRST_LOSSES[config],
         final_loss=2.0,
         data_checksum=CHECKSUM,
-        memory={"kind": "cpu-rss-above-setup", "peak_bytes": PEAK_BYTES[config], "reserved_bytes": None},
+        memory=PeakMemory(kind="cpu-rss-above-setup", peak_bytes=PEAK_BYTES[config], reserved_bytes=None),
         threads=2,
         probe_steps_per_sec=[2000.0, 2004.0],
     )

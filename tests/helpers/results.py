@@ -9,6 +9,7 @@ from pathlib import Path
 import perfgate
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.records.shapes import PeakMemory
 
 RESULTS_SCHEMA = Path(perfgate.__file__).parent / "records" / "schema" / "results-v2.schema.json"
 
@@ -45,7 +46,7 @@ def phased_trial(index, ms, tail_ms=0.0, jitter=0.0, memory=None, system=None):
         phases_s=phases,
         first_losses=[1.0],
         data_checksum="sha256:00",
-        memory={"peak_bytes": 50 << 20},
+        memory=PeakMemory(kind="cpu-rss-above-setup", peak_bytes=50 << 20, reserved_bytes=None),
         memory_step_bytes=memory or [(50 << 20) + 4096 * ((i * 7) % 3) for i in range(STEPS)],
         system=system,
     )

@@ -1,8 +1,8 @@
 """The built-in workloads with faults planted through PERFGATE_TEST_PLANT, for the diagnosis tests.
 
 `lm` and `vision` return perfgate's own `lm@small` and `vision@small` on a shorter slice (20 timed
-steps, to keep the tests quick), changed only by the planted fault: same names, data and first losses,
-so a baseline measured without a plant judges them.
+steps, or PERFGATE_TEST_STEPS, to keep the tests quick), changed only by the planted fault: same names,
+data and first losses, so a baseline measured without a plant judges them.
 
 - vision `slowaugment`: each sample also gets a costly blur whose result is thrown away (real CPU work
   in the DataLoader workers); vision `workers0`: the same pipeline with num_workers=0;
@@ -85,7 +85,7 @@ def planted_lm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
     return loss
 
 
-STEPS = 20
+STEPS = int(os.environ.get("PERFGATE_TEST_STEPS", "20"))  # the lab test runs every config on 5
 
 
 def lm() -> perfgate.Workload:
