@@ -273,7 +273,7 @@ def diagnose_config(
         *_memory(ok, baseline, memory_regressed, th),
         *_framework(ok, baseline, th),
         *_utilisation(ok, th),
-        *_operators(baseline, measured.profiles.get(config)),
+        *_operators(baseline, profile),
     ]
     findings.sort(key=lambda f: _strength(f, phases, slowdown), reverse=True)
     return Diagnosis(workload, config, phases, tuple(findings), _compile_times(ok, baseline), early)
