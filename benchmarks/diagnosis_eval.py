@@ -9,7 +9,7 @@ runs once per planted fault (default check settings otherwise: 3 trials, more wh
 | plant | what changes | the right suspect |
 | --- | --- | --- |
 | clean | nothing | none |
-| slow-loading | each sample waits 1.5 ms in `__getitem__` (a slow decode or read) | data pipeline |
+| slow-loading | each sample waits in `__getitem__` (a slow read): 30 ms (GPT-2), 6 ms (ResNet) | data pipeline |
 | heavy-augment | each sample gets a costly augmentation (real CPU work in the workers) | data pipeline |
 | fewer-workers | `num_workers` 2 -> 0 | data pipeline, or none if no slower (two busy cores) |
 | extra-layers | twice the layers (the losses change) | model compute |
@@ -19,9 +19,11 @@ runs once per planted fault (default check settings otherwise: 3 trials, more wh
 | kept-loss | each step's loss kept, graph and all | memory |
 | nan | the loss times NaN | numerics |
 
-Prints each check (exit code, samples/s verdict, primary suspect, early evidence), a confusion matrix
-(planted cause against primary suspect) and the two rates the target is about: plants called a
-regression whose primary suspect is right, and clean runs that name no suspect.
+The slow read is about twice what two workers can hide behind a step of each model, as in a slow Dataset
+that makes the step 2x slower. Prints each check (exit code, status, samples/s verdict, primary suspect,
+early evidence), a confusion matrix (planted cause against primary suspect) and the two rates the target
+is about: plants called a regression whose primary suspect is right, and clean runs that name no suspect.
+Each check's results file and report stay in the folder it names.
 
     pip install transformers   # the model library; torch stays the CPU build
     python benchmarks/diagnosis_eval.py [--families gpt2,resnet] [--plants ...] [--threads 1]
@@ -69,9 +71,9 @@ def planted_loss(loss, batch_tensor):
     return loss
 
 
-def slow_sample():
+def slow_sample(seconds):
     if PLANT == "slow-loading":
-        time.sleep(0.0015)
+        time.sleep(seconds)
 
 
 def workers():
@@ -92,7 +94,7 @@ class Tokens(torch.utils.data.Dataset):
         return len(self.tokens)
 
     def __getitem__(self, index):
-        slow_sample()
+        slow_sample(0.030)
         row = self.tokens[index]
         start = int(row[0]) % 8  # a random window, as a packing loader takes
         ids = row[start : start + SEQ].clone()
@@ -150,7 +152,7 @@ class Images(torch.utils.data.Dataset):
         return len(self.images)
 
     def __getitem__(self, index):
-        slow_sample()
+        slow_sample(0.006)
         generator = torch.Generator().manual_seed(index)
         top, left = (int(v) for v in torch.randint(0, 9, (2,), generator=generator))
         image = self.images[index, :, top : top + 32, left : left + 32].float() / 255.0
@@ -220,22 +222,24 @@ def perfgate(folder: Path, *args: str, plant: str = "") -> subprocess.CompletedP
     )
 
 
-def outcome(folder: Path, stdout: str, name: str) -> tuple[str, float, str, bool]:
-    """(the config's status, its samples/s ratio, the primary suspect, early evidence): the status and
-    ratio from `perfgate report --format json` of the check's results, the suspect from its text report."""
-    status, ratio = "?", math.nan
-    report = perfgate(folder, "report", "check.json", "--format", "json")
+def outcome(folder: Path, results: str, stdout: str, name: str) -> tuple[str, str, float, str, bool]:
+    """(the config's status, its samples/s verdict, their ratio, the primary suspect, early evidence): the
+    status, verdict and ratio from `perfgate report --format json` of the check's results, the suspect from
+    its text report."""
+    status, verdict, ratio = "?", "?", math.nan
+    report = perfgate(folder, "report", results, "--format", "json")
     if report.returncode == 0:
         (workload,) = json.loads(report.stdout)["workloads"]
         for config in workload["configs"]:
-            status = config["status"]
-            ratio = (config["throughput"] or {}).get("ratio") or math.nan
+            throughput = config["throughput"] or {}
+            status, verdict = config["status"], throughput.get("verdict", "-")
+            ratio = throughput.get("ratio") or math.nan
     match = re.search(rf"^  {re.escape(name)} fp32: suspect (.+)$", stdout, re.MULTILINE)
     if match is None:
-        return status, ratio, "none", False
+        return status, verdict, ratio, "none", False
     headline = match.group(1)
     suspect = "none" if headline.startswith("none") else headline.split(" (")[0].split(";")[0]
-    return status, ratio, suspect, "early evidence" in headline
+    return status, verdict, ratio, suspect, "early evidence" in headline
 
 
 def right(row: dict) -> bool:
@@ -264,15 +268,18 @@ def main() -> int:
         print(f"{family}: baseline in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         for plant in args.plants.split(","):
             started = time.monotonic()
+            results = f"check-{family}-{plant}.json"  # kept, with the report's text, for a closer look
             check = perfgate(
-                folder, "check", reference, *common, "--diagnose", "--quiet", "--json", "check.json", plant=plant
+                folder, "check", reference, *common, "--diagnose", "--quiet", "--json", results, plant=plant
             )
-            verdict, ratio, suspect, early = outcome(folder, check.stdout, name)
+            (folder / f"check-{family}-{plant}.txt").write_text(check.stdout + check.stderr)
+            status, verdict, ratio, suspect, early = outcome(folder, results, check.stdout, name)
             row = {
                 "family": family,
                 "plant": plant,
                 "expected": PLANTS[plant],
                 "exit": check.returncode,
+                "status": status,
                 "verdict": verdict,
                 "ratio": ratio,
                 "suspect": suspect,
@@ -281,18 +288,21 @@ def main() -> int:
             }
             rows.append(row)
             print(
-                f"{family} {plant}: exit {check.returncode}, {verdict} ({ratio:.3f}x), suspect {suspect}"
+                f"{family} {plant}: exit {check.returncode}, {status}, samples/s {verdict} ({ratio:.3f}x), "
+                f"suspect {suspect}"
                 f"{' (early evidence)' if early else ''} in {row['seconds']:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
             if check.returncode not in (0, 1):
                 print(check.stdout[-2000:] + check.stderr[-2000:], file=sys.stderr)
-    print("| family | plant | right suspect | exit | status | samples/s ratio | primary suspect | early | s |")
-    print("| --- | --- | --- | ---: | --- | ---: | --- | --- | ---: |")
+    print(f"each check's results and report: {folder}", file=sys.stderr)
+    print("| family | plant | right suspect | exit | status | samples/s | ratio | primary suspect | early | s |")
+    print("| --- | --- | --- | ---: | --- | --- | ---: | --- | --- | ---: |")
     for r in rows:
         print(
-            f"| {r['family']} | {r['plant']} | {r['expected']} | {r['exit']} | {r['verdict']} | {r['ratio']:.3f} | "
+            f"| {r['family']} | {r['plant']} | {r['expected']} | {r['exit']} | {r['status']} | {r['verdict']} | "
+            f"{r['ratio']:.3f} | "
             f"{r['suspect']} | {'yes' if r['early'] else ''} | {r['seconds']:.0f} |"
         )
     suspects = sorted({r["suspect"] for r in rows} | {r["expected"] for r in rows})

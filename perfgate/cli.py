@@ -18,6 +18,7 @@ from perfgate.naming import CLI
 from perfgate.options import add_to_argparse, argparse_type
 from perfgate.project import parse_count, parse_fraction
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
+from perfgate.records.history import EXPORT_FORMATS
 from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from perfgate.judge.settings import GateSettings
     from perfgate.judge.verdict import GateResult
     from perfgate.measure.lab import ProgressCallback, RunSettings
+    from perfgate.records.history import HistoryStore
     from perfgate.records.results import RunResult
     from perfgate.references import Reference
 
@@ -123,6 +125,32 @@ def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> Non
     add_baseline_option(group)
 
 
+def _add_history_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--history-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the history folder (default: [tool.perfgate] history, else .perfgate/history)",
+    )
+    parser.add_argument(
+        "--history-branch",
+        default=None,
+        metavar="BRANCH",
+        help="keep the history on this branch of the origin remote too (CI runners keep no files): "
+        "a recorded run is pushed to it, retrying when another job pushed first, and history fetches it "
+        "first (e.g. perfgate-history)",
+    )
+
+
+def _history_store(args: argparse.Namespace) -> HistoryStore:
+    from perfgate.project import load_project_config
+    from perfgate.records.history import DEFAULT_HISTORY_DIR, HistoryStore
+
+    folder = args.history_dir or load_project_config().history or DEFAULT_HISTORY_DIR
+    return HistoryStore(folder)
+
+
 def _add_command(commands: Any, name: str, **kwargs: str) -> argparse.ArgumentParser:
     """A subcommand that also takes --debug after its name."""
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
@@ -157,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--diagnose", action="store_true", help="diagnose every config (by default only those that regressed)"
     )
+    history = check.add_argument_group("history")
+    history.add_argument(
+        "--record",
+        action="store_true",
+        help="append this run to the history (a new file in the history folder): for pushes to main",
+    )
+    _add_history_dir(history)
     paired = check.add_argument_group("paired check")
     add_to_argparse(paired, options.AGAINST, CLI)
     paired.add_argument(
@@ -171,6 +206,55 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"with --against: {INTERLEAVE_HELP}",
     )
+    history_command = _add_command(
+        commands,
+        "history",
+        help="the recorded runs: a table per workload and config, change points and creep",
+        description="Read the history that perfgate check --record keeps and print, per workload, config and "
+        "machine, the recent runs, the change points where samples/s or peak memory changed level, and slow "
+        "creep that adds up past the threshold over several runs. Measures nothing.",
+    )
+    _add_history_dir(history_command)
+    history_command.add_argument(
+        "--limit",
+        type=argparse_type(parse_count, "--limit"),
+        default=10,
+        metavar="N",
+        help="runs shown per series (change points are found over all of them) (default: 10)",
+    )
+    history_command.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the dashboard, DIR/index.html: one static page, a chart per series (for GitHub Pages)",
+    )
+    add_to_argparse(history_command, options.THRESHOLD, CLI)
+    add_to_argparse(history_command, options.ALPHA, CLI)
+    bisect = _add_command(
+        commands,
+        "bisect",
+        help="find the first commit between GOOD and BAD that made a config slower",
+        description="Measure BAD against GOOD in pairs, then halve the commits between them, each step a paired "
+        "check of one commit against GOOD (both checked out in worktrees), and print the first commit that made a "
+        "config slower with its evidence; the first bad commit is also checked against its parent, and the "
+        "result says so when the history is not monotonic. Exit 0 found (or nothing to find), 1 not monotonic.",
+    )
+    bisect.add_argument("good", metavar="GOOD", help="a ref that was fast (older)")
+    bisect.add_argument("bad", metavar="BAD", help="a ref that is slower (newer)")
+    add_run_options(bisect)
+    add_gate_options(bisect, measuring=True)
+    export = _add_command(
+        commands,
+        "export",
+        help="a recorded run in another tool's format (Bencher, github-action-benchmark)",
+        description="Write the latest recorded run of the history (or the latest of one commit) in another "
+        "tool's format: Bencher's Metric Format, or github-action-benchmark's customBiggerIsBetter list.",
+    )
+    _add_history_dir(export)
+    export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="the other tool's format")
+    export.add_argument("--commit", default=None, metavar="SHA", help="the latest run of this commit (a prefix)")
+    export.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
     calibrate = _add_command(
         commands,
         "calibrate",
@@ -344,6 +428,13 @@ def command_check(args: argparse.Namespace) -> int:
     gate_settings = _gate_settings(args, run_settings.trials)
     if args.markdown is not None:
         check_writable(args.markdown, "--markdown")
+    history = _history_store(args)  # a bad [tool.perfgate] history fails before any trial
+    if args.history_branch is not None:
+        if not args.record:
+            raise UsageError("--history-branch needs --record", hint="add --record to push this run to the branch")
+        from perfgate.records.history_branch import check_branch
+
+        check_branch(Path.cwd(), args.history_branch)
     if args.against is not None:
         from perfgate.check.paired import run_paired_check
 
@@ -379,6 +470,22 @@ def command_check(args: argparse.Namespace) -> int:
     from perfgate.judge.diagnosis import diagnose
 
     diagnoses = diagnose(result, every_config=args.diagnose)
+    if args.record:
+        from perfgate.report.history import record_of_check
+
+        record = record_of_check(result)
+        if record is None:
+            sys.stderr.write("warning: nothing measured, nothing recorded in the history\n")
+        else:
+            path = history.append(record)
+            sys.stdout.write(f"recorded in the history: {path}\n")
+            if args.history_branch is not None:
+                from perfgate.records.history_branch import push_record
+
+                commit = push_record(
+                    Path.cwd(), path.name, path.read_text(encoding="utf-8"), branch=args.history_branch
+                )
+                sys.stdout.write(f"pushed to the history branch {args.history_branch} as {commit[:12]}\n")
     if args.markdown is not None:
         from perfgate.report.markdown import format_markdown
 
@@ -502,6 +609,83 @@ def command_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_history(args: argparse.Namespace) -> int:
+    """Print the recorded runs, their change points and creep; exit 0 (it judges nothing)."""
+    from perfgate.judge.stats import DEFAULT_ALPHA
+    from perfgate.project import DEFAULT_THRESHOLD, load_project_config
+    from perfgate.report.history import format_history, series_of
+
+    store = _history_store(args)
+    if args.history_branch is not None:
+        from perfgate.records.history_branch import fetch_history
+
+        fetched = fetch_history(Path.cwd(), store.directory, branch=args.history_branch)
+        sys.stderr.write(f"fetched {fetched} record(s) from the history branch {args.history_branch}\n")
+    history = store.load()
+    project = load_project_config()
+    threshold = next(v for v in (args.threshold, project.threshold, DEFAULT_THRESHOLD) if v is not None)
+    alpha = next(v for v in (args.alpha, project.alpha, DEFAULT_ALPHA) if v is not None)
+    series = series_of(history, threshold=threshold, alpha=alpha)
+    sys.stdout.write(format_history(series, limit=args.limit))
+    if args.html is not None:
+        from perfgate.records.results import write_text_atomic
+        from perfgate.report.dashboard import render_dashboard
+
+        page = args.html / "index.html"
+        write_text_atomic(page, render_dashboard(series, skipped=history.skipped))
+        sys.stdout.write(f"dashboard written to {page}\n")
+    for line in history.skipped:
+        sys.stderr.write(f"warning: {line}\n")
+    return 0
+
+
+def command_bisect(args: argparse.Namespace) -> int:
+    """Bisect GOOD..BAD with paired checks; print each step and the first bad commit."""
+    from perfgate.check.bisect import commits_between, format_bisect, run_bisect
+
+    commits_between(args.good, args.bad)  # bad refs fail at once, before torch loads
+    args.against = args.good  # paired defaults: one thread, the pairs' budget
+    references, run_settings = _run_settings(args)
+    gate_settings = _gate_settings(args, run_settings.trials)
+    result = run_bisect(
+        references, run_settings, gate_settings, args.good, args.bad, progress=_progress(args), notify=_notify(args)
+    )
+    sys.stdout.write(format_bisect(result))
+    return result.exit_code
+
+
+def command_export(args: argparse.Namespace) -> int:
+    """Write one recorded run in another tool's format; exit 0 once written."""
+    import json
+
+    from perfgate.records.results import check_writable, write_text_atomic
+    from perfgate.report.history import export_run
+
+    if args.output is not None:
+        check_writable(args.output, "--output")
+    store = _history_store(args)
+    if args.history_branch is not None:
+        from perfgate.records.history_branch import fetch_history
+
+        fetch_history(Path.cwd(), store.directory, branch=args.history_branch)
+    history = store.load()
+    for line in history.skipped:
+        sys.stderr.write(f"warning: {line}\n")
+    records = [r for r in history.records if args.commit is None or (r.commit or "").startswith(args.commit)]
+    if not records:
+        which = f" of commit {args.commit}" if args.commit else ""
+        raise UsageError(
+            f"no recorded run{which} in {store.directory}",
+            hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
+        )
+    text = json.dumps(export_run(records[-1], args.format), indent=2, allow_nan=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(args.output, text)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": command_run,
     "check": command_check,
@@ -509,6 +693,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": command_calibrate,
     "compare": command_compare,
     "report": command_report,
+    "history": command_history,
+    "export": command_export,
+    "bisect": command_bisect,
 }
 
 

@@ -33,6 +33,7 @@ DEFAULT_THRESHOLD = 0.05  # a throughput regression beyond this fails the build
 DEFAULT_MEMORY_TOLERANCE = 0.05  # peak memory beyond this much more fails it
 KEYS = (
     "workloads",
+    "history",
     "threshold",
     "memory_threshold",
     "alpha",
@@ -52,6 +53,8 @@ class DiagnosisThresholds:
     data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
     explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
     evidence_sigmas: float = 4.0  # a change counts beyond this many standard errors of its trials' spread
+    # ... and, behind a failing peak-memory verdict, a slower step ranks the findings beyond this many
+    ranking_sigmas: float = 2.0
     tail_ratio: float = 1.5  # p95 / p50 of step times
     tail_sigmas: float = 3.0
     memory_growth_kib: float = 8.0  # per timed step: perfgate's own bookkeeping adds under 1 KiB
@@ -85,6 +88,7 @@ class ProjectConfig:
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     benchmark_noise: float | None = None
     diagnosis: dict[str, float] = field(default_factory=dict)  # DiagnosisThresholds' names
+    history: Path | None = None  # the history folder (`check --record`, `perfgate history`), relative to base_dir
 
     def diagnosis_thresholds(self) -> DiagnosisThresholds:
         """The diagnosis rules' thresholds: the defaults with this project's values."""
@@ -221,7 +225,20 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         thresholds=thresholds,
         benchmark_noise=_optional_fraction(section, "benchmark_noise", source),
         diagnosis=_diagnosis(section.get("diagnosis", {}), f"{source} diagnosis"),
+        history=_folder(section, "history", source, directory),
     )
+
+
+def _folder(section: dict[str, Any], key: str, source: str, directory: Path) -> Path | None:
+    """A folder setting: a non-empty string, relative to the project's folder."""
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(
+            f"{key} must be a folder path, got {value!r}", where=source, hint=f'write {key} = ".perfgate/{key}"'
+        )
+    return directory / value
 
 
 def _diagnosis(values: Any, where: str) -> dict[str, float]:

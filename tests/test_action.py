@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,15 +81,25 @@ def commands(stdout: str) -> list[str]:
 
 
 @pytest.mark.e2e
-def test_a_pass(gated_project, tmp_path):
-    inputs = {"args": CHECK_ARGS + " --alpha 0.001", "configs": "fp32", "trials": "2"}
-    code, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs)
+def test_a_pass_recorded_on_the_history_branch(gated_project, tmp_path):
+    """A push to main with `record: true`: the run passes and lands on the repository's history branch."""
+    remote, repo = tmp_path / "remote.git", tmp_path / "repo"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), str(repo))
+    shutil.copytree(gated_project / "baselines", repo / "baselines")
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "baselines")
+    inputs = {"args": CHECK_ARGS + " --alpha 0.001", "configs": "fp32", "trials": "2", "record": "true"}
+    code, summary, outputs, stdout = run_action(repo, tmp_path, inputs)
     assert code == 0, summary
     assert summary.startswith(MARKER + "\n### perfgate: pass")
     assert outputs["verdict"] == "pass" and outputs["exit-code"] == "0"
     assert Path(outputs["results-json"]).is_file() and Path(outputs["report-markdown"]).read_text() == summary
     assert not [c for c in commands(stdout) if c.startswith("::error")]
     assert (Path(outputs["folder"]) / "chart.png").read_bytes()[:4] == b"\x89PNG"  # uploaded with the results
+    assert "pushed to the history branch perfgate-history as " in stdout
+    (record,) = git(remote, "ls-tree", "--name-only", "perfgate-history", "history/").splitlines()
+    assert json.loads(git(remote, "show", f"perfgate-history:{record}"))["entries"][0]["workload"] == "gated"
 
 
 @pytest.mark.e2e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -22,6 +23,18 @@ def test_an_entry_survives_the_round_trip_through_yaml(tmp_path):
     assert loaded.configs["fp32"].first_losses == [2.5, 2.4, 2.3]
     assert loaded.commit == "0123456789abcdef"
     assert loaded.data_checksum == "sha256:ab"
+    assert [t.loader_cpu_s for t in loaded.configs["fp32"].trials] == [None] * 3  # not measured: left out
+    assert "loader_cpu_s" not in store.path_for("gpt-small").read_text()
+
+
+def test_the_dataloader_workers_cpu_survives_the_round_trip(tmp_path):
+    entry = store_entry()
+    fp32 = entry.configs["fp32"]
+    trials = [dataclasses.replace(t, loader_cpu_s=0.25 + i) for i, t in enumerate(fp32.trials)]
+    store = BaselineStore(tmp_path)
+    store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
+    loaded = store.find("gpt-small", STORE_FINGERPRINT)
+    assert loaded is not None and [t.loader_cpu_s for t in loaded.configs["fp32"].trials] == [0.25, 1.25, 2.25]
 
 
 def test_updating_one_machine_never_touches_another(tmp_path):

@@ -159,19 +159,19 @@ def test_the_installed_command_prints_one_line_errors_and_exits_2(tmp_path):
 
 @pytest.mark.e2e
 def test_model_factory_that_raises():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:model_raises")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:model_raises")
     assert_one_line_error(result, "model() raised RuntimeError: weights file missing", "workload 'tiny', config fp32")
 
 
 @pytest.mark.e2e
 def test_loss_that_raises():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:forward_raises")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
     assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss")
 
 
 @pytest.mark.e2e
 def test_nan_loss_fails_the_config_with_the_step():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:nan_loss")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:nan_loss")
     assert result.returncode == 4  # a config failure (bf16 may overflow where fp32 does not): nothing measured
     assert "fp32 failed: loss is nan at step 0; the workload must train with a finite loss" in result.stdout
     assert result.stderr == "error: no trial produced a measurement; see the failures above\n"
@@ -179,19 +179,19 @@ def test_nan_loss_fails_the_config_with_the_step():
 
 @pytest.mark.e2e
 def test_loss_that_is_not_a_scalar():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:vector_loss")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:vector_loss")
     assert_one_line_error(result, "returned a tensor of shape (8, 1) at step 0, not a scalar", ".mean()")
 
 
 @pytest.mark.e2e
 def test_loss_that_is_not_a_tensor():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:loss_not_tensor")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:loss_not_tensor")
     assert_one_line_error(result, "loss(model, batch) returned float at step 0, not a tensor")
 
 
 @pytest.mark.e2e
 def test_dataset_shorter_than_the_slice():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:short_dataset")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:short_dataset")
     assert_one_line_error(
         result, "dataset has 10 samples but the slice needs 40", "(warmup_steps 1 + steps 4) x batch_size 8"
     )
@@ -199,13 +199,13 @@ def test_dataset_shorter_than_the_slice():
 
 @pytest.mark.e2e
 def test_iterable_dataset_is_refused():
-    result = run_cli("run", "--quiet", "--configs", "fp32", f"{TINY}:iterable_dataset")
+    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:iterable_dataset")
     assert_one_line_error(result, "which has no len(); return a map-style torch Dataset")
 
 
 @pytest.mark.e2e
 def test_debug_shows_the_traceback():
-    result = run_cli("--debug", "run", "--quiet", "--configs", "fp32", f"{TINY}:forward_raises")
+    result = run_cli("--debug", "run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
     assert result.returncode == 2
     assert "Traceback" in result.stderr
     assert "shape mismatch in my loss" in result.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from perfgate.judge.diagnosis import diagnose
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
@@ -173,6 +175,19 @@ def test_many_more_cheap_torch_calls_are_framework_overhead_and_costly_ones_are_
     assert "framework overhead" not in [f.suspect for f in d.findings]
     # The same count as the baseline: quiet.
     assert diagnosed_against(before, before).findings == ()
+    # 600 more calls while the machine had a bad hour: the steps scatter +-40% and average 18 ms slower, which
+    # would be 30 us a call, but two standard errors under that growth is no growth: dispatch-sized calls still.
+    noisy = counted({**BASE_MS, "forward": 22.0}, torch_calls_per_step=800, host_syncs_per_step=2)
+    (workload,) = noisy.workloads
+    trials = [
+        dataclasses.replace(t, phases_s={p: [v * f for v in values] for p, values in t.phases_s.items()})
+        for t, f in zip(workload.configs["fp32"].trials, (0.6, 1.0, 1.4), strict=True)
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    d = diagnosed_against(
+        before, dataclasses.replace(noisy, workloads=[dataclasses.replace(workload, configs=configs)])
+    )
+    assert [f.suspect for f in d.findings][:1] == ["framework overhead"], d.findings
 
 
 def test_a_new_host_sync_per_step_is_framework_overhead():
@@ -214,7 +229,7 @@ def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_only_
     changed = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 0}))
     assert changed.suspect is None
     (finding,) = changed.findings
-    assert finding.standing and finding.line.endswith("(the step is no slower)")
+    assert finding.standing and finding.line.endswith("(the step is not measurably slower)")
     assert "the DataLoader's settings changed: num_workers 2 -> 0" in finding.evidence
     same = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 2}))
     assert "data pipeline" not in [f.suspect for f in same.findings]
@@ -288,4 +303,96 @@ def test_early_evidence_is_shown_while_samples_per_sec_is_open_and_the_build_doe
     assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in format_markdown(result, diagnoses=[d])
     # The same scatter without a phase that moved: no evidence, no diagnosis.
     quiet = compare_run(scattered(phased_run(BASE_MS)), BASELINE, SETTINGS)
+    assert quiet.verdicts[0].status == Status.INCONCLUSIVE and diagnose(quiet) == []
+
+
+def with_workers(run, loader_ms, cores=2):
+    """`run` on a machine of `cores` cores whose DataLoader workers used `loader_ms` of CPU per step in every
+    trial (the system sampler's `loader_cpu_s`)."""
+    (workload,) = run.workloads
+    system = SystemSummary(
+        samples=10, cpu_percent=None, busiest_core_percent=None, process_cpu_percent=None, gpu_util_percent=None
+    )
+    trials = [
+        dataclasses.replace(t, system=dataclasses.replace(system, loader_cpu_s=loader_ms / 1000 * STEPS * (1 + i / 50)))
+        for i, t in enumerate(workload.configs["fp32"].trials)
+    ]
+    environment = {**run.environment, "cpu": {**run.environment["cpu"], "available_cores": cores}}
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, environment=environment, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+def test_workers_that_take_the_cores_the_step_needs_are_the_data_pipeline_and_unchanged_workers_leave_compute():
+    # A heavier augmentation: the workers keep up (data wait unchanged) but use 4 -> 14 ms of CPU per step on two
+    # cores, and forward and backward grow 6 ms together: about 5 ms of it is the workers' (10 ms over 2 cores).
+    workers = {"num_workers": 2}
+    baseline_run = with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0)
+    grown = {**BASE_MS, "forward": 6.5, "backward": 9.5}
+    d = diagnosed_against(baseline_run, with_workers(phased_run(grown, loader=workers), loader_ms=14.0))
+    assert d.suspect == "data pipeline"
+    assert d.contention_s == pytest.approx(0.005, rel=0.05)
+    assert d.headline == "data pipeline (explains 85% of the slower step)"
+    assert d.findings[0].line.startswith(
+        "data pipeline: waiting for data and the DataLoader workers' added CPU work explain 85% of the slower step "
+        "(waiting 1% -> 1% of the step; the workers take about 5.10 ms a step of the cores the training step needs)"
+    )
+    assert "the DataLoader workers' CPU: 4.08 -> 14.28 ms per step on 2 cores" in d.findings[0].evidence
+    assert "model compute" not in [f.suspect for f in d.findings]  # a sixth of the growth is left to it
+    assert d.to_dict()["contention_s"] == pytest.approx(0.005, rel=0.05)
+    # The same growth with the workers' CPU unchanged: the model's compute, and no data-pipeline finding.
+    same_workers = diagnosed_against(baseline_run, with_workers(phased_run(grown, loader=workers), loader_ms=4.0))
+    assert same_workers.suspect == "model compute" and same_workers.contention_s == 0.0
+    assert same_workers.headline == "model compute (explains 100% of the slower step)"
+    assert "data pipeline" not in [f.suspect for f in same_workers.findings]
+    # On a machine of many cores the same added worker CPU takes little from the step: compute stays the suspect.
+    many = with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0, cores=64)
+    d = diagnosed_against(many, with_workers(phased_run(grown, loader=workers), loader_ms=14.0, cores=64))
+    assert d.suspect == "model compute"
+
+
+def test_behind_a_failing_memory_verdict_a_step_slower_beyond_two_standard_errors_puts_compute_first():
+    # Forward and backward 3 ms a step slower (27%) in trials scattered +-10%: about 3.7 standard errors, short
+    # of the 4 that early evidence needs, while peak memory 50 -> 80 MiB fails the build.
+    grown = with_peak(phased_run({**BASE_MS, "forward": 5.5, "backward": 7.5}), 80 << 20)
+    (workload,) = grown.workloads
+    trials = [
+        dataclasses.replace(t, phases_s={p: [v * f for v in s] for p, s in t.phases_s.items()})
+        for t, f in zip(workload.configs["fp32"].trials, (0.9, 1.0, 1.1), strict=True)
+    ]
+    noisy = dataclasses.replace(
+        grown, workloads=[dataclasses.replace(workload, configs={"fp32": ConfigResult("fp32", trials)})]
+    )
+    result = compare_run(scattered(noisy), BASELINE, SETTINGS)
+    (verdict,) = result.verdicts
+    assert verdict.status == Status.REGRESSION and not verdict.slower  # on memory; samples/s still open
+    (d,) = diagnose(result)
+    assert [f.suspect for f in d.findings] == ["model compute", "memory"] and d.early
+    # Without the memory verdict the same step is no early evidence on its own: nothing is shown.
+    alone = compare_run(
+        scattered(dataclasses.replace(noisy, workloads=[with_peak(noisy, 50 << 20).workloads[0]])), BASELINE, SETTINGS
+    )
+    assert alone.verdicts[0].status == Status.INCONCLUSIVE and diagnose(alone) == []
+
+
+def test_workers_cpu_far_beyond_its_noise_is_early_evidence_while_the_step_is_too_noisy_to_tell():
+    # A heavy augmentation on two cores: the trials' steps scatter +-40%, so the step's growth is no evidence on
+    # its own, but the workers' CPU went from 4 to 40 ms a step in every trial.
+    workers = {"num_workers": 2}
+    baseline_run = with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0)
+    grown = phased_run({**BASE_MS, "forward": 8.0, "backward": 10.0}, loader=workers)
+    (workload,) = grown.workloads
+    trials = [
+        dataclasses.replace(t, phases_s={p: [v * f for v in s] for p, s in t.phases_s.items()})
+        for t, f in zip(workload.configs["fp32"].trials, (0.6, 1.0, 1.4), strict=True)
+    ]
+    noisy = dataclasses.replace(
+        grown, workloads=[dataclasses.replace(workload, configs={"fp32": ConfigResult("fp32", trials)})]
+    )
+    baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
+    result = compare_run(scattered(with_workers(noisy, loader_ms=40.0)), baseline, SETTINGS)
+    assert result.verdicts[0].status == Status.INCONCLUSIVE and result.exit_code == 0
+    (d,) = diagnose(result)
+    assert d.early and d.suspect == "data pipeline"
+    # The same scattered steps with the workers' CPU unchanged: no evidence, no diagnosis.
+    quiet = compare_run(scattered(with_workers(noisy, loader_ms=4.0)), baseline, SETTINGS)
     assert quiet.verdicts[0].status == Status.INCONCLUSIVE and diagnose(quiet) == []

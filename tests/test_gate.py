@@ -33,7 +33,7 @@ def test_update_writes_a_reviewable_baseline_for_this_machine(gated_project):
 
 
 @pytest.mark.e2e
-def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_path):
+def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_path, monkeypatch, capsys):
     """Exit 0 for the same code. alpha 0.001 keeps this test's own false-alarm chance negligible; the
     false-alarm rate at the default alpha is measured by benchmarks/power.py, not here."""
     results = tmp_path / "results.json"
@@ -45,16 +45,17 @@ def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_pat
     assert "gate: gated  (baseline measured " in result.stdout
     assert "REGRESSION" not in result.stdout
     assert "Exit 0 (pass)." in result.stdout
-    compared = run_cli("compare", str(results), "--alpha", "0.001", cwd=gated_project)
+    monkeypatch.chdir(gated_project)  # compare and report measure nothing: run in this process
+    compared = run_main(capsys, "compare", str(results), "--alpha", "0.001")
     assert compared.returncode == 0, compared.stdout + compared.stderr
     gate_lines = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "x " in line]
     assert gate_lines and gate_lines[-1] in compared.stdout  # the same verdict row, measured once
     # `perfgate report` judges the saved run with the check's own settings (kept in the file): same report.
-    rendered = run_cli("report", str(results), "--format", "markdown", cwd=gated_project)
+    rendered = run_main(capsys, "report", str(results), "--format", "markdown")
     assert rendered.returncode == 0, rendered.stderr
     assert rendered.stdout == markdown.read_text()
     assert "### perfgate: pass" in rendered.stdout and "| fp32 |" in rendered.stdout
-    as_json = json.loads(run_cli("report", str(results), "--format", "json", cwd=gated_project).stdout)
+    as_json = json.loads(run_main(capsys, "report", str(results), "--format", "json").stdout)
     saved = json.loads(results.read_text())
     validate_results(saved)
     assert saved["gate"] == {
@@ -70,7 +71,7 @@ def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_pat
     }
     assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
     assert as_json["diagnoses"] == []  # a pass: nothing regressed, nothing to diagnose
-    assert gate_lines[-1] in run_cli("report", str(results), cwd=gated_project).stdout
+    assert gate_lines[-1] in run_main(capsys, "report", str(results)).stdout
 
 
 # One trial is enough where the verdict does not rest on statistics (a changed slice) or the effect is
@@ -124,12 +125,15 @@ def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path, monkeypatch,
 
 
 @pytest.mark.e2e
-def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
+def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path, monkeypatch, capsys):
     shutil.copy(WORKLOADS / "tiny.py", tmp_path / "work.py")
     git(tmp_path, "init", "-q")
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "start")
     git(tmp_path, "add", "work.py")
-    result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)  # refused before any trial: in this process
+    result = run_main(
+        capsys, "update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet"
+    )
     assert result.returncode == 2
     assert result.stderr == (
         "error: the working tree has uncommitted changes (work.py): a baseline must match a commit; "
@@ -137,15 +141,17 @@ def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path):
     ).replace("commit them or stash them", "commit or stash them")
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "work")
     (tmp_path / "baselines").mkdir()
-    result = run_cli("update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    result = run_cli(
+        "update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     stored = yaml.safe_load((tmp_path / "baselines" / "tiny.yaml").read_text())
     (entry,) = stored["machines"].values()
     assert entry["git"]["dirty"] is False and len(entry["git"]["sha"]) == 40
 
 
-@pytest.mark.e2e
-def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_path):
+def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # compare measures nothing: in this process
     base = results_document()
     for trial, sps in zip(base["workloads"][0]["configs"]["fp32"]["trials"], (1000, 1010, 990, 1005), strict=True):
         trial["samples_per_sec"] = sps
@@ -154,10 +160,10 @@ def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_pa
         trial["samples_per_sec"] *= 0.8
     (tmp_path / "base.json").write_text(json.dumps(base))
     (tmp_path / "slow.json").write_text(json.dumps(slower))
-    result = run_cli("compare", "base.json", "slow.json", cwd=tmp_path)
+    result = run_main(capsys, "compare", "base.json", "slow.json")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "samples/s -20.0% (0.800x" in result.stdout
-    same = run_cli("compare", "base.json", "base.json", cwd=tmp_path)
+    same = run_main(capsys, "compare", "base.json", "base.json")
     assert same.returncode == 0, same.stdout + same.stderr
     assert "1 no change" in same.stdout
     assert same.stderr == ""
@@ -165,11 +171,11 @@ def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_pa
     for trial, sps in zip(noisy["workloads"][0]["configs"]["fp32"]["trials"], (1000, 700, 1300, 900), strict=True):
         trial["samples_per_sec"] = sps
     (tmp_path / "noisy.json").write_text(json.dumps(noisy))
-    unsure = run_cli("compare", "base.json", "noisy.json", cwd=tmp_path)
+    unsure = run_main(capsys, "compare", "base.json", "noisy.json")
     assert unsure.returncode == 0, unsure.stdout + unsure.stderr
     assert "could detect slowdowns of" in unsure.stdout
     assert unsure.stderr == "warning: inconclusive, not failing the build: w fp32\n"
-    strict = run_cli("compare", "base.json", "noisy.json", "--fail-on-inconclusive", cwd=tmp_path)
+    strict = run_main(capsys, "compare", "base.json", "noisy.json", "--fail-on-inconclusive")
     assert strict.returncode == 1
 
 

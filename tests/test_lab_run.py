@@ -27,11 +27,11 @@ def run_json(tmp_path, *args, **kwargs):
 
 @pytest.fixture(scope="module")
 def builtin_lab(tmp_path_factory):
-    """Both built-in workloads, every config, one trial each: the default lab, shortened to 5 timed steps
+    """Both built-in workloads, every config, one trial each: the default lab, shortened to 2 timed steps
     (the built-in models and data, unplanted; without bf16 instructions a bf16 step takes 20x as long)."""
     plants = WORKLOADS / "builtin_plants.py"
     references = (f"{plants}:lm", f"{plants}:vision")
-    return run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", env={"PERFGATE_TEST_STEPS": "5"})
+    return run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", env={"PERFGATE_TEST_STEPS": "2"})
 
 
 def test_every_builtin_workload_runs_every_config(builtin_lab):
@@ -75,6 +75,8 @@ def test_the_vision_workload_waits_on_real_dataloader_workers(builtin_lab):
     vision = builtin_lab[1]["workloads"][1]
     assert vision["settings"]["loader"]["num_workers"] == 2
     assert sum(vision["configs"]["fp32"]["trials"][0]["phases_s"]["data_wait"]) > 0
+    # The workers' CPU seconds are measured (two timed steps can fall between the clock's 10 ms ticks: >= 0).
+    assert vision["configs"]["fp32"]["trials"][0]["system"]["loader_cpu_s"] >= 0
 
 
 def test_table_shows_each_config_and_the_lab_reading(builtin_lab):
@@ -104,7 +106,9 @@ def test_a_workload_loaded_from_a_file_path(tmp_path):
 
 
 def test_a_dataset_that_changes_between_trials_is_flagged(tmp_path):
-    result, document = run_json(tmp_path, f"{TINY}:nondeterministic_data", "--configs", "fp32", "--trials", "2")
+    result, document = run_json(
+        tmp_path, f"{TINY}:nondeterministic_data", "--configs", "fp32", "--trials", "2", "--threads", "1"
+    )
     (workload,) = document["workloads"]
     assert workload["data_checksum"] is None
     assert workload["warnings"][0].startswith("the data slice differed between trials (2 checksums)")
@@ -118,14 +122,16 @@ def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
     (package / "workloads.py").write_text(
         f"import sys\nsys.path.insert(0, {str(WORKLOADS)!r})\nfrom tiny import tiny as small\n"
     )
-    result = run_cli("run", "perf.workloads:small", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    result = run_cli(
+        "run", "perf.workloads:small", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "tiny  (perf.workloads:small;" in result.stdout
 
 
 def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
     (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads = ["{TINY.as_posix()}:tiny"]\n')
-    result = run_cli("run", "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    result = run_cli("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("tiny  (")
 
@@ -133,7 +139,9 @@ def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
 def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
     # No working C++ compiler, and an empty cache so nothing compiled earlier can be reused.
     env = {"CXX": str(tmp_path / "no-such-c++"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    result, document = run_json(tmp_path, f"{TINY}:tiny", "--configs", "bf16,bf16-compile", "--trials", "1", env=env)
+    result, document = run_json(
+        tmp_path, f"{TINY}:tiny", "--configs", "bf16,bf16-compile", "--trials", "1", "--threads", "1", env=env
+    )
     configs = document["workloads"][0]["configs"]
     assert configs["bf16"]["summary"]["trials_ok"] == 1
     assert configs["bf16-compile"]["failure"].startswith("torch.compile failed: ")
@@ -143,7 +151,9 @@ def test_failed_compile_is_reported_and_the_other_configs_still_run(tmp_path):
 
 
 def test_a_config_that_runs_out_of_device_memory_is_failed_and_the_others_still_run(tmp_path):
-    result, document = run_json(tmp_path, f"{TINY}:oom_under_autocast", "--configs", "fp32,bf16", "--trials", "1")
+    result, document = run_json(
+        tmp_path, f"{TINY}:oom_under_autocast", "--configs", "fp32,bf16", "--trials", "1", "--threads", "1"
+    )
     configs = document["workloads"][0]["configs"]
     assert configs["fp32"]["summary"]["trials_ok"] == 1
     assert configs["bf16"]["failure"] == (
@@ -154,7 +164,18 @@ def test_a_config_that_runs_out_of_device_memory_is_failed_and_the_others_still_
 
 def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
     _, document = run_json(
-        tmp_path, f"{TINY}:hangs", f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--timeout", "8", "--quiet"
+        tmp_path,
+        f"{TINY}:hangs",
+        f"{TINY}:tiny",
+        "--configs",
+        "fp32",
+        "--trials",
+        "1",
+        "--timeout",
+        "8",
+        "--threads",
+        "1",
+        "--quiet",
     )
     hangs, tiny = document["workloads"]
     assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 8 s")

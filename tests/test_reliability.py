@@ -133,7 +133,9 @@ def test_ctrl_c_during_update_keeps_the_old_baseline_and_stops_the_trial(tmp_pat
     BaselineStore(baselines).write(committed)
     before = (baselines / "tiny.yaml").read_bytes()
     # Ctrl-C handled as in a terminal, even where this run's shell started it with SIGINT ignored.
-    process = start_perfgate("update", f"{TINY_FILE}:tiny", "--trials", "3", "--configs", "fp32", cwd=tmp_path)
+    process = start_perfgate(
+        "update", f"{TINY_FILE}:tiny", "--trials", "3", "--configs", "fp32", "--threads", "1", cwd=tmp_path
+    )
     parent = psutil.Process(process.pid)
     deadline = time.monotonic() + 60
     trials: list[psutil.Process] = []
@@ -158,7 +160,7 @@ def test_a_trial_that_crashes_or_is_killed_is_failed_with_the_reason(tmp_path):
     """os._exit, a segfault, and the out-of-memory killer's SIGKILL: each trial fails with its reason, the
     run goes on to the next workload, and with nothing measured the run exits 4."""
     crashes = [f"{TINY_FILE}:{name}" for name in ("crashes", "segfaults", "killed")]
-    result = run_cli("run", *crashes, "--configs", "fp32", "--trials", "1", "--quiet", cwd=tmp_path)
+    result = run_cli("run", *crashes, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 4, result.stdout + result.stderr
     assert "trial process exited with code 3 without a result" in result.stdout
     assert "trial process was killed by SIGSEGV; last output:" in result.stdout
@@ -196,7 +198,9 @@ def test_update_runs_in_a_shallow_clone_on_a_detached_head(repo, tmp_path):
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     git(clone, "checkout", "-q", "--detach")
-    result = run_cli("update", f"{TINY_FILE}:tiny", "--configs", "fp32", "--trials", "1", "--quiet", cwd=clone)
+    result = run_cli(
+        "update", f"{TINY_FILE}:tiny", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=clone
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (stored,) = yaml.safe_load((clone / "baselines" / "tiny.yaml").read_text())["machines"].values()
     assert stored["git"] == {"sha": git(clone, "rev-parse", "HEAD"), "branch": None, "dirty": False, "shallow": True}

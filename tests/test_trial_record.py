@@ -144,6 +144,11 @@ def test_memory_autocast_system_and_profile_travel_as_the_objects_the_files_keep
     result["memory"] = {"kind": "cuda-max-allocated", "peak_bytes": 10, "reserved_bytes": 20}
     document["profile"] = {"failure": "timed out after 1 s"}
     assert json.dumps(TrialRecord.from_dict(document, source="test").to_dict()) == json.dumps(document)
+    # the workers' CPU seconds travel where measured; a file written before lacks them
+    result["system"] = {**result["system"], "loader_cpu_s": 0.5}
+    record = TrialRecord.from_dict(document, source="test")
+    assert record.result.system is not None and record.result.system.loader_cpu_s == 0.5
+    assert json.dumps(record.to_dict()) == json.dumps(document)
     failed = TrialRecord.failed("bf16", 3, "timed out after 1 s", "crash").to_dict()
     assert failed["result"]["memory"] == {} and failed["result"]["system"] is None  # a trial that measured nothing
 
@@ -192,7 +197,9 @@ def test_a_real_trials_record_round_trips_through_the_dataclass(tmp_path):
         "busiest_core_percent",
         "process_cpu_percent",
         "gpu_util_percent",
+        "loader_cpu_s",  # the DataLoader workers' CPU: none here (num_workers 0), measured as 0
     }
+    assert result.system.loader_cpu_s is not None and result.system.loader_cpu_s < 0.5
     assert result.workload is not None and result.workload["name"] == "tiny"
     assert result.to_dict() == document["result"]  # the results file keeps exactly these fields
 

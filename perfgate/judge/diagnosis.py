@@ -6,8 +6,9 @@ the change in step time. The rules read the same figures:
 
 - data pipeline: data wait takes data_wait_share or more of the step, or its growth explains most
   (explains) of a regressed step, or it grew data_wait_growth times the baseline's (and by 5% of the
-  step or more) while the DataLoader's settings changed (their change is the evidence); hints come from
-  the DataLoader settings;
+  step or more) while the DataLoader's settings changed (their change is the evidence), or the workers'
+  CPU per step grew and took cores the compute phases needed (`_contention_s`); hints come from the
+  DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a slower step (a regression
   verdict, or early evidence beyond the trials' noise: on a noisy machine one trial's step proves nothing);
 - tail latency: p95 over p50 step time of tail_ratio or more, and tail_ratio times the baseline's (a lone
@@ -30,7 +31,8 @@ Each finding is one line plus its evidence. The findings are ranked by what expl
 without one, memory leads when it is what changed. A slower step is a samples/s regression, or, while
 that verdict is still open, early evidence: the step grew past the threshold's worth beyond
 evidence_sigmas standard errors of the trials' spread (the diagnosis is then shown, marked as early,
-and fails nothing). Pure functions over the gate's result: nothing here runs.
+and fails nothing), or beyond ranking_sigmas when a peak-memory regression fails the build anyway (then
+the question is only what explains the change). Pure functions over the gate's result: nothing here runs.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class Diagnosis:
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     compile_s: tuple[float | None, float] | None = None  # (baseline, current) one-off compile time
     early: bool = False  # the step is slower beyond its noise while the samples/s verdict is still open
+    loader_cpu: Movement | None = None  # the DataLoader workers' CPU seconds per step; None: not measured
+    contention_s: float = 0.0  # step time the workers' added CPU took from the training step (`_contention_s`)
 
     def to_dict(self) -> dict[str, Any]:
         """The diagnosis as data (`perfgate report --format json`): times in seconds per step."""
@@ -117,6 +121,14 @@ class Diagnosis:
             "suspect": self.suspect,
             "suspect_share": self.suspect_share,
             "early_evidence": self.early,
+            "loader_cpu_s": None
+            if self.loader_cpu is None
+            else {
+                "baseline": self.loader_cpu.before_s,
+                "current": self.loader_cpu.before_s + self.loader_cpu.change_s,
+                "noise_s": self.loader_cpu.noise_s,
+            },
+            "contention_s": self.contention_s,
             "findings": [
                 {"suspect": f.suspect, "line": f.line, "evidence": list(f.evidence), "standing": f.standing}
                 for f in self.findings
@@ -158,7 +170,7 @@ class Diagnosis:
         names = {"data pipeline": DATA, "model compute": COMPUTE, "framework overhead": COMPUTE}.get(self.suspect or "")
         if names is None:
             return None
-        share = _explained(self.phases, names)
+        share = _explained(self.phases, names, self.contention_s)
         return share if share > 0 else None
 
     @property
@@ -261,35 +273,59 @@ def diagnose_config(
         )
         for p in PHASES
     )
-    early = not slower and _slower_beyond_noise(baseline, ok, steps, threshold, machine_ratio, th)
+    # Behind a failing peak-memory verdict the diagnosis is shown anyway, and the question is only which
+    # finding explains the change: a step slower beyond `ranking_sigmas` puts what slowed it before memory.
+    sigmas = th.ranking_sigmas if memory_regressed else th.evidence_sigmas
+    loader_cpu = _loader_cpu(baseline, ok, steps)
+    contention = _contention_s(loader_cpu, phases, cores, th.evidence_sigmas, th.data_wait_growth)
+    early = not slower and _slower_beyond_noise(baseline, ok, steps, threshold, machine_ratio, sigmas, contention)
     slowdown = slower or early
+    contention = contention if slowdown else 0.0
     step_s = [s for t in ok for s in t.step_s]
     profile = measured.profiles.get(config)
     grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
+    pipeline = _Pipeline(measured.settings, base_settings, cores, loader_cpu, contention)
     findings = [
-        *_data_pipeline(phases, step_s, measured.settings, base_settings, cores, slowdown, th, changes),
-        *_model_compute(phases, slowdown, th, changes, grown),
+        *_data_pipeline(phases, step_s, pipeline, slowdown, th, changes),
+        *_model_compute(phases, slowdown, th, changes, grown, contention),
         *_tail_latency(step_s, baseline, slowdown, th),
         *_memory(ok, baseline, memory_regressed, th),
-        *_framework(ok, baseline, th),
+        *_framework(ok, baseline, th, _movement(baseline, ok, steps, set(PHASES))),
         *_utilisation(ok, th),
         *_operators(baseline, profile),
     ]
-    findings.sort(key=lambda f: _strength(f, phases, slowdown), reverse=True)
-    return Diagnosis(workload, config, phases, tuple(findings), _compile_times(ok, baseline), early)
+    findings.sort(key=lambda f: _strength(f, phases, slowdown, contention), reverse=True)
+    compile_s = _compile_times(ok, baseline)
+    return Diagnosis(workload, config, phases, tuple(findings), compile_s, early, loader_cpu, contention)
 
 
 def _movement(
     baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None, names: AbstractSet[str]
 ) -> Movement:
-    """How these phases' time per step changed, and the standard error of that change: the trials' spread
-    on each side pooled (a side of one trial adds no spread), over both sides' trial counts."""
+    """How these phases' time per step changed, and the standard error of that change (`_moved`)."""
     before = (
         [sum(t.phase_s.get(p, 0.0) for p in names) / steps for t in baseline.trials if t.phase_s]
         if baseline is not None and steps
         else []
     )
     now = [sum(statistics.fmean(t.phases_s[p]) for p in names if t.phases_s.get(p)) for t in ok]
+    return _moved(before, now)
+
+
+def _loader_cpu(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None) -> Movement | None:
+    """How the DataLoader workers' CPU seconds per step changed; None unless every trial on both sides
+    measured it (files written before perfgate did leave it out)."""
+    if baseline is None or not steps or any(t.loader_cpu_s is None for t in baseline.trials):
+        return None
+    now = [t.system.loader_cpu_s / len(t.step_s) for t in ok if t.system and t.system.loader_cpu_s is not None]
+    if len(now) < len(ok):
+        return None
+    return _moved([(t.loader_cpu_s or 0.0) / steps for t in baseline.trials], now)
+
+
+def _moved(before: Sequence[float], now: Sequence[float]) -> Movement:
+    """The change of a per-step figure from `before`'s trials to `now`'s, and its standard error: the trials'
+    spread on each side pooled (a side of one trial adds no spread), over both sides' trial counts."""
     if not before or not now:
         return Movement(0.0, 0.0, None)
     deviations = [v - statistics.fmean(side) for side in (before, now) if len(side) > 1 for v in side]
@@ -306,20 +342,42 @@ def _slower_beyond_noise(
     steps: int | None,
     threshold: float,
     machine_ratio: float | None,
-    th: Thresholds,
+    sigmas: float,
+    contention_s: float = 0.0,
 ) -> bool:
-    """Early evidence: the step (its phases together) grew by more than a `threshold` slowdown of samples/s
-    and beyond `evidence_sigmas` standard errors, as measured and with the machine's own speed change (the
-    probe's `machine_ratio`) taken out: both must agree, as the samples/s verdicts must."""
+    """Early evidence: the step (its phases together) grew by more than a `threshold` slowdown of samples/s,
+    and that growth is carried by a change beyond `sigmas` standard errors of the trials' spread: the whole
+    step's, or one part's that alone is the threshold's worth of the step (the data phases, the compute
+    phases, or the step time the DataLoader workers' added CPU took, `_contention_s`): a part can move far
+    beyond its own noise (data wait 4% -> 56% of the step) while the step as a whole is too noisy to tell.
+    Each holds as measured and with the machine's own speed change (the probe's `machine_ratio`) taken out:
+    both must agree, as the samples/s verdicts must."""
     step = _movement(baseline, ok, steps, set(PHASES))
     if step.before_s <= 0 or threshold >= 1:
         return False
-    movements = [step]
-    if machine_ratio is not None and machine_ratio > 0:  # a machine running at 0.8x makes every step 1.25x
-        expected = step.before_s / machine_ratio
-        movements.append(Movement(expected, step.before_s + step.change_s - expected, step.noise_s))
     growth = 1 / (1 - threshold) - 1  # a samples/s slowdown of `threshold` is a step this much longer
-    return all(m.change_s >= growth * m.before_s and m.beyond_noise(th.evidence_sigmas) for m in movements)
+    steps_seen = _as_measured_and_adjusted(step, machine_ratio)
+    if not all(m.change_s >= growth * m.before_s for m in steps_seen):
+        return False
+    if all(m.beyond_noise(sigmas) for m in steps_seen):
+        return True
+    needed = growth * step.before_s
+    for names in (DATA, COMPUTE):
+        part = _as_measured_and_adjusted(_movement(baseline, ok, steps, names), machine_ratio)
+        if all(m.change_s >= needed and m.beyond_noise(sigmas) for m in part):
+            return True
+    # The workers' CPU grew 1.5x or more (`_contention_s`): beyond what a slower machine explains.
+    return contention_s >= needed
+
+
+def _as_measured_and_adjusted(movement: Movement, machine_ratio: float | None) -> list[Movement]:
+    """The movement as measured and, with the probe's `machine_ratio`, with the machine's own speed change
+    taken out (a machine running at 0.8x makes every time 1.25x)."""
+    seen = [movement]
+    if machine_ratio is not None and machine_ratio > 0:
+        expected = movement.before_s / machine_ratio
+        seen.append(Movement(expected, movement.before_s + movement.change_s - expected, movement.noise_s))
+    return seen
 
 
 def _compile_times(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> tuple[float | None, float] | None:
@@ -338,24 +396,60 @@ def compile_line(times: tuple[float | None, float]) -> str:
     return f"compile: {was}{now:.1f} s (once per process, outside the step times)"
 
 
+def _contention_s(
+    loader: Movement | None, phases: Sequence[PhaseChange], cores: int | None, sigmas: float, factor: float
+) -> float:
+    """The step time the DataLoader workers' added CPU took from the training step, estimated as their added
+    CPU seconds per step spread over the machine's cores (on cores that are all busy, a core-second of the
+    workers' work is one the training process does not get; with many idle cores the estimate is small
+    anyway), and at most what the compute phases grew. 0 unless the workers' CPU per step grew `factor`
+    times (`data_wait_growth`: more than a slower machine explains) and beyond `sigmas` standard errors of
+    its trials' spread (`evidence_sigmas`).
+
+    This is how a heavier augmentation slows a CPU-bound step without any wait for data: the workers keep
+    up, but on a runner with few cores they run on the cores the forward and backward passes need."""
+    if loader is None or not cores or loader.change_s <= 0 or not loader.beyond_noise(sigmas):
+        return 0.0
+    if loader.before_s + loader.change_s < factor * loader.before_s:
+        return 0.0
+    compute = sum(p.change_s for p in phases if p.phase in COMPUTE)
+    return max(0.0, min(compute, loader.change_s / cores))
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """What the data-pipeline rule reads besides the phases: the DataLoader's settings on both sides, the
+    machine's cores, the workers' CPU per step and the step time it took from training."""
+
+    settings: Mapping[str, Any]
+    base_settings: Mapping[str, Any] | None
+    cores: int | None
+    loader_cpu: Movement | None
+    contention_s: float
+
+
 def _data_pipeline(
     phases: Sequence[PhaseChange],
     step_s: Sequence[float],
-    settings: Mapping[str, Any],
-    base_settings: Mapping[str, Any] | None,
-    cores: int | None,
+    pipeline: _Pipeline,
     slower: bool,
     th: Thresholds,
     changes: Sequence[str] = (),
 ) -> list[Finding]:
+    settings, cores, loader_cpu, contention = (
+        pipeline.settings,
+        pipeline.cores,
+        pipeline.loader_cpu,
+        pipeline.contention_s,
+    )
     data = [p for p in phases if p.phase in DATA]
     step = statistics.fmean(step_s)
     wait_before, wait_now = sum(p.baseline_s or 0.0 for p in data), sum(p.current_s for p in data)
     share = wait_now / step if step else 0.0
     base_step = sum(p.baseline_s or 0.0 for p in phases)
     base_share = wait_before / base_step if base_step else None
-    explains = _explained(phases, DATA) if slower else 0.0
-    changed = _loader_changes(base_settings, settings)
+    explains = _explained(phases, DATA, contention) if slower else 0.0
+    changed = _loader_changes(pipeline.base_settings, settings)
     output_changed = [c for c in changes if c.startswith("the data pipeline's output changed")]
     grew_with_change = (
         bool(changed or output_changed)
@@ -367,12 +461,25 @@ def _data_pipeline(
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
+    if loader_cpu is not None and loader_cpu.change_s:
+        evidence.append(
+            f"the DataLoader workers' CPU: {1000 * loader_cpu.before_s:.2f} -> "
+            f"{1000 * (loader_cpu.before_s + loader_cpu.change_s):.2f} ms per step"
+            + (f" on {cores} cores" if cores else "")
+        )
     if changed:
         evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
     evidence.extend(output_changed)
     evidence.extend(_loader_hints(settings, cores))
     line = f"data pipeline: waiting for data takes {was}{share:.0%} of the step"
-    if explains >= th.explains:
+    if explains >= th.explains and contention > 0:
+        line = (
+            f"data pipeline: waiting for data and the DataLoader workers' added CPU work explain {explains:.0%} of "
+            f"the slower step (waiting {was}{share:.0%} of the step; the workers take about {1000 * contention:.2f} "
+            "ms a step of the cores the training step needs); look at the Dataset, its transforms and the "
+            "DataLoader settings this change touched"
+        )
+    elif explains >= th.explains:
         line = (
             f"data pipeline: waiting for data explains {explains:.0%} of the slower step ({was}{share:.0%} of "
             "the step); look at the Dataset, its transforms and the DataLoader settings this change touched"
@@ -387,9 +494,9 @@ def _data_pipeline(
     if standing:
         line += " (so did the baseline's)"
     elif explains < th.explains and base_share is not None and not slower:
-        # More waiting for data in a step that is no slower (fewer workers on a busy machine can be faster):
+        # More waiting for data in a step that is not measurably slower (fewer workers on a busy machine can be faster):
         # worth knowing, not a regression of the data pipeline.
-        line += " (the step is no slower)"
+        line += " (the step is not measurably slower)"
         standing = True
     return [Finding("data pipeline", line, tuple(evidence), standing)]
 
@@ -426,8 +533,9 @@ def _model_compute(
     th: Thresholds,
     changes: Sequence[str] = (),
     operators: Sequence[tuple[str, float, float]] = (),
+    contention_s: float = 0.0,
 ) -> list[Finding]:
-    explains = _explained(phases, COMPUTE) if slower else 0.0
+    explains = _explained(phases, COMPUTE, contention_s) if slower else 0.0
     if explains < th.explains:
         return []
     grown = sorted((p for p in phases if p.phase in COMPUTE), key=lambda p: p.change_s, reverse=True)
@@ -499,7 +607,10 @@ def _memory(
     return findings
 
 
-def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: Thresholds) -> list[Finding]:
+def _framework(
+    trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: Thresholds, step: Movement | None = None
+) -> list[Finding]:
+    """Framework overhead from the counts of one eager step; `step`: how the step changed, with its noise."""
     if baseline is None:
         return []
     findings = []
@@ -509,8 +620,13 @@ def _framework(trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: 
     step_before = statistics.median(t.step_p50_s for t in baseline.trials if t.step_p50_s) if baseline.trials else 0.0
     if calls and base_calls:
         now, before = statistics.median(calls), statistics.median(base_calls)
-        # Step time added per added call; a step no slower (noise) means the calls cost next to nothing.
-        per_call = max(0.0, step_now - step_before) / (now - before) if now > before else math.inf
+        # Step time added per added call: the least growth the trials support (two standard errors under the
+        # measured one; a machine that slowed by chance does not make the calls costly), and a step no
+        # slower means the calls cost next to nothing.
+        growth = step_now - step_before
+        if step is not None and step.noise_s is not None:
+            growth = min(growth, step.change_s - 2 * step.noise_s)
+        per_call = max(0.0, growth) / (now - before) if now > before else math.inf
         if now >= th.torch_calls_growth * before and per_call <= th.call_overhead_us / 1e6:
             findings.append(
                 Finding(
@@ -619,17 +735,21 @@ def _numerics(reason: str) -> Finding | None:
     return Finding("numerics", "numerics: the loss was not finite", (reason,))
 
 
-def _explained(phases: Sequence[PhaseChange], names: AbstractSet[str]) -> float:
-    """The share of the step's growth that these phases account for (0 when the step did not grow)."""
+def _explained(phases: Sequence[PhaseChange], names: AbstractSet[str], contention_s: float = 0.0) -> float:
+    """The share of the step's growth that these phases account for (0 when the step did not grow, 1 at most). The
+    compute phases' growth that the DataLoader workers' added CPU took (`contention_s`) counts for the data
+    phases, not the compute ones."""
     if any(p.baseline_s is None for p in phases):
         return 0.0
     growth = sum(p.change_s for p in phases)
     if growth <= 0:
         return 0.0
-    return sum(p.change_s for p in phases if p.phase in names) / growth
+    moved = contention_s if names == DATA else -contention_s if names == COMPUTE else 0.0
+    # At most all of it: other phases that got quicker would otherwise leave a share over 100%.
+    return min(1.0, (sum(p.change_s for p in phases if p.phase in names) + moved) / growth)
 
 
-def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> float:
+def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, contention_s: float = 0.0) -> float:
     """Order findings. Memory growth (a steady rise step over step: a leak) leads whatever else changed: it
     is a bug, and the memory pressure it brings is what slows the step. Then, with a slower step, by how
     much of its growth each explains: the data pipeline by its phases' share, model compute by the
@@ -645,11 +765,11 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool) -> 
         return 4.0  # a steady rise is a bug whatever else changed; the memory pressure slows the step too
     if slower:
         if finding.suspect == "data pipeline":
-            return 2.0 + _explained(phases, DATA)
+            return 2.0 + _explained(phases, DATA, contention_s)
         if finding.suspect == "model compute":
-            return 2.0 + _explained(phases, COMPUTE)
+            return 2.0 + _explained(phases, COMPUTE, contention_s)
         if finding.suspect == "framework overhead":
-            return 2.01 + _explained(phases, COMPUTE)
+            return 2.01 + _explained(phases, COMPUTE, contention_s)
         if finding.suspect == "memory":
             return 1.0
         return 0.5 if finding.suspect != "tail latency" else 0.1

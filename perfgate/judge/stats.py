@@ -1,7 +1,7 @@
 """The gate's statistics: throughput ratios with intervals and significance, memory tolerance, verdicts.
 
-Pure functions over sequences of numbers that return frozen dataclasses; this is the only module that
-imports scipy. Throughput is compared with Welch's t-test on log samples/sec: the log makes a ratio
+Pure functions over sequences of numbers that return frozen dataclasses (the history's trends are in
+`trends.py`). Throughput is compared with Welch's t-test on log samples/sec: the log makes a ratio
 of geometric means the estimate (a slowdown is multiplicative), and unlike an exact Mann-Whitney U
 test it can reach significance with three trials a side (Mann-Whitney's smallest one-sided p for 3
 vs 3 is 1/20 = 0.05, so it could never fail a build at alpha 0.01; see `smallest_mann_whitney_p`).

@@ -110,16 +110,39 @@ def base_checkout(ref: str, directory: Path | None = None) -> Iterator[tuple[Che
     except ValueError:
         head_commit = None
     dirty = repo.is_dirty(untracked_files=False)
-    scratch = Path(tempfile.mkdtemp(prefix="perfgate-base-"))
+    with worktree(repo, base_commit, ref, "base") as path:
+        yield Checkout("base", path, base_commit), Checkout("head", root, head_commit, dirty)
+
+
+@contextlib.contextmanager
+def commit_checkouts(
+    base_commit: str, head_commit: str, directory: Path | None = None
+) -> Iterator[tuple[Checkout, Checkout, Path]]:
+    """Both sides as commits, each in a temporary worktree (bisect measures one commit against another);
+    yield (base, head, the repository's top folder); remove both worktrees on any exit."""
+    repo = open_repository(directory or Path.cwd())
+    root = Path(repo.working_tree_dir or ".").resolve()
+    with (
+        worktree(repo, base_commit, base_commit, "base") as base,
+        worktree(repo, head_commit, head_commit, "head") as head,
+    ):
+        yield Checkout("base", base, base_commit), Checkout("head", head, head_commit), root
+
+
+@contextlib.contextmanager
+def worktree(repo: Any, commit: str, ref: str, side: str) -> Iterator[Path]:
+    """`commit` checked out, detached, in a temporary git worktree named like the repository's folder."""
+    root = Path(repo.working_tree_dir or ".").resolve()
+    scratch = Path(tempfile.mkdtemp(prefix=f"perfgate-{side}-"))
     path = scratch / root.name
     # One cleanup for everything from `worktree add` on: git registers the worktree before it checks
     # the files out, so a failing post-checkout hook or a Ctrl-C during the checkout leaves one too.
     try:
         try:
-            repo.git.worktree("add", "--detach", str(path), base_commit)
+            repo.git.worktree("add", "--detach", str(path), commit)
         except Exception as exc:
             raise GitError(f"cannot check out {ref} into a worktree: {_git_message(exc)}", where="--against") from exc
-        yield Checkout("base", path, base_commit), Checkout("head", root, head_commit, dirty)
+        yield path
     finally:
         with contextlib.suppress(Exception):
             repo.git.worktree("remove", "--force", str(path))
@@ -232,7 +255,10 @@ class PairedSession:
         planted_slowdown: float = 0.0,
         fork: bool = False,
         interleaved: bool = False,
+        repo_root: Path | None = None,
     ) -> None:
+        """`repo_root`: the user's checkout, whose workload files each side maps to its own copy (default:
+        head's folder, the working tree; bisect measures two worktrees of it)."""
         from perfgate.measure.environment import collect_environment
 
         self.settings = settings
@@ -251,7 +277,7 @@ class PairedSession:
         # A pair's trials take turns at the steps (`perfgate.measure.turns`); where processes cannot be stopped
         # and resumed (Windows) the pair runs in turn.
         self.interleaved = interleaved and hasattr(os, "mkfifo") and hasattr(signal, "SIGSTOP")
-        repo_root = head.root
+        repo_root = repo_root or head.root
         sources = source_folders(repo_root)
         # Head's workloads load here as its trials will: the checkout's folders first, so a bad
         # reference or a missing module fails before any trial.

@@ -59,6 +59,7 @@ class TrialEntry:
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (diagnosis)
     host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
+    loader_cpu_s: float | None = None  # CPU seconds of the DataLoader workers over the timed steps (diagnosis)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 torch_calls_per_step=t.torch_calls_per_step,
                 host_syncs_per_step=t.host_syncs_per_step,
                 graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
+                loader_cpu_s=t.system.loader_cpu_s if t.system is not None else None,
             )
             for t in config.trials
             if t.ok
@@ -217,7 +219,7 @@ class BaselineStore:
 
 def render_baseline(workload: str, entries: Iterable[BaselineEntry]) -> str:
     """The YAML text of one workload's baseline file: machines sorted by key, fields in a fixed order."""
-    machines = {entry.key: _entry_to_dict(entry) for entry in sorted(entries, key=lambda e: e.key)}
+    machines = {entry.key: entry_to_dict(entry) for entry in sorted(entries, key=lambda e: e.key)}
     document = {"schema_version": BASELINE_SCHEMA_VERSION, "workload": workload, "machines": machines}
     return dump_yaml(_HEADER, document)
 
@@ -293,7 +295,7 @@ def parse_baseline(text: str, *, source: str, workload: str | None = None) -> di
     return entries
 
 
-def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
+def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
     configs = {}
     for name, config in entry.configs.items():
         trials = [
@@ -308,6 +310,8 @@ def _entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "torch_calls_per_step": t.torch_calls_per_step,
                 "host_syncs_per_step": t.host_syncs_per_step,
                 "graph_breaks": t.graph_breaks,
+                # the DataLoader workers' CPU seconds, where measured (files written before leave it out)
+                **({} if t.loader_cpu_s is None else {"loader_cpu_s": round_figure(t.loader_cpu_s)}),
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
             }
             for t in config.trials
@@ -441,6 +445,7 @@ class DocumentReader:
                     torch_calls_per_step=_int_or_none(self.number(trial, "torch_calls_per_step", here, optional=True)),
                     host_syncs_per_step=_int_or_none(self.number(trial, "host_syncs_per_step", here, optional=True)),
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
+                    loader_cpu_s=self.number(trial, "loader_cpu_s", here, optional=True),
                 )
             )
         operators = raw.get("top_operators", [])

@@ -105,21 +105,28 @@ class SystemSummary:
     busiest_core_percent: UsageSpread | None  # the busiest core, per sample
     process_cpu_percent: UsageSpread | None  # the trial process; 100 = one core
     gpu_util_percent: UsageSpread | None  # None without CUDA and NVML
+    # CPU seconds the trial's child processes (its DataLoader workers) used over the timed steps; None where
+    # not measured (files written before it was)
+    loader_cpu_s: float | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> SystemSummary:
         what = "a trial's system summary"
-        record = _check(data, _SYSTEM_FIELDS, what)
+        record = _check(data, _SYSTEM_FIELDS, what, optional=("loader_cpu_s",))
         spreads = {
             name: None if record[name] is None else UsageSpread.from_dict(record[name], f"{what}'s {name}")
             for name in _SYSTEM_FIELDS
-            if name != "samples"
+            if name not in ("samples", "loader_cpu_s")
         }
-        return cls(samples=record["samples"], **spreads)
+        return cls(samples=record["samples"], loader_cpu_s=record.get("loader_cpu_s"), **spreads)
 
     def to_dict(self) -> dict[str, Any]:
-        """As the results file keeps it: `{"samples": n, "cpu_percent": {"mean": m, "p95": p} or null, ...}`."""
-        return asdict(self)
+        """As the results file keeps it: `{"samples": n, "cpu_percent": {"mean": m, "p95": p} or null, ...,
+        "loader_cpu_s": s}` (`loader_cpu_s` left out where it was not measured)."""
+        document = asdict(self)
+        if self.loader_cpu_s is None:
+            del document["loader_cpu_s"]
+        return document
 
 
 @dataclass(frozen=True)

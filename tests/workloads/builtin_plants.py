@@ -85,7 +85,7 @@ def planted_lm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
     return loss
 
 
-STEPS = int(os.environ.get("PERFGATE_TEST_STEPS", "20"))  # the lab test runs every config on 5
+STEPS = int(os.environ.get("PERFGATE_TEST_STEPS", "20"))  # the lab test runs every config on 2
 
 
 def lm() -> perfgate.Workload:

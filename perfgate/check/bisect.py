@@ -1,0 +1,162 @@
+"""Bisect: the first commit between a good and a bad ref that made a config slower, each step a paired check.
+
+`perfgate bisect GOOD BAD` lists the commits after GOOD up to BAD along BAD's first parents, checks BAD
+against GOOD (nothing to look for unless BAD is slower), then halves the range: each step measures one
+commit against GOOD in pairs, both checked out in worktrees, exactly as `check --against` measures the
+working tree. The first commit slower than GOOD is then checked against its own parent: if it is not
+slower than its parent, the slowdown did not come in with that commit alone (it came in steps, or came
+and went), and the result says the history is not monotonic instead of blaming one commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfgate.check.paired import decide_paired, takes_turns
+from perfgate.errors import UsageError
+from perfgate.judge.settings import GateSettings
+from perfgate.judge.verdict import GateResult
+from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.paired import PairedSession, commit_checkouts, open_repository, resolve_ref
+from perfgate.references import Reference
+
+
+@dataclass(frozen=True)
+class BisectStep:
+    """One paired check of the bisection: `commit` measured against `base`."""
+
+    commit: str
+    base: str
+    slower: bool  # a samples/s regression of any config beyond the threshold
+    result: GateResult
+
+    @property
+    def evidence(self) -> list[str]:
+        """The verdict line of each config that regressed (or, when none did, of each config)."""
+        verdicts = [v for v in self.result.verdicts if v.slower] or self.result.verdicts
+        return [f"{v.workload} {v.config}: {v.status.value}: {v.reason}" for v in verdicts]
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    good: str
+    bad: str
+    commits: list[str]  # after GOOD up to BAD, oldest first (BAD's first parents)
+    steps: list[BisectStep]
+    first_bad: str | None  # None: BAD is not slower than GOOD
+    monotonic: bool  # the first bad commit is slower than its own parent too
+
+    @property
+    def exit_code(self) -> int:
+        """0: a first bad commit found (or nothing to find); 1: the history is not monotonic."""
+        return 0 if self.first_bad is None or self.monotonic else 1
+
+
+Check = Callable[[str, str], GateResult]  # (head commit, base commit) -> the paired check's result
+
+
+def commits_between(good: str, bad: str, directory: Path | None = None) -> tuple[str, str, list[str]]:
+    """(GOOD's commit, BAD's commit, the commits after GOOD up to BAD along BAD's first parents, oldest first);
+    a one-line error when GOOD is not an ancestor of BAD."""
+    repo = open_repository(directory or Path.cwd())
+    good_commit, bad_commit = resolve_ref(repo, good), resolve_ref(repo, bad)
+    if good_commit == bad_commit:
+        raise UsageError(f"{good} and {bad} are the same commit", hint="give an older good ref and a newer bad one")
+    if repo.git.merge_base(good_commit, bad_commit) != good_commit:
+        raise UsageError(
+            f"{good} is not an ancestor of {bad}: there is no line of commits from one to the other",
+            hint="give the good (older) ref first, then the bad (newer) one",
+        )
+    listing = repo.git.rev_list("--first-parent", "--reverse", "--ancestry-path", f"{good_commit}..{bad_commit}")
+    return good_commit, bad_commit, listing.split()
+
+
+def bisect(
+    good: str, bad: str, commits: Sequence[str], check: Check, notify: Callable[[str], None] | None = None
+) -> BisectResult:
+    """The bisection over `commits` (after `good`, ending with `bad`), each step `check(commit, base)`."""
+    steps: list[BisectStep] = []
+
+    def slower(commit: str, base: str) -> bool:
+        if notify:
+            notify(f"bisect: measuring {commit[:10]} against {base[:10]}")
+        result = check(commit, base)
+        step = BisectStep(commit, base, any(v.slower for v in result.verdicts), result)
+        steps.append(step)
+        if notify:
+            notify(f"bisect: {commit[:10]} is {'slower' if step.slower else 'not slower'} than {base[:10]}")
+        return step.slower
+
+    if not slower(bad, good):
+        return BisectResult(good, bad, list(commits), steps, None, True)
+    low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] is bad
+    while high - low > 1:
+        middle = (low + high) // 2
+        if slower(commits[middle], good):
+            high = middle
+        else:
+            low = middle
+    first = commits[high]
+    parent = commits[high - 1] if high > 0 else good
+    monotonic = parent == good or slower(first, parent)
+    return BisectResult(good, bad, list(commits), steps, first, monotonic)
+
+
+def run_bisect(
+    references: Sequence[Reference],
+    run_settings: RunSettings,
+    settings: GateSettings,
+    good: str,
+    bad: str,
+    *,
+    progress: ProgressCallback | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> BisectResult:
+    """Bisect GOOD..BAD in this repository, each step a paired check (interleaved pairs, the default)."""
+    good_commit, bad_commit, commits = commits_between(good, bad)
+
+    def check(head: str, base: str) -> GateResult:
+        started = time.monotonic()
+        with (
+            commit_checkouts(base, head) as (base_side, head_side, root),
+            PairedSession(
+                references,
+                run_settings,
+                base_side,
+                head_side,
+                base[:12],
+                interleaved=takes_turns(False, None),
+                progress=progress,
+                repo_root=root,
+            ) as session,
+        ):
+            return decide_paired(session, settings, started, None)
+
+    return bisect(good_commit, bad_commit, commits, check, notify)
+
+
+def format_bisect(result: BisectResult) -> str:
+    """The bisection in words: each step, then the first bad commit with its evidence, or why there is none."""
+    lines = [
+        f"bisect {result.good[:10]}..{result.bad[:10]}: {len(result.commits)} commit(s), {len(result.steps)} "
+        "paired check(s)"
+    ]
+    for step in result.steps:
+        lines.append(f"  {step.commit[:10]} against {step.base[:10]}: {'slower' if step.slower else 'not slower'}")
+    if result.first_bad is None:
+        lines.append(f"{result.bad[:10]} is not slower than {result.good[:10]} beyond the threshold: nothing to find")
+        lines.extend(f"  {line}" for line in result.steps[0].evidence)
+        return "\n".join(lines) + "\n"
+    step = next(s for s in result.steps if s.commit == result.first_bad and s.base == result.good)
+    if result.monotonic:
+        lines.append(f"first bad commit: {result.first_bad}")
+    else:
+        lines.append(
+            f"not monotonic: {result.first_bad[:10]} is the first commit slower than {result.good[:10]}, but it is "
+            "not slower than its own parent: the slowdown came in steps, or came and went"
+        )
+    lines.extend(f"  {line}" for line in step.evidence)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,163 @@
+"""The history store and `perfgate history`: records written whole, read strictly, bad files skipped by name."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from perfgate.records.history import HistoryStore
+from perfgate.report.history import format_history, series_of
+from tests.helpers.cli import run_cli, run_main
+from tests.helpers.history import recorded
+from tests.helpers.workloads import GATED
+
+
+def test_a_record_reads_back_as_written_with_its_verdicts_and_commit(tmp_path):
+    store = HistoryStore(tmp_path / "history")
+    path = store.append(recorded())
+    assert path.parent == tmp_path / "history" and path.name.startswith("20261123T100000-aaaaaaaaaaaa-")
+    (record,) = store.load().records
+    assert record.commit == "a" * 40 and record.mode == "stored baselines" and record.source == str(path)
+    assert record.verdicts["w/fp32"]["status"] in ("no change", "inconclusive", "improvement")
+    written = recorded().entries[0].configs["fp32"].samples_per_sec
+    assert record.entries[0].configs["fp32"].samples_per_sec == pytest.approx(written, rel=1e-6)  # 6 digits kept
+    assert json.loads(path.read_text())["perfgate_history"] == 1
+
+
+def test_two_records_of_one_commit_at_one_second_are_two_files(tmp_path):
+    store = HistoryStore(tmp_path)
+    first, second = store.append(recorded()), store.append(recorded())
+    assert first != second and len(store.load().records) == 2
+
+
+def _append_many(folder: str, count: int) -> None:
+    store = HistoryStore(Path(folder))
+    for _ in range(count):
+        store.append(recorded())
+
+
+def test_concurrent_writers_lose_no_record(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_append_many, args=(str(tmp_path), 10)) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    history = HistoryStore(tmp_path).load()
+    assert len(history.records) == 20 and history.skipped == []
+    assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".json")]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("truncated.json", '{"perfgate_history": 1, "recorded_at": ', "not a readable JSON record"),
+        ("list.json", "[1, 2]", "the record must be a mapping, got list"),
+        ("newer.json", '{"perfgate_history": 9}', "perfgate_history is 9, this perfgate reads 1: written by a newer"),
+        ("other.json", '{"name": "package.json"}', "perfgate_history is None, this perfgate reads 1: not a perfgate"),
+        (
+            "code.json",
+            '{"perfgate_history": 1, "recorded_at": "x", "mode": "m", "entries": [{"workload": "w", '
+            '"fingerprint": {}, "configs": {"fp32": {"trials": "__import__(\'os\').system(\'touch pwned\')"}}}]}',
+            "entries[0].configs.fp32.trials must be a non-empty list",
+        ),
+        ("binary.json", b"\xff\xfe\x00garbage", "not a readable JSON record"),
+    ],
+)
+def test_a_corrupt_or_hostile_record_is_named_and_skipped_and_the_rest_loads(tmp_path, name, content, reason):
+    store = HistoryStore(tmp_path)
+    store.append(recorded())
+    bad = tmp_path / name
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    history = store.load()
+    assert len(history.records) == 1
+    (warning,) = history.skipped
+    assert warning.startswith(f"skipped {bad}: {reason}"), warning
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_a_huge_file_and_a_link_are_skipped_unread(tmp_path):
+    store = HistoryStore(tmp_path)
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as handle:
+        handle.truncate(9 << 20)
+    os.symlink("/etc/passwd", tmp_path / "link.json")
+    history = store.load()
+    assert history.records == []
+    assert sorted(history.skipped) == [
+        f"skipped {huge}: larger than 8 MiB: not a run's record",
+        f"skipped {tmp_path / 'link.json'}: not a regular file",
+    ]
+
+
+def test_history_shows_each_series_and_names_the_change_point(tmp_path):
+    store = HistoryStore(tmp_path)
+    for index in range(12):
+        slower = 0.9 if index >= 7 else 1.0  # the eighth commit made the workload 10% slower
+        day = f"2026-11-{index + 1:02d}T10:00:00+00:00"
+        store.append(recorded(commit=f"{index:02d}" * 20, at=day, scale=slower * (1 + 0.004 * (index % 3 - 1))))
+    (series,) = series_of(store.load())
+    assert (series.workload, series.config, len(series.runs)) == ("w", "fp32", 12)
+    (point,) = series.change_points
+    assert point.index == 7 and point.change == pytest.approx(-0.10, abs=0.02)
+    text = format_history([series], limit=5)
+    assert text.startswith("w fp32  (cpu Test CPU, 2 threads, torch None; 12 runs)\n")  # the hand-made machine
+    assert len([line for line in text.splitlines() if line.startswith("  0") or line.startswith("  1")]) == 5
+    assert "  change point: samples/s -" in text and " at 070707070707 (2026-11-08)" in text
+
+
+def test_history_of_an_empty_folder_says_how_to_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = run_main(capsys, "history")
+    assert result.returncode == 0
+    assert result.stdout == "no recorded runs yet: record one with perfgate check --record\n"
+
+
+def test_a_bad_history_setting_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate]\nhistory = 3\n")
+    monkeypatch.chdir(tmp_path)
+    result = run_main(capsys, "history")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: history must be a folder path, got 3 (")
+
+
+@pytest.mark.e2e
+def test_check_record_appends_a_run_that_history_reads(gated_project, tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "history"
+    one_trial = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
+    result = run_cli("check", GATED, *one_trial, "--record", "--history-dir", str(folder), cwd=gated_project)
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    (path,) = folder.iterdir()
+    assert f"recorded in the history: {path}\n" in result.stdout
+    monkeypatch.chdir(gated_project)
+    shown = run_main(capsys, "history", "--history-dir", str(folder))
+    assert shown.returncode == 0 and shown.stdout.startswith("gated fp32  (") and "1 run)" in shown.stdout
+    (record,) = HistoryStore(folder).load().records
+    assert record.entries[0].workload == "gated" and record.recorded_at[:4] == str(datetime.now(UTC).year)
+
+
+def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_formats(tmp_path, monkeypatch, capsys):
+    store = HistoryStore(tmp_path / "history")
+    store.append(recorded(commit="1" * 40, at="2026-11-01T10:00:00+00:00"))
+    store.append(recorded(commit="2" * 40, at="2026-11-02T10:00:00+00:00", scale=0.5))
+    monkeypatch.chdir(tmp_path)
+    bencher = json.loads(run_main(capsys, "export", "--format", "bencher", "--history-dir", "history").stdout)
+    (name,) = bencher
+    assert name == "w fp32" and set(bencher[name]) == {"throughput", "peak-memory"}
+    latest = bencher[name]["throughput"]
+    assert latest["lower_value"] <= latest["value"] <= latest["upper_value"]
+    older = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "1111")
+    assert json.loads(older.stdout)[name]["throughput"]["value"] == pytest.approx(2 * latest["value"], rel=0.02)
+    (row,) = json.loads(
+        run_main(capsys, "export", "--format", "github-action-benchmark", "--history-dir", "history").stdout
+    )
+    assert (row["name"], row["unit"]) == ("w fp32", "samples/s") and row["value"] == latest["value"]
+    assert row["extra"].startswith("commit 222222222222; 3 trials; stored baselines")
+    missing = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "abc")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no recorded run of commit abc in history;")
