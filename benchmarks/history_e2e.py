@@ -39,7 +39,7 @@ PAUSE_S = {pause!r}  # waiting, not computing
 
 class Points(torch.utils.data.Dataset):
     def __len__(self):
-        return 64
+        return 256
 
     def __getitem__(self, index):
         x = torch.randn(8, generator=torch.Generator().manual_seed(index))
@@ -74,7 +74,7 @@ def series(folder: Path, commits: int, slower_at: int | None, trials: str) -> tu
     repo.mkdir(parents=True)
     run(repo, "git", "init", "-q", "-b", "main")
     shas = []
-    common = ("--configs", "fp32", "--threads", "1", "--trials", trials, "--max-trials", trials, "--quiet")
+    common = ("--configs", "fp32", "--threads", "1", "--trials", trials, "--quiet")
     baselines = folder / "baselines"
     for number in range(1, commits + 1):
         pause = PAUSE_S * (1.1 if slower_at is not None and number >= slower_at else 1.0)
@@ -88,10 +88,8 @@ def series(folder: Path, commits: int, slower_at: int | None, trials: str) -> tu
             if update.returncode != 0:
                 raise SystemExit(f"update failed: {update.stdout[-1500:]}{update.stderr[-1500:]}")
         started = time.monotonic()
-        check = perfgate(
-            repo, "check", "paced.py:paced", *common, "--baseline-dir", str(baselines), "--record",
-            "--history-dir", str(folder / "history"),
-        )  # fmt: skip
+        where = ("--baseline-dir", str(baselines), "--record", "--history-dir", str(folder / "history"))
+        check = perfgate(repo, "check", "paced.py:paced", *common, "--max-trials", trials, *where)
         verdict = re.search(r"paced fp32: (\w[\w ]*?)[:,(]", check.stdout + check.stderr)
         print(
             f"  commit {number:2d} {shas[-1][:10]}: exit {check.returncode} "

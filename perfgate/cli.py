@@ -138,8 +138,8 @@ def _add_history_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
         default=None,
         metavar="BRANCH",
         help="keep the history on this branch of the origin remote too (CI runners keep no files): "
-        "a recorded run is pushed to it, retrying when another job pushed first, and history fetches it "
-        "first (e.g. perfgate-history)",
+        "a recorded run is pushed to it, retrying when another job pushed first, and history (and the trend in "
+        "check's Markdown report) fetches it first (e.g. perfgate-history)",
     )
 
 
@@ -430,8 +430,6 @@ def command_check(args: argparse.Namespace) -> int:
         check_writable(args.markdown, "--markdown")
     history = _history_store(args)  # a bad [tool.perfgate] history fails before any trial
     if args.history_branch is not None:
-        if not args.record:
-            raise UsageError("--history-branch needs --record", hint="add --record to push this run to the branch")
         from perfgate.records.history_branch import check_branch
 
         check_branch(Path.cwd(), args.history_branch)
@@ -470,6 +468,18 @@ def command_check(args: argparse.Namespace) -> int:
     from perfgate.judge.diagnosis import diagnose
 
     diagnoses = diagnose(result, every_config=args.diagnose)
+    trends = []
+    if args.markdown is not None:  # the recorded runs beside this one, charted in the report
+        from perfgate.report.history import trends_of
+
+        if args.history_branch is not None:
+            from perfgate.records.history_branch import HistoryBranchError, fetch_history
+
+            try:
+                fetch_history(Path.cwd(), history.directory, branch=args.history_branch)
+            except HistoryBranchError as error:  # the verdicts stand; only the chart is missing
+                sys.stderr.write(f"warning: no trend in the report: {error.one_line()}\n")
+        trends = trends_of(result, history.load())
     if args.record:
         from perfgate.report.history import record_of_check
 
@@ -490,7 +500,7 @@ def command_check(args: argparse.Namespace) -> int:
         from perfgate.report.markdown import format_markdown
 
         details = str(args.json) if args.json else None
-        write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses))
+        write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses, trends=trends))
     return _report_gate(result, diagnoses)
 
 

@@ -155,6 +155,17 @@ def counted(ms, **fields):
     return dataclasses.replace(base, workloads=[dataclasses.replace(workload, configs=configs)])
 
 
+def scaled_phases(run, factors):
+    """The same run with each trial's phases scaled by its factor: steps that scatter from trial to trial."""
+    (workload,) = run.workloads
+    trials = [
+        dataclasses.replace(t, phases_s={p: [v * f for v in values] for p, values in t.phases_s.items()})
+        for t, f in zip(workload.configs["fp32"].trials, factors, strict=True)
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
 def diagnosed_against(baseline_run, current_run):
     baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
     (d,) = diagnose(compare_run(current_run, baseline, SETTINGS), every_config=True)
@@ -178,15 +189,7 @@ def test_many_more_cheap_torch_calls_are_framework_overhead_and_costly_ones_are_
     # 600 more calls while the machine had a bad hour: the steps scatter +-40% and average 18 ms slower, which
     # would be 30 us a call, but two standard errors under that growth is no growth: dispatch-sized calls still.
     noisy = counted({**BASE_MS, "forward": 22.0}, torch_calls_per_step=800, host_syncs_per_step=2)
-    (workload,) = noisy.workloads
-    trials = [
-        dataclasses.replace(t, phases_s={p: [v * f for v in values] for p, values in t.phases_s.items()})
-        for t, f in zip(workload.configs["fp32"].trials, (0.6, 1.0, 1.4), strict=True)
-    ]
-    configs = {"fp32": ConfigResult("fp32", trials)}
-    d = diagnosed_against(
-        before, dataclasses.replace(noisy, workloads=[dataclasses.replace(workload, configs=configs)])
-    )
+    d = diagnosed_against(before, scaled_phases(noisy, (0.6, 1.0, 1.4)))
     assert [f.suspect for f in d.findings][:1] == ["framework overhead"], d.findings
 
 
@@ -353,14 +356,8 @@ def test_workers_that_take_the_cores_the_step_needs_are_the_data_pipeline_and_un
 def test_behind_a_failing_memory_verdict_a_step_slower_beyond_two_standard_errors_puts_compute_first():
     # Forward and backward 3 ms a step slower (27%) in trials scattered +-10%: about 3.7 standard errors, short
     # of the 4 that early evidence needs, while peak memory 50 -> 80 MiB fails the build.
-    grown = with_peak(phased_run({**BASE_MS, "forward": 5.5, "backward": 7.5}), 80 << 20)
-    (workload,) = grown.workloads
-    trials = [
-        dataclasses.replace(t, phases_s={p: [v * f for v in s] for p, s in t.phases_s.items()})
-        for t, f in zip(workload.configs["fp32"].trials, (0.9, 1.0, 1.1), strict=True)
-    ]
-    noisy = dataclasses.replace(
-        grown, workloads=[dataclasses.replace(workload, configs={"fp32": ConfigResult("fp32", trials)})]
+    noisy = scaled_phases(
+        with_peak(phased_run({**BASE_MS, "forward": 5.5, "backward": 7.5}), 80 << 20), (0.9, 1.0, 1.1)
     )
     result = compare_run(scattered(noisy), BASELINE, SETTINGS)
     (verdict,) = result.verdicts
@@ -379,15 +376,7 @@ def test_workers_cpu_far_beyond_its_noise_is_early_evidence_while_the_step_is_to
     # its own, but the workers' CPU went from 4 to 40 ms a step in every trial.
     workers = {"num_workers": 2}
     baseline_run = with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0)
-    grown = phased_run({**BASE_MS, "forward": 8.0, "backward": 10.0}, loader=workers)
-    (workload,) = grown.workloads
-    trials = [
-        dataclasses.replace(t, phases_s={p: [v * f for v in s] for p, s in t.phases_s.items()})
-        for t, f in zip(workload.configs["fp32"].trials, (0.6, 1.0, 1.4), strict=True)
-    ]
-    noisy = dataclasses.replace(
-        grown, workloads=[dataclasses.replace(workload, configs={"fp32": ConfigResult("fp32", trials)})]
-    )
+    noisy = scaled_phases(phased_run({**BASE_MS, "forward": 8.0, "backward": 10.0}, loader=workers), (0.6, 1.0, 1.4))
     baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
     result = compare_run(scattered(with_workers(noisy, loader_ms=40.0)), baseline, SETTINGS)
     assert result.verdicts[0].status == Status.INCONCLUSIVE and result.exit_code == 0

@@ -161,3 +161,23 @@ def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_for
     assert row["extra"].startswith("commit 222222222222; 3 trials; stored baselines")
     missing = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "abc")
     assert missing.returncode == 2 and missing.stderr.startswith("error: no recorded run of commit abc in history;")
+
+
+def test_the_markdown_report_charts_each_gated_config_beside_its_recorded_runs(tmp_path):
+    from perfgate.judge.verdict import compare_run
+    from perfgate.report.history import trends_of
+    from perfgate.report.markdown import format_markdown
+    from tests.helpers.history import SETTINGS
+    from tests.helpers.results import BASE_MS, BASELINE, phased_run
+
+    store = HistoryStore(tmp_path)
+    for index in range(3):
+        store.append(recorded(commit=f"{index}" * 40, at=f"2026-11-0{index + 1}T10:00:00+00:00"))
+    result = compare_run(phased_run({**BASE_MS, "forward": 8.0}), BASELINE, SETTINGS)  # this run: slower
+    (trend,) = trends_of(result, store.load())
+    assert (trend.workload, trend.config, trend.labels) == ("w", "fp32", ["0000000", "1111111", "2222222", "this"])
+    assert trend.values[-1] < 0.8 * trend.values[0]
+    text = format_markdown(result, trends=[trend])
+    assert "#### Trend: w fp32\n\n```mermaid\nxychart-beta\n" in text
+    assert '    x-axis ["0000000", "1111111", "2222222", "this"]\n' in text
+    assert trends_of(result, HistoryStore(tmp_path / "none").load()) == []  # nothing recorded: no chart

@@ -123,8 +123,8 @@ def _chart(
         )
     out.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}"/>')
     out.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}"/>')
-    step = max(1, len(runs) // 8)
-    for index in range(0, len(runs), step):  # commit labels under the axis
+    step = max(1, -(-len(runs) // 6))  # six commit labels at most under the axis: each is 7 characters
+    for index in range(0, len(runs), step):
         label = (runs[index].commit or "-")[:7]
         out.append(
             f'<text class="label" x="{x(index):.1f}" y="{HEIGHT - 12}" text-anchor="middle">{escape(label)}</text>'

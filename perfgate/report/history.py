@@ -185,3 +185,58 @@ def export_run(record: HistoryRecord, form: str) -> Any:
             for name, config in rows
         ]
     raise ValueError(f"unknown export format {form!r}; choose from {', '.join(EXPORT_FORMATS)}")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One gated config's recent history and this run: what the pull-request comment charts."""
+
+    workload: str
+    config: str
+    labels: list[str]  # the recorded runs' commits (7 characters), then "this"
+    values: list[float]  # their median samples/s, then this run's
+
+
+def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[Trend]:
+    """For each config this check judged, the last `limit` recorded runs of it on this machine and this run's
+    median samples/s; configs without a recorded run get none."""
+    if result.run is None:
+        return []
+    from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+
+    machine = fingerprint_key(machine_fingerprint(result.run.environment))
+    recorded = {(s.workload, s.config): s for s in series_of(history) if s.machine == machine}
+    measured = {w.name: w for w in result.run.workloads}
+    trends = []
+    for verdict in result.verdicts:
+        past = recorded.get((verdict.workload, verdict.config))
+        workload = measured.get(verdict.workload)
+        config = workload.configs.get(verdict.config) if workload else None
+        now = [t.samples_per_sec for t in config.trials if t.ok] if config else []
+        if past is None or not now:
+            continue
+        runs = past.runs[-limit:]
+        trends.append(
+            Trend(
+                verdict.workload,
+                verdict.config,
+                [(r.commit or "none")[:7] for r in runs] + ["this"],
+                [r.median for r in runs] + [statistics.median(now)],
+            )
+        )
+    return trends
+
+
+def mermaid_trend(trend: Trend) -> str:
+    """A Mermaid line chart of the trend (GitHub renders it in comments and job summaries)."""
+    labels = ", ".join(f'"{label}"' for label in trend.labels)
+    values = ", ".join(f"{value:.1f}" for value in trend.values)
+    return (
+        "```mermaid\n"
+        "xychart-beta\n"
+        f'    title "{trend.workload} {trend.config}: samples/s, recorded runs and this one"\n'
+        f"    x-axis [{labels}]\n"
+        '    y-axis "samples/s"\n'
+        f"    line [{values}]\n"
+        "```"
+    )

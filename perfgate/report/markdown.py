@@ -16,6 +16,7 @@ from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.text import confidence_text, phase_cells, verdict_counts
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
@@ -38,11 +39,14 @@ def format_markdown(
     limit: int = COMMENT_LIMIT,
     details: str | None = None,
     diagnoses: Sequence[Diagnosis] = (),
+    trends: Sequence[Trend] = (),
 ) -> str:
-    """The report, at most `limit` characters (and bytes); `details` names where the full data is."""
+    """The report, at most `limit` characters (and bytes); `details` names where the full data is; `trends`:
+    each gated config's recorded runs and this one, charted (`report.history.trends_of`)."""
     sections = [_headline(result)]
     sections += [_workload_table(w, result) for w in result.workloads]
     sections += [_diagnosis(d) for d in diagnoses]
+    sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in trends]
     sections += [_reasons(w) for w in result.workloads]
     sections += [_lab_reading(result), _machine(result)]
     sections = [s for s in sections if s]
