@@ -653,6 +653,13 @@ def command_bisect(args: argparse.Namespace) -> int:
     """Bisect GOOD..BAD with paired checks; print each step and the first bad commit."""
     from perfgate.check.bisect import commits_between, format_bisect, run_bisect
 
+    for given, option in (
+        (args.json, "--json"),
+        (args.profile, "--profile"),
+        (args.fail_on_inconclusive, "--fail-on-inconclusive"),
+    ):
+        if given:
+            raise UsageError(f"{option} does nothing in bisect", hint="drop it; bisect prints each step it measures")
     commits_between(args.good, args.bad)  # bad refs fail at once, before torch loads
     args.against = args.good  # paired defaults: one thread, the pairs' budget
     references, run_settings = _run_settings(args)

@@ -71,6 +71,9 @@ def test_refs_that_give_no_line_of_commits_are_refused_before_anything_runs(tmp_
     assert same.returncode == 2 and same.stderr.startswith("error: HEAD and main are the same commit;")
     unknown = run_main(capsys, "bisect", "v9", "HEAD")
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown git ref v9")
+    unused = run_main(capsys, "bisect", "HEAD~1", "HEAD", "--json", "out.json")
+    assert unused.returncode == 2
+    assert unused.stderr == "error: --json does nothing in bisect; drop it; bisect prints each step it measures\n"
 
 
 PACED = """
