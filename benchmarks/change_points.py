@@ -88,12 +88,40 @@ def matched(points: Sequence[ChangePoint], position: int) -> ChangePoint | None:
     return min(near, key=lambda point: abs(point.index - position), default=None)
 
 
+OTAVA = """
+import json, sys
+from otava.analysis import compute_change_points
+
+out = []
+for series in json.load(sys.stdin):
+    found, _ = compute_change_points(series, max_pvalue=0.01, min_magnitude=0.05)
+    out.append([[int(p.index), float(p.stats.forward_change_percent()) / 100] for p in found])
+json.dump(out, sys.stdout)
+"""
+
+
+def otava_points(python: str, series: Sequence[Sequence[Sequence[float]]]) -> list[list[ChangePoint]]:
+    """Apache Otava's change points (E-divisive means, its defaults but alpha 0.01 and a 5% magnitude) of each
+    series' run medians, computed by `python`: an interpreter with Otava installed (it pins its own numpy)."""
+    import json
+    import subprocess
+
+    medians = [[float(np.median(run)) for run in runs] for runs in series]
+    done = subprocess.run([python, "-c", OTAVA], input=json.dumps(medians), capture_output=True, text=True, check=True)
+    return [
+        [ChangePoint(int(i), 1.0, 1.0 + change, change, 0.0) for i, change in found]
+        for found in json.loads(done.stdout)
+    ]
+
+
 def step_row(noise: float, step: float, args: argparse.Namespace, rng: np.random.Generator) -> StepRow:
-    """Detection and false-positive rates of `change_points` for one noise and step (0: flat)."""
+    """Detection and false-positive rates of `change_points` (or Otava's, with --otava) for one noise and
+    step (0: flat)."""
     detected, false_positives, errors = 0, 0, []
-    for _ in range(args.series):
-        position = int(rng.integers(MIN_SIDE, args.runs - MIN_SIDE + 1))
-        points = change_points(simulate(step_levels(args.runs, step, position), noise, args.trials, rng))
+    positions = [int(rng.integers(MIN_SIDE, args.runs - MIN_SIDE + 1)) for _ in range(args.series)]
+    series = [simulate(step_levels(args.runs, step, p), noise, args.trials, rng) for p in positions]
+    found = otava_points(args.otava, series) if args.otava else [change_points(runs) for runs in series]
+    for position, points in zip(positions, found, strict=True):
         hit = matched(points, position) if step else None
         if hit is not None:
             detected += 1
@@ -168,14 +196,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=20, help="runs per series")
     parser.add_argument("--trials", type=int, default=3, help="trials per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--otava",
+        metavar="PYTHON",
+        default=None,
+        help="measure Apache Otava's change points instead, run by this interpreter (one with apache-otava "
+        "installed, e.g. a venv of its own: it pins numpy); steps only",
+    )
     args = parser.parse_args(argv)
     if args.series < 1 or args.trials < 1 or args.runs < max(2 * MIN_SIDE, CREEP_RUNS):
         parser.error(f"need --series and --trials of 1 or more and --runs of {max(2 * MIN_SIDE, CREEP_RUNS)} or more")
     rng = np.random.default_rng(args.seed)
     print(f"{args.series} series per cell, {args.runs} runs of {args.trials} trials, seed {args.seed}\n")
     print(step_table([step_row(noise, step, args, rng) for noise in NOISES for step in (0.0, *STEPS)]))
-    print()
-    print(creep_table([creep_row(noise, args, rng) for noise in NOISES], args.runs))
+    if args.otava is None:
+        print()
+        print(creep_table([creep_row(noise, args, rng) for noise in NOISES], args.runs))
 
 
 if __name__ == "__main__":
