@@ -151,6 +151,15 @@ def _history_store(args: argparse.Namespace) -> HistoryStore:
     return HistoryStore(folder)
 
 
+def _fetch_history_branch(args: argparse.Namespace, store: HistoryStore) -> int | None:
+    """With --history-branch, copy that branch's records into the store's folder: how many; None without it."""
+    if args.history_branch is None:
+        return None
+    from perfgate.records.history_branch import fetch_history
+
+    return fetch_history(Path.cwd(), store.directory, branch=args.history_branch)
+
+
 def _add_command(commands: Any, name: str, **kwargs: str) -> argparse.ArgumentParser:
     """A subcommand that also takes --debug after its name."""
     parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
@@ -470,15 +479,13 @@ def command_check(args: argparse.Namespace) -> int:
     diagnoses = diagnose(result, every_config=args.diagnose)
     trends = []
     if args.markdown is not None:  # the recorded runs beside this one, charted in the report
+        from perfgate.records.history_branch import HistoryBranchError
         from perfgate.report.history import trends_of
 
-        if args.history_branch is not None:
-            from perfgate.records.history_branch import HistoryBranchError, fetch_history
-
-            try:
-                fetch_history(Path.cwd(), history.directory, branch=args.history_branch)
-            except HistoryBranchError as error:  # the verdicts stand; only the chart is missing
-                sys.stderr.write(f"warning: no trend in the report: {error.one_line()}\n")
+        try:
+            _fetch_history_branch(args, history)
+        except HistoryBranchError as error:  # the verdicts stand; only the chart is missing
+            sys.stderr.write(f"warning: no trend in the report: {error.one_line()}\n")
         trends = trends_of(result, history.load())
     if args.record:
         from perfgate.report.history import record_of_check
@@ -626,10 +633,8 @@ def command_history(args: argparse.Namespace) -> int:
     from perfgate.report.history import format_history, series_of
 
     store = _history_store(args)
-    if args.history_branch is not None:
-        from perfgate.records.history_branch import fetch_history
-
-        fetched = fetch_history(Path.cwd(), store.directory, branch=args.history_branch)
+    fetched = _fetch_history_branch(args, store)
+    if fetched is not None:
         sys.stderr.write(f"fetched {fetched} record(s) from the history branch {args.history_branch}\n")
     history = store.load()
     project = load_project_config()
@@ -681,10 +686,7 @@ def command_export(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_writable(args.output, "--output")
     store = _history_store(args)
-    if args.history_branch is not None:
-        from perfgate.records.history_branch import fetch_history
-
-        fetch_history(Path.cwd(), store.directory, branch=args.history_branch)
+    _fetch_history_branch(args, store)
     history = store.load()
     for line in history.skipped:
         sys.stderr.write(f"warning: {line}\n")

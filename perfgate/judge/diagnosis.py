@@ -278,7 +278,8 @@ def diagnose_config(
     sigmas = th.ranking_sigmas if memory_regressed else th.evidence_sigmas
     loader_cpu = _loader_cpu(baseline, ok, steps)
     contention = _contention_s(loader_cpu, phases, cores, th.evidence_sigmas, th.data_wait_growth)
-    early = not slower and _slower_beyond_noise(baseline, ok, steps, threshold, machine_ratio, sigmas, contention)
+    step = _movement(baseline, ok, steps, set(PHASES))
+    early = not slower and _slower_beyond_noise(step, baseline, ok, steps, threshold, machine_ratio, sigmas, contention)
     slowdown = slower or early
     contention = contention if slowdown else 0.0
     step_s = [s for t in ok for s in t.step_s]
@@ -290,7 +291,7 @@ def diagnose_config(
         *_model_compute(phases, slowdown, th, changes, grown, contention),
         *_tail_latency(step_s, baseline, slowdown, th),
         *_memory(ok, baseline, memory_regressed, th),
-        *_framework(ok, baseline, th, _movement(baseline, ok, steps, set(PHASES))),
+        *_framework(ok, baseline, th, step),
         *_utilisation(ok, th),
         *_operators(baseline, profile),
     ]
@@ -337,6 +338,7 @@ def _moved(before: Sequence[float], now: Sequence[float]) -> Movement:
 
 
 def _slower_beyond_noise(
+    step: Movement,
     baseline: ConfigEntry | None,
     ok: Sequence[TrialResult],
     steps: int | None,
@@ -351,8 +353,7 @@ def _slower_beyond_noise(
     phases, or the step time the DataLoader workers' added CPU took, `_contention_s`): a part can move far
     beyond its own noise (data wait 4% -> 56% of the step) while the step as a whole is too noisy to tell.
     Each holds as measured and with the machine's own speed change (the probe's `machine_ratio`) taken out:
-    both must agree, as the samples/s verdicts must."""
-    step = _movement(baseline, ok, steps, set(PHASES))
+    both must agree, as the samples/s verdicts must. `step`: how the whole step moved (`_movement`)."""
     if step.before_s <= 0 or threshold >= 1:
         return False
     growth = 1 / (1 - threshold) - 1  # a samples/s slowdown of `threshold` is a step this much longer

@@ -77,8 +77,8 @@ class Series:
     creep: Creep | None = None
 
 
-def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
-    """The history's series, each with its change points (samples/s and peak memory) and creep."""
+def runs_of(history: History) -> dict[tuple[str, str, str], list[Run]]:
+    """The history's runs by (workload, config, machine), oldest first, in that order of keys."""
     grouped: dict[tuple[str, str, str], list[Run]] = {}
     for record in history.records:
         for entry in record.entries:
@@ -92,8 +92,13 @@ def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01)
                     source=record.source,
                 )
                 grouped.setdefault((entry.workload, config, entry.key), []).append(run)
+    return dict(sorted(grouped.items()))
+
+
+def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
+    """The history's series, each with its change points (samples/s and peak memory) and creep."""
     found = []
-    for (workload, config, machine), runs in sorted(grouped.items()):
+    for (workload, config, machine), runs in runs_of(history).items():
         speed = [r.samples_per_sec for r in runs]
         memory = [[float(b) for b in r.peak_bytes if b > 0] for r in runs]
         points = change_points(speed, min_change=threshold, alpha=alpha)
@@ -205,7 +210,7 @@ def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[
     from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 
     machine = fingerprint_key(machine_fingerprint(result.run.environment))
-    recorded = {(s.workload, s.config): s for s in series_of(history) if s.machine == machine}
+    recorded = {(w, c): runs for (w, c, m), runs in runs_of(history).items() if m == machine}
     measured = {w.name: w for w in result.run.workloads}
     trends = []
     for verdict in result.verdicts:
@@ -215,7 +220,7 @@ def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[
         now = [t.samples_per_sec for t in config.trials if t.ok] if config else []
         if past is None or not now:
             continue
-        runs = past.runs[-limit:]
+        runs = past[-limit:]
         trends.append(
             Trend(
                 verdict.workload,
