@@ -355,9 +355,11 @@ def a_a(tmp_path_factory):
     (repo / "perf" / "bench.py").write_text(bench(comment="two", tag="uncommitted"), encoding="utf-8")
     tmp, log, results = top / "tmp", top / "imports.log", top / "results.json"
     env = {**scratch(tmp), "IMPORT_LOG": str(log)}
-    result = run_cli(
-        "check", WORKLOAD, "--against", "HEAD~1", *TWO_PAIRS, "--json", str(results), cwd=repo, env=env, timeout=300
-    )
+    # A pass is what these tests need, not the gate's false-alarm rate (benchmarks/sequential.py and
+    # ab_power.py measure that). With two pairs of 28 ms trials, one side can measure a few percent
+    # slower in both pairs of one check (CI once saw 0.947x and 0.949x): the threshold here is far above that.
+    aa = (*TWO_PAIRS, "--threshold", "25%", "--json", str(results))
+    result = run_cli("check", WORKLOAD, "--against", "HEAD~1", *aa, cwd=repo, env=env, timeout=300)
     return {"repo": repo, "tmp": tmp, "result": result, "results": results, "log": log}
 
 
