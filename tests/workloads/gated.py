@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import torch
-from tiny import Points, mlp, mse  # the workload file's folder is importable, as for `python gated.py`
+from tiny import PlainSGD, Points, mlp, mse  # the workload file's folder is importable, as for `python gated.py`
 from torch import nn
 
 import perfgate
@@ -43,5 +43,12 @@ def gated() -> perfgate.Workload:
     plant = os.environ.get("PERFGATE_TEST_PLANT")
     data = ShiftedPoints if plant == "data" else Points
     return perfgate.Workload(
-        name="gated", model=mlp, dataset=lambda: data(96), loss=planted_loss, batch_size=8, steps=8, warmup_steps=1
+        name="gated",
+        model=mlp,
+        dataset=lambda: data(96),
+        loss=planted_loss,
+        optimizer=PlainSGD,
+        batch_size=8,
+        steps=8,
+        warmup_steps=1,
     )
