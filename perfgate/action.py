@@ -1,17 +1,43 @@
-"""GitHub Actions annotations for a perfgate run: `python -m perfgate.action MODE CODE RESULTS LOG`
-(also `python -m perfgate.annotations`, its earlier name).
+"""The GitHub Action's helpers (action.yml runs them; the work is done by perfgate's core).
 
-Prints `::error` for each regression, failure or missing baseline, `::warning` for each inconclusive
-verdict, a `::notice` after an update, and an `::error` with the last line of the log when perfgate
-itself failed. Text from the run is escaped, so it can never start a workflow command of its own.
+`python -m perfgate.action MODE CODE RESULTS LOG [--no-baseline fail|warn] [--job-exit-code FILE] [-- ARGV]`
+(also `python -m perfgate.annotations`, its earlier name) prints the workflow commands of one run:
+`::error` for each regression, failure or missing baseline (a `::warning` for a missing baseline with
+`--no-baseline warn`), `::warning` for each inconclusive verdict, a `::notice` after an update, and an
+`::error` with the last line of the log when perfgate itself failed. Text from the run is escaped, so it
+can never start a workflow command of its own. `--job-exit-code` writes the code the job ends with:
+perfgate's, except that with `--no-baseline warn` a check whose only trouble is missing baselines passes.
+`-- ARGV`: the arguments of a check against the stored baselines (`check WORKLOAD ... OPTIONS`): such a check
+that found no baseline at all measured nothing, and its log line names this runner's fingerprint.
+
+`python -m perfgate.action names JOB MATRIX_JSON WORKFLOW ATTEMPT [ID]` prints `leg=`, `artifact=` and
+`marker=` lines for $GITHUB_OUTPUT: what keeps each job's (and matrix leg's) artifact and comment apart.
+
+`python -m perfgate.action comment MARKER REPORT FOLDER [PR_NUMBER]` writes FOLDER/comment.md (the report
+under its marker) and FOLDER/comment.json (the pull request and the marker), the pull-request comment
+that the action posts, or that a `workflow_run` relay posts for a pull request from a fork.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
-from perfgate.errors import PerfgateError
+from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, PerfgateError
+
+NO_BASELINE_POLICIES = ("fail", "warn")
+MARKER_PREFIX = "<!-- perfgate-report "
+COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
+RECORD_HINT = (
+    "record baselines on a runner of this kind: run the perfgate action there with mode: update (as "
+    "a perfgate-baselines.yml workflow does, proposing them in a pull request), or gate pull requests with "
+    "against: merge-base, which measures the base beside the pull request and needs no stored baselines"
+)
 
 
 def escape_data(text: str) -> str:
@@ -26,30 +52,93 @@ def command(kind: str, title: str, message: str) -> str:
     return f"::{kind} title={escape_property(title)}::{escape_data(message)}"
 
 
-def workflow_commands(mode: str, code: int, results: Path, log: Path) -> list[str]:
+def workflow_commands(mode: str, code: int, results: Path, log: Path, no_baseline: str = "fail") -> list[str]:
     """The workflow commands for one run of the action's gate step."""
+    return gate_outcome(mode, code, results, log, no_baseline)[0]
+
+
+# The check stopped before measuring anything: the workload, this machine's fingerprint, the baseline folder.
+MISSING = re.compile(r"no baseline for (\S+) on this machine \((.*)\) in (\S+)/; ")
+
+
+def gate_outcome(
+    mode: str,
+    code: int,
+    results: Path,
+    log: Path,
+    no_baseline: str = "fail",
+    perfgate_argv: list[str] | None = None,
+) -> tuple[list[str], int]:
+    """The workflow commands for one run of the action's gate step, and the code the job ends with.
+
+    `perfgate_argv`: the arguments of a check against the stored baselines (None: a paired check, or not
+    known); with them, a check that found no baseline for any workload, and so measured nothing and wrote
+    no results, is reported with this runner's fingerprint (from its log line) and judged by the
+    `no_baseline` policy."""
     if mode == "update" and code == 0:
-        return [command("notice", "perfgate", "baselines written: review and commit them")]
+        return [command("notice", "perfgate", "baselines written: review and commit them")], code
     lines: list[str] = []
+    absent = [m.groups() for m in map(MISSING.search, _lines(log)) if m]
+    if mode == "check" and code == EXIT_NO_BASELINE and not results.is_file() and perfgate_argv and absent:
+        warn = no_baseline == "warn"
+        for workload, runner, directory in absent:
+            message = f"no baseline for {workload} on this runner ({runner}) in {directory}/"
+            title = f"perfgate: {workload} no baseline"
+            lines.append(command("warning" if warn else "error", title, _policy(message, warn)))
+        if warn:
+            lines.append(command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)"))
+        return lines, EXIT_OK if warn else code
     if mode == "check" and code in (0, 1, 3) and results.is_file():
-        from perfgate.judge.verdict import Status, fails_build, judge_saved
+        from perfgate.judge.verdict import Status, build_exit_code, fails_build, judge_saved
         from perfgate.project import load_project_config
+        from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
         from perfgate.records.results import load_results
 
         try:
-            judged = judge_saved(load_results(results), load_project_config())
+            run = load_results(results)
+            judged = judge_saved(run, load_project_config())
         except PerfgateError as error:
-            return [command("error", "perfgate", error.one_line())]
+            return [command("error", "perfgate", error.one_line())], code
+        runner = fingerprint_key(machine_fingerprint(run.environment))
+        directory = str((run.gate or {}).get("baseline_dir") or "baselines")
+        stored = run.against is None  # a paired check's base is measured beside it, never stored
+        warn = no_baseline == "warn" and stored
+        missing = "warning" if warn else "error"
+        statuses: list[Status] = []
+        problems = False
         for workload in judged.workloads:
-            if workload.problem:
+            if workload.problem and workload.problem_status == Status.NO_BASELINE and stored:
+                message = f"no baseline for {workload.workload} on this runner ({runner}) in {directory}/"
+                lines.append(command(missing, f"perfgate: {workload.workload} no baseline", _policy(message, warn)))
+                problems = problems or not warn
+            elif workload.problem:
                 lines.append(command("error", f"perfgate: {workload.workload}", workload.problem))
+                problems = True
             for v in workload.configs:
+                title = f"perfgate: {v.workload} {v.config} {v.status.value}"
+                if v.status == Status.NO_BASELINE and stored:
+                    message = f"no baseline for {v.workload} {v.config} on this runner ({runner}) in {directory}/"
+                    lines.append(command(missing, title, _policy(message, warn)))
+                    if not warn:
+                        statuses.append(v.status)
+                    continue
                 kind = "error" if fails_build(v.status) else "warning" if v.status == Status.INCONCLUSIVE else ""
                 if kind:
-                    lines.append(command(kind, f"perfgate: {v.workload} {v.config} {v.status.value}", v.reason))
-        return lines
+                    lines.append(command(kind, title, v.reason))
+                statuses.append(v.status)
+        if warn and code == EXIT_NO_BASELINE:
+            fail_on_inconclusive = judged.settings.fail_on_inconclusive
+            code = build_exit_code(statuses, problems=problems, fail_on_inconclusive=fail_on_inconclusive)
+            if code == EXIT_OK:
+                lines.append(command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)"))
+        return lines, code
     last = next((line for line in reversed(_lines(log)) if line.strip()), f"perfgate {mode} exited {code}")
-    return [command("error", f"perfgate {mode} failed (exit {code})", last)]
+    return [command("error", f"perfgate {mode} failed (exit {code})", last)], code
+
+
+def _policy(message: str, warn: bool) -> str:
+    verdict = "not failing the job (no-baseline: warn)" if warn else "failing the job (no-baseline: fail)"
+    return f"{message}, {verdict}; {RECORD_HINT}"
 
 
 def _lines(path: Path) -> list[str]:
@@ -59,9 +148,78 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
+def _slug(text: str) -> str:
+    """Only the characters every artifact name, cache key and HTML comment accepts."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+
+
+def leg_names(job: str, matrix: str, workflow: str, attempt: str, given: str = "") -> dict[str, str]:
+    """What keeps one job's (and one matrix leg's) artifact and comment apart from every other's.
+
+    `leg`: `given` (the action's `id` input) when set; else the job's id, and for a matrix job its
+    values and a hash of `toJSON(matrix)`, so two legs never share it. The artifact name adds the run
+    attempt (one name per workflow run); the comment's marker adds the workflow, so two workflows with a
+    job of the same id keep their own comments, and every run of one leg finds its comment again.
+    """
+    leg = _slug(given)
+    if not leg:
+        leg = _slug(job) or "perfgate"
+        try:
+            values: Any = json.loads(matrix) if matrix.strip() else None
+        except json.JSONDecodeError:
+            values = matrix
+        if values:
+            canonical = json.dumps(values, sort_keys=True, separators=(",", ":"))
+            shown = _slug("-".join(_flat(values)))[:60].strip("-.")
+            digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
+            leg = "-".join(part for part in (leg, shown, digest) if part)
+    marker = f"{MARKER_PREFIX}{_slug(workflow) or 'workflow'}/{leg} -->"
+    return {"leg": leg, "artifact": f"perfgate-{leg}-{_slug(attempt) or '1'}", "marker": marker}
+
+
+def _flat(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [text for key in sorted(value) for text in _flat(value[key])]
+    if isinstance(value, list):
+        return [text for item in value for text in _flat(item)]
+    return [str(value)]
+
+
+def write_comment(marker: str, report: Path, folder: Path, pull_request: str = "") -> None:
+    """FOLDER/comment.md, the report under the marker that finds the comment again, and comment.json."""
+    body = report.read_text(encoding="utf-8", errors="replace")
+    if len(body) > COMMENT_LIMIT:
+        body = body[:COMMENT_LIMIT] + "\n\n_(cut: the whole report is in the job summary and the artifact)_\n"
+    (folder / "comment.md").write_text(f"{marker}\n{body}", encoding="utf-8")
+    number = int(pull_request) if pull_request.isdigit() else None
+    (folder / "comment.json").write_text(json.dumps({"pull_request": number, "marker": marker}) + "\n")
+
+
 def main(argv: list[str]) -> int:
-    mode, code, results, log = argv
-    print("\n".join(workflow_commands(mode, int(code), Path(results), Path(log))))
+    if argv[:1] == ["names"]:
+        job, matrix, workflow, attempt, *given = argv[1:]
+        names = leg_names(job, matrix, workflow, attempt, *given[:1])
+        print("\n".join(f"{key}={value}" for key, value in names.items()))
+        return 0
+    if argv[:1] == ["comment"]:
+        marker, report, folder, *number = argv[1:]
+        write_comment(marker, Path(report), Path(folder), *number[:1])
+        return 0
+    argv, perfgate_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
+    parser = argparse.ArgumentParser(prog="python -m perfgate.action")
+    parser.add_argument("mode")
+    parser.add_argument("code", type=int)
+    parser.add_argument("results", type=Path)
+    parser.add_argument("log", type=Path)
+    parser.add_argument("--no-baseline", choices=NO_BASELINE_POLICIES, default="fail")
+    parser.add_argument("--job-exit-code", type=Path, help="write the code the job ends with to this file")
+    options = parser.parse_args(argv)
+    lines, code = gate_outcome(
+        options.mode, options.code, options.results, options.log, options.no_baseline, perfgate_argv
+    )
+    print("\n".join(lines))
+    if options.job_exit_code:
+        options.job_exit_code.write_text(f"{code}\n")
     return 0
 
 

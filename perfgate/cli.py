@@ -172,6 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perfgate {perfgate.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+    init = _add_command(
+        commands,
+        "init",
+        help="set up a project: [tool.perfgate], a workload file to fill in and a pull-request workflow",
+        description="Write [tool.perfgate] into pyproject.toml (appended, or a new file), a commented workload "
+        "file that runs at once on a stand-in model, and .github/workflows/perfgate.yml, which checks each pull "
+        "request against its base branch. Overwrites nothing: when a file exists, it writes nothing.",
+    )
+    init.add_argument(
+        "--workload-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the workload file, relative to the current folder (default: perf/workloads.py in "
+        "the project's root: the git repository's top level, else the current folder)",
+    )
+    init.add_argument("--dry-run", action="store_true", help="print what it would write, and write nothing")
     run = _add_command(
         commands,
         "run",
@@ -310,9 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="compare saved results with the baselines (or with other saved results); runs nothing",
         description="Judge a results file written by --json against the stored baselines, or, given two files, "
-        "the second against the first.",
+        "the second against the first. Two files from different machine types get a warning: their comparison "
+        "mixes the machine with the code (perfgate check --against REF measures both sides on one runner).",
     )
     compare.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="[BASELINE.json] CANDIDATE.json")
+    compare.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="the report's form, as perfgate report renders it; the exit code is the verdict's (default: text)",
+    )
     add_gate_options(compare, measuring=False)
     report = _add_command(
         commands,
@@ -321,7 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judge a results file written by perfgate check --json the way the check did (its settings are "
         "in the file) and render the report.",
     )
-    report.add_argument("results", type=Path, metavar="RESULTS", help="results file written by perfgate check --json")
+    report.add_argument(
+        "results",
+        type=Path,
+        metavar="RESULTS",
+        help="results file written by perfgate check --json (or pytest --perfgate-json)",
+    )
     report.add_argument(
         "--format",
         choices=("text", "markdown", "json", "png"),
@@ -568,9 +597,30 @@ def command_compare(args: argparse.Namespace) -> int:
         )
     candidate = load_results(args.results[-1])
     baseline = load_results(args.results[0]) if len(args.results) == 2 else None
+    if baseline is not None:
+        from perfgate.report.text import machine_difference
+
+        differences = machine_difference(baseline, candidate)
+        if differences is not None:
+            sys.stderr.write(
+                f"warning: {args.results[0]} and {args.results[1]} come from different machines ({differences}): "
+                "this comparison mixes the machine with the code; to judge the code alone, run "
+                "perfgate check --against REF on one runner\n"
+            )
     # compare runs nothing, so it decides once: one look, with the whole alpha.
     settings = _gate_settings(args, 1, single_look=True)
-    return _report_gate(compare_results(candidate, settings, store=BaselineStore(args.baseline_dir), baseline=baseline))
+    result = compare_results(candidate, settings, store=BaselineStore(args.baseline_dir), baseline=baseline)
+    if args.format == "text":
+        return _report_gate(result)
+    from perfgate.judge.diagnosis import diagnose
+    from perfgate.judge.verdict import Status
+    from perfgate.report.render import render_gate
+
+    sys.stdout.write(render_gate(result, args.format, diagnoses=diagnose(result), details=str(args.results[-1])))
+    open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
+    if open_verdicts and result.exit_code == 0:
+        sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
+    return result.exit_code
 
 
 def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int:
@@ -587,14 +637,12 @@ def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int
 
 def command_report(args: argparse.Namespace) -> int:
     """Render a check's results file; exits 0 once written (the check's own exit code is the verdict)."""
-    import json
-
     from perfgate.judge.verdict import judge_saved
     from perfgate.project import load_project_config
     from perfgate.records.results import check_writable, load_results, write_text_atomic
-    from perfgate.report.json import gate_to_dict
-    from perfgate.report.markdown import COMMENT_LIMIT, format_markdown
-    from perfgate.report.text import format_gate, format_run
+    from perfgate.report.markdown import COMMENT_LIMIT
+    from perfgate.report.render import render_gate
+    from perfgate.report.text import format_run
 
     if args.output is not None:
         check_writable(args.output, "--output")
@@ -610,15 +658,16 @@ def command_report(args: argparse.Namespace) -> int:
 
         write_chart(result, args.output)
         return 0
-    if args.format == "markdown":
-        text = format_markdown(
-            result, limit=args.limit or COMMENT_LIMIT, details=str(args.results), diagnoses=diagnoses
-        )
-    elif args.format == "json":
-        document = {**gate_to_dict(result), "diagnoses": [d.to_dict() for d in diagnoses]}
-        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
-    else:
-        text = format_run(run) + "\n" + format_gate(result, diagnoses)
+    text = render_gate(
+        result,
+        args.format,
+        diagnoses=diagnoses,
+        micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
+        details=str(args.results),
+        limit=args.limit or COMMENT_LIMIT,
+    )
+    if args.format == "text":
+        text = (format_run(run) + "\n" if run.workloads else "") + text
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -705,6 +754,19 @@ def command_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_init(args: argparse.Namespace) -> int:
+    """Write the project's perfgate files (or, with --dry-run, print them); exit 0 once written."""
+    from perfgate.records.scaffold import format_dry_run, format_written, plan_init, write_plan
+
+    plan = plan_init(Path.cwd(), workload_file=args.workload_file)
+    if args.dry_run:
+        sys.stdout.write(format_dry_run(plan))
+        return 0
+    write_plan(plan)
+    sys.stdout.write(format_written(plan, Path.cwd()))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": command_run,
     "check": command_check,
@@ -715,6 +777,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "history": command_history,
     "export": command_export,
     "bisect": command_bisect,
+    "init": command_init,
 }
 
 

@@ -1,4 +1,8 @@
-"""How numbers read in reports and messages: bytes, p-values, signed percentages."""
+"""How numbers read in reports and messages: bytes, p-values, signed percentages.
+
+A change that rounds to zero prints as `+0.0%` (`+0.00` ms), never `-0.0%`: every signed figure goes
+through `format_signed`, every unsigned percentage of a value that can be negative through `format_pct`.
+"""
 
 from __future__ import annotations
 
@@ -18,5 +22,22 @@ def format_p_value(value: float) -> str:
     return f"{value:.2g}" if value >= 0.001 else f"{value:.1e}"
 
 
-def format_signed_pct(fraction: float) -> str:
-    return f"{100 * fraction:+.1f}%"
+def format_signed(value: float, digits: int = 1, suffix: str = "") -> str:
+    """`value` with its sign and `digits` decimals (`+1.5`, `-0.3`); one that rounds to zero is `+0.0`."""
+    text = f"{value:+.{digits}f}"
+    if text.startswith("-") and float(text) == 0:
+        text = "+" + text[1:]
+    return text + suffix
+
+
+def format_signed_pct(fraction: float, digits: int = 1) -> str:
+    """A relative change as a signed percentage: 0.052 -> `+5.2%`; -0.0004 -> `+0.0%`, not `-0.0%`."""
+    return format_signed(100 * fraction, digits, "%")
+
+
+def format_pct(fraction: float, digits: int = 0) -> str:
+    """A fraction as an unsigned percentage (`0.25` -> `25%`); one that rounds to zero is `0%`, not `-0%`."""
+    text = f"{100 * fraction:.{digits}f}"
+    if text.startswith("-") and float(text) == 0:
+        text = text[1:]
+    return text + "%"

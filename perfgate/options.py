@@ -70,7 +70,8 @@ BASELINE_DIR = Option(
 )
 THRESHOLD = Option(
     "threshold",
-    "samples/s regression threshold, e.g. 5% (default: [tool.perfgate] threshold, else 5%)",
+    "regression threshold on time per sample, e.g. 5%: 5% more time per sample, samples/s 4.8% lower "
+    "(default: [tool.perfgate] threshold, else 5%)",
     "PCT",
     parse_fraction,
 )
@@ -81,6 +82,12 @@ ALPHA = Option(
     parse_fraction,
 )
 JSON = Option("json", "write the results (schema_version 2) to PATH", "PATH", _path)
+MARKDOWN = Option(
+    "markdown",
+    "also write the report as Markdown to PATH (for a job summary or a pull-request comment)",
+    "PATH",
+    _path,
+)
 AGAINST = Option(
     "against",
     "measure the working tree against this git ref (branch, tag, commit) in pairs, side by side, "

@@ -35,6 +35,7 @@ import pytest
 from perfgate import options
 from perfgate.check.micro import inner_session
 from perfgate.errors import PerfgateError
+from perfgate.formatting import format_signed_pct
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS
 from perfgate.judge.verdict import fails_build
 from perfgate.measure.lab import DEFAULT_TRIALS
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from perfgate.project import ProjectConfig
     from perfgate.records.baselines import StoredUpdate
     from perfgate.records.micro import MicroBenchmark
-    from perfgate.records.results import RunResult
+    from perfgate.records.results import MicroSection, RunResult
     from perfgate.references import Reference
 
 SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"
@@ -67,6 +68,7 @@ PLUGIN_OPTIONS = (
     options.THRESHOLD,
     options.ALPHA,
     options.JSON,
+    options.MARKDOWN,
     options.AGAINST,
     options.FAIL_ON_INCONCLUSIVE,
     options.ALLOW_DIRTY,
@@ -102,6 +104,7 @@ class PluginSettings:
     fail_on_inconclusive: bool
     allow_dirty: bool
     against: str | None = None  # a git ref: a paired check instead of the stored baselines
+    markdown: Path | None = None  # the report as Markdown, as `perfgate check --markdown` writes it
 
     def run_settings(self, configs: Sequence[str] | None = None) -> RunSettings:
         from perfgate.measure.device import select_device
@@ -194,6 +197,9 @@ def read_settings(config: pytest.Config) -> PluginSettings:
     json_path = parsed(options.JSON)
     if json_path is not None and mode != "off":
         check_writable(json_path, raw["json"][1])
+    markdown = parsed(options.MARKDOWN)
+    if markdown is not None and mode == "check":
+        check_writable(markdown, raw["markdown"][1])
     trials = parsed(options.TRIALS)
     return PluginSettings(
         mode=mode,
@@ -209,6 +215,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
         fail_on_inconclusive=flag(options.FAIL_ON_INCONCLUSIVE),
         allow_dirty=flag(options.ALLOW_DIRTY),
         against=against if mode == "check" else None,  # an ini value is a default for checks: updates ignore it
+        markdown=markdown,
     )
 
 
@@ -229,6 +236,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = PerfgateSession(config, settings)
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "perfgate-session")
+    config.pluginmanager.register(_QuietBenchmarkFinish(), "perfgate-quiet-benchmark-finish")
     if settings.mode != "off" and config.pluginmanager.hasplugin("benchmark"):
         session.capture_pytest_benchmark_json()
 
@@ -281,10 +289,13 @@ class PerfgateSession:
     micro: list[MicroVerdict] = field(default_factory=list)
     micro_updates: list[tuple[MicroBenchmark, MicroBenchmark | None]] = field(default_factory=list)
     micro_paired: PairedMicro | None = None  # --perfgate-against: the session pairs that judged `micro`
+    micro_mode: str = "stored baselines"  # what `micro` was compared with, in words
     problems: list[str] = field(default_factory=list)  # what failed outside any test: the run fails
     _configured: dict[tuple[str, str], ConfigVerdict | str | None] | None = None
     _probes: list[float] = field(default_factory=list)
     _benchmark_json: Path | None = None
+    _environment: dict[str, Any] | None = None  # this process's environment, once read for pytest-benchmark
+    _written: list[Path] = field(default_factory=list)  # the results file and the report, once written
 
     @property
     def baseline_dir(self) -> Path:
@@ -458,6 +469,7 @@ class PerfgateSession:
 
         try:
             environment, fingerprint = _environment()
+            self._environment = environment
             self._probes.append(_probe())
             git = environment.get("git") or {}
             measured = parse_pytest_benchmark(
@@ -474,6 +486,7 @@ class PerfgateSession:
             gate = self.settings.gate_settings()
             threshold = gate.limits("", "").throughput
             noise = self.settings.project.benchmark_noise
+            self.micro_mode = f"stored baselines ({store.path})"
             self.micro = compare_micro(
                 store.find(fingerprint),
                 measured,
@@ -510,6 +523,11 @@ class PerfgateSession:
                     notify=notify,
                 )
             self.micro = self.micro_paired.verdicts
+            paired = self.micro_paired
+            self.micro_mode = (
+                f"paired: {paired.pairs} session pair{'s' if paired.pairs != 1 else ''} against {paired.ref} "
+                f"({paired.base_commit[:10]}), alternating which side runs first"
+            )
         except PerfgateError as error:
             self.problems.append(
                 f"pytest-benchmark tests not measured against {self.settings.against}: {error.one_line()}"
@@ -517,21 +535,12 @@ class PerfgateSession:
 
     # -- the end ------------------------------------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> Iterator[None]:
-        if self.settings.json is not None and self.runs:
-            from perfgate.records.results import merge_runs
-
-            try:
-                merge_runs(self.runs).write_json(self.settings.json)
-            except PerfgateError as error:
-                self.problems.append(error.one_line())
-        with warnings.catch_warnings():
-            # perfgate asked pytest-benchmark for its JSON; a session without benchmarks is no news.
-            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
-            yield  # pytest-benchmark hands over its results, the terminal summary is written
+    # Plain, not a wrapper: it runs once every wrapper has started, pytest-benchmark's included, which hands
+    # over its results (`pytest_benchmark_update_json`) then; and before the terminal summary is written.
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._benchmark_json is not None:
             self._benchmark_json.unlink(missing_ok=True)
+        self._write_outputs()
         # Paired, a benchmark that REF lacks is new: nothing to compare, and nothing wrong.
         micro_failed = any(
             fails_build(
@@ -541,6 +550,72 @@ class PerfgateSession:
         )
         if (micro_failed or self.problems) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _micro_section(self) -> MicroSection | None:
+        from perfgate.report.json import micro_section
+
+        if not self.micro:
+            return None
+        return micro_section(self.micro, paired=self.micro_paired is not None, mode=self.micro_mode)
+
+    def _write_outputs(self) -> None:
+        """The results file (--perfgate-json), the Markdown report (--perfgate-markdown) and, under GitHub
+        Actions, that report appended to the job summary: what `perfgate check --json --markdown` and the
+        Action write."""
+        from perfgate.records.results import write_text_atomic
+        from perfgate.report.markdown import append_job_summary
+
+        micro = self._micro_section()
+        if self.settings.json is not None and (self.runs or micro is not None):
+            try:
+                self._results(micro).write_json(self.settings.json)
+                self._written.append(self.settings.json)
+            except PerfgateError as error:
+                self.problems.append(error.one_line())
+        if self.settings.mode != "check":
+            return
+        try:
+            text = self._markdown(micro)
+            if self.settings.markdown is not None:
+                write_text_atomic(self.settings.markdown, text)
+                self._written.append(self.settings.markdown)
+            if self.gates or micro is not None or self.problems:  # a session without perf tests adds nothing
+                append_job_summary(text)
+        except PerfgateError as error:
+            self.problems.append(error.one_line())
+
+    def _gate(self) -> GateResult:
+        """Every check of this session as one result (an empty one when nothing was checked)."""
+        from perfgate.judge.verdict import GateResult
+        from perfgate.report.markdown import merge_gates
+
+        return merge_gates(self.gates) if self.gates else GateResult([], self.settings.gate_settings())
+
+    def _results(self, micro: MicroSection | None) -> RunResult:
+        """The results file's document: every run merged, the check's settings (so `perfgate report` judges it
+        as this session did) and the pytest-benchmark verdicts."""
+        from dataclasses import replace
+
+        import perfgate
+        from perfgate.records.results import RunResult, merge_runs
+        from perfgate.report.json import gate_record
+
+        if self.runs:
+            run = merge_runs(self.runs)
+        else:  # pytest-benchmark tests alone
+            environment = self._environment if self._environment is not None else _environment()[0]
+            run = RunResult(perfgate.__version__, datetime.now(UTC).isoformat(timespec="seconds"), environment, [])
+        gate = gate_record(self._gate(), self.baseline_dir) if self.gates else None
+        return replace(run, gate=gate, micro=micro)
+
+    def _markdown(self, micro: MicroSection | None) -> str:
+        from perfgate.judge.diagnosis import diagnose
+        from perfgate.report.markdown import format_markdown
+
+        gate = self._gate()
+        diagnoses = [d for g in self.gates for d in diagnose(g)]
+        details = str(self.settings.json) if self.settings.json is not None else None
+        return format_markdown(gate, details=details, diagnoses=diagnoses, micro=micro, problems=self.problems)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from perfgate.report.text import format_pytest_summary
@@ -567,13 +642,25 @@ class PerfgateSession:
                     f"pytest-benchmark tests: measured in {paired.pairs} session pair{'s' if paired.pairs > 1 else ''}"
                     f" against {paired.ref} ({paired.base_commit[:10]}), alternating which side runs first{stopped}"
                 )
-            if self.settings.json is not None and self.runs and not self.problems:
-                terminalreporter.write_line(f"results written to {self.settings.json}")
+            for path in self._written:
+                what = "results" if path == self.settings.json else "report"
+                terminalreporter.write_line(f"{what} written to {path}")
 
 
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+class _QuietBenchmarkFinish:
+    """perfgate asked pytest-benchmark for its JSON; a session without benchmarks is no news. Outermost
+    (a tryfirst wrapper) so the warning pytest-benchmark gives as it finishes is caught."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self) -> Iterator[None]:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
+            return (yield)
 
 
 class _JsonTarget(os.PathLike[str]):
@@ -680,7 +767,7 @@ def record_verdict(properties: list[tuple[str, object]], verdict: ConfigVerdict)
         )
     m = verdict.memory
     if m is not None and m.change is not None:
-        properties.append(("perfgate_peak_memory_change", f"{100 * m.change:+.1f}%"))
+        properties.append(("perfgate_peak_memory_change", format_signed_pct(m.change)))
 
 
 # -- the fixture ---------------------------------------------------------------------------------------

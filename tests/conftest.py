@@ -16,3 +16,10 @@ def gated_project(tmp_path_factory):
     assert result.returncode == 0, result.stderr
     assert "baselines/gated.yaml: new baseline for gated on " in result.stdout
     return folder
+
+
+@pytest.fixture(autouse=True)
+def _no_job_summary_of_the_runner(monkeypatch):
+    """Under GitHub Actions, perfgate appends its reports to `GITHUB_STEP_SUMMARY`: the tests' own runs must
+    not write into the job summary of the CI that runs them. A test of the summary sets its own file."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

@@ -17,13 +17,18 @@ from perfgate.report.markdown import MARKER
 from tests.helpers.git import git
 from tests.helpers.workloads import GATED
 
-ACTION = yaml.safe_load((Path(__file__).parent.parent / "action.yml").read_text())
+ROOT = Path(__file__).parent.parent
+ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
 STEPS = ACTION["runs"]["steps"]
+PREPARE = next(step for step in STEPS if step.get("id") == "prepare")
+INSTALL = next(step for step in STEPS if step.get("id") == "install")
 GATE = next(step for step in STEPS if step.get("id") == "gate")
 MERGE_BASE = next(step for step in STEPS if step.get("id") == "merge-base")
+COMMENT = next(step for step in STEPS if step.get("uses", "").startswith("actions/github-script@"))
 FINISH = STEPS[-1]
-EXPRESSION = re.compile(r"^\$\{\{ ([\w.-]+) \}\}$")
+EXPRESSION = re.compile(r"\$\{\{ (.+?) \}\}")
 CHECK_ARGS = f"{GATED} --threads 1 --max-trials 3 --quiet"
+NODE = shutil.which("node")
 
 
 def test_no_value_reaches_a_shell_through_an_expression_and_actions_are_pinned():
@@ -34,44 +39,86 @@ def test_no_value_reaches_a_shell_through_an_expression_and_actions_are_pinned()
             assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", uses), uses
 
 
+def test_the_verdict_step_runs_always_and_ends_with_the_jobs_code(tmp_path):
+    """A failed comment step (a read-only token) or upload must not hide the verdict: the last step runs
+    whatever happened before it, and ends with the code the gate step chose (2 when it never ran)."""
+    assert FINISH["name"] == "Finish with perfgate's exit code"
+    assert re.fullmatch(r"\$\{\{ always\(\) \}\}", FINISH["if"])
+    assert FINISH["env"] == {"PERFGATE_EXIT_CODE": "${{ steps.gate.outputs.job-exit-code }}"}
+    for step in STEPS:  # everything after the gate that reports runs even when an earlier step failed
+        if step.get("uses", "").startswith(("actions/upload-artifact@", "actions/github-script@")):
+            assert "always()" in step["if"], step["name"]
+    for code, expected in [("0", 0), ("1", 1), ("3", 3), ("", 2)]:
+        env = dict(os.environ, PERFGATE_EXIT_CODE=code)
+        assert subprocess.run(["bash", "-c", FINISH["run"]], env=env, timeout=60).returncode == expected
+
+
+def test_the_project_steps_run_in_the_working_directory():
+    assert ACTION["inputs"]["working-directory"]["default"] == "."
+    for step in (GATE, MERGE_BASE):
+        assert step["working-directory"] == "${{ inputs.working-directory }}", step["name"]
+
+
 def step_env(step: dict, base: dict[str, str], inputs: dict[str, str], context: dict[str, str]) -> dict[str, str]:
     """`base` plus the step's `env:`, its expressions resolved as the runner would: `inputs.NAME` from
-    `inputs` (else the input's default), anything else (`github.…`, `steps.…`) from `context` (else empty)."""
-    resolved = dict(base)
-    for name, value in step["env"].items():
-        expression = EXPRESSION.match(value).group(1)
+    `inputs` (else the input's default), anything else (`github.…`, `steps.…`, `toJSON(matrix)`) from
+    `context` (else empty)."""
+
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1)
         key = expression.removeprefix("inputs.")
         if key != expression:
-            resolved[name] = inputs.get(key, ACTION["inputs"][key]["default"])
-        else:
-            resolved[name] = context.get(expression, "")
+            return inputs.get(key, ACTION["inputs"][key]["default"])
+        return context.get(expression, "")
+
+    resolved = dict(base)
+    for name, text in step["env"].items():
+        resolved[name] = EXPRESSION.sub(value, text)
     return resolved
 
 
-def run_action(cwd: Path, tmp_path: Path, inputs: dict[str, str], env: dict[str, str] | None = None):
-    """The gate step, then the final step, with inputs resolved as the runner resolves `env:` expressions."""
-    summary, output, event = tmp_path / "summary.md", tmp_path / "output.txt", tmp_path / "event.json"
-    event.write_text(json.dumps({"pull_request": {"number": 7}}))
+def runner_env(tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a runner gives each step: this Python first on PATH, temporary GITHUB_* files."""
     base = dict(os.environ, **(env or {}))
     base["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), base.get("PATH", "")])
-    base.update(
-        GITHUB_STEP_SUMMARY=str(summary),
-        GITHUB_OUTPUT=str(output),
-        GITHUB_EVENT_PATH=str(event),
-        RUNNER_TEMP=str(tmp_path / "runner"),
-    )
+    for name, file in [("GITHUB_STEP_SUMMARY", "summary.md"), ("GITHUB_OUTPUT", "output.txt")]:
+        base[name] = str(tmp_path / file)
+        (tmp_path / file).touch()
+    base["RUNNER_TEMP"] = str(tmp_path / "runner")
+    (tmp_path / "runner").mkdir(exist_ok=True)
+    return base
+
+
+def outputs_of(file: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in file.read_text().splitlines() if "=" in line)
+
+
+def run_action(
+    cwd: Path,
+    tmp_path: Path,
+    inputs: dict[str, str],
+    env: dict[str, str] | None = None,
+    context: dict[str, str] | None = None,
+):
+    """The gate step, then the final step, with inputs resolved as the runner resolves `env:` expressions."""
+    base = runner_env(tmp_path, env)
+    summary, output = Path(base["GITHUB_STEP_SUMMARY"]), Path(base["GITHUB_OUTPUT"])
+    summary.write_text("")
+    output.write_text("")
+    context = {"github.job": "gate", "github.workflow": "perfgate", "github.run_attempt": "1", **(context or {})}
     gate = subprocess.run(
         ["bash", "-c", GATE["run"]],
-        cwd=cwd,
-        env=step_env(GATE, base, inputs, {}),
+        cwd=cwd / inputs.get("working-directory", "."),
+        env=step_env(GATE, base, inputs, context),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert gate.returncode == 0, gate.stderr  # the gate step always succeeds; the last step carries the verdict
-    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    outputs = outputs_of(output)
+    finish_context = {"steps.gate.outputs.job-exit-code": outputs["job-exit-code"]}
     finish = subprocess.run(
-        ["bash", "-c", FINISH["run"]], env=dict(base, PERFGATE_EXIT_CODE=outputs["exit-code"]), timeout=60
+        ["bash", "-c", FINISH["run"]], env=step_env(FINISH, base, inputs, finish_context), timeout=60
     )
     return finish.returncode, summary.read_text(), outputs, gate.stdout
 
@@ -223,3 +270,357 @@ def test_merge_base_fails_in_one_line_when_it_cannot_be_found(pull_request, tmp_
     code, stdout, output = find_merge_base(clone, tmp_path, base_sha if event == "pull_request" else "")
     assert code == 1 and output == ""
     assert commands(stdout) == [message.format(sha=base_sha)]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("policy", "code", "kind"), [("fail", 3, "error"), ("warn", 0, "warning")])
+def test_no_baseline_for_the_runner_fails_or_warns(gated_project, tmp_path, policy, code, kind):
+    """Stored baselines, none for this runner: `no-baseline: fail` is red, `warn` passes with a warning that
+    names the runner's fingerprint and says how to record its baselines in CI (not `run perfgate update`)."""
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "trials": "2", "baseline-dir": "elsewhere", "no-baseline": policy}
+    finished, summary, outputs, stdout = run_action(gated_project, tmp_path, inputs)
+    assert finished == code, summary
+    assert outputs["verdict"] == "no-baseline" and outputs["exit-code"] == "3"  # perfgate's own code is kept
+    assert outputs["job-exit-code"] == str(code)
+    (missing,) = [c for c in commands(stdout) if "no baseline for" in c]
+    assert missing.startswith(
+        f"::{kind} title=perfgate%3A gated no baseline::no baseline for gated on this runner (cpu "
+    )
+    assert " in elsewhere/" in missing and "mode: update" in missing and "perfgate-baselines.yml" in missing
+    assert "run perfgate update" not in missing
+    assert f"(no-baseline: {policy})" in missing
+    passed = "::notice title=perfgate::no baselines for this runner: passed (no-baseline: warn)"
+    assert (passed in commands(stdout)) == (policy == "warn")
+
+
+def run_prepare(tmp_path: Path, inputs: dict[str, str], cwd: Path | None = None) -> tuple[int, str, dict[str, str]]:
+    base = runner_env(tmp_path)
+    context = {"github.action_path": str(ROOT), "runner.os": "Linux", "runner.arch": "X64"}
+    step = subprocess.run(
+        ["bash", "-c", PREPARE["run"]],
+        cwd=cwd or tmp_path,
+        env=step_env(PREPARE, base, inputs, context),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return step.returncode, step.stdout, outputs_of(Path(base["GITHUB_OUTPUT"]))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ({"no-baseline": "ignore"}, "::error title=perfgate::no-baseline must be fail or warn, got 'ignore'"),
+        (
+            {"no-baseline": "warn\n::error::x"},
+            "::error title=perfgate::no-baseline must be fail or warn, got 'warn ::error::x'",
+        ),
+        (
+            {"working-directory": "nowhere"},
+            "::error title=perfgate::working-directory 'nowhere' is not a folder of the workspace",
+        ),
+    ],
+    ids=["unknown", "newline", "missing-folder"],
+)
+def test_bad_inputs_stop_the_action_first_in_one_line(tmp_path, inputs, message):
+    code, stdout, outputs = run_prepare(tmp_path, inputs)
+    assert code == 1 and outputs == {}
+    assert stdout.splitlines() == [message]
+
+
+@pytest.mark.e2e
+def test_the_caches_are_keyed_by_runner_python_and_what_pip_would_fetch(tmp_path):
+    code, stdout, outputs = run_prepare(tmp_path, {"no-baseline": "warn"})
+    assert code == 0, stdout
+    python = "{}.{}".format(*sys.version_info[:2])
+    assert outputs["pip-restore-key"] == f"perfgate-pip-Linux-X64-py{python}-"
+    assert re.fullmatch(rf"perfgate-pip-Linux-X64-py{re.escape(python)}-[0-9a-f]{{16}}", outputs["pip-key"])
+    assert "pip-cache" in outputs
+    for step in STEPS:
+        if step.get("uses", "").startswith("actions/cache@"):
+            assert step["if"].startswith("${{ inputs.cache == 'true'"), step["name"]
+    inductor = next(s for s in STEPS if s.get("uses", "").startswith("actions/cache@") and "inductor" in s["name"])
+    assert inductor["with"]["path"] == "${{ steps.install.outputs.inductor-cache }}"
+    assert GATE["env"]["PERFGATE_INDUCTOR_CACHE"] == "${{ steps.install.outputs.inductor-cache }}"
+    assert STEPS.index(inductor) < STEPS.index(GATE) and STEPS.index(INSTALL) < STEPS.index(inductor)
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for the job's Python: logs each pip command; `import torch` works when FAKE_TORCH is set.
+if [ "$1" = -c ]; then
+  case "$2" in
+    *torch*)
+      torch="${FAKE_TORCH:-}"
+      if [ -z "$torch" ] && [ -f "$FAKE_STATE" ]; then torch=$(cat "$FAKE_STATE"); fi
+      [ -n "$torch" ] || exit 1
+      echo "$torch"
+      ;;
+    *) echo 3.11 ;;
+  esac
+  exit 0
+fi
+echo "$*" >> "$FAKE_LOG"
+if [ "$*" != "${*/--constraint/}" ]; then cat "${@: -2:1}" >> "$FAKE_LOG"; fi
+case "$*" in
+  *"torch --index-url"*) echo 2.13.0+cpu > "$FAKE_STATE" ;;
+  # without torch, installing perfgate brings it from PyPI
+  *--constraint*) [ -n "${FAKE_TORCH:-}" ] || [ -f "$FAKE_STATE" ] || echo 2.13.0 > "$FAKE_STATE" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize(
+    ("installed", "index", "expected", "measured"),
+    [
+        (
+            "2.5.1+cu121",
+            "https://download.pytorch.org/whl/cpu",
+            ["-m pip install --quiet --constraint {c} {a}", "torch==2.5.1+cu121"],
+            "2.5.1+cu121",
+        ),
+        (
+            "",
+            "https://download.pytorch.org/whl/cpu",
+            [
+                "-m pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu",
+                "-m pip install --quiet --constraint {c} {a}",
+            ],
+            "2.13.0+cpu",
+        ),
+        ("", "", ["-m pip install --quiet --constraint {c} {a}"], "2.13.0"),
+    ],
+    ids=["torch-kept", "torch-from-the-index", "torch-from-pypi"],
+)
+def test_install_never_replaces_the_jobs_torch(tmp_path, installed, index, expected, measured):
+    """An installed torch is pinned by a constraint, so installing perfgate cannot upgrade it; only a job
+    without torch gets one, from `torch-index-url` when given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    base = runner_env(
+        tmp_path, {"FAKE_TORCH": installed, "FAKE_LOG": str(tmp_path / "log"), "FAKE_STATE": str(tmp_path / "state")}
+    )
+    base["PATH"] = os.pathsep.join([str(bin_dir), base["PATH"]])
+    context = {"github.action_path": "/the/action", "runner.os": "Linux", "runner.arch": "X64"}
+    step = subprocess.run(
+        ["bash", "-c", INSTALL["run"]],
+        env=step_env(INSTALL, base, {"torch-index-url": index}, context),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert step.returncode == 0, step.stderr
+    constraints = str(tmp_path / "runner" / "perfgate-constraints.txt")
+    assert (tmp_path / "log").read_text().splitlines() == [e.format(c=constraints, a="/the/action") for e in expected]
+    outputs = outputs_of(Path(base["GITHUB_OUTPUT"]))
+    assert outputs["inductor-cache"] == str(tmp_path / "runner" / "perfgate-inductor")
+    assert outputs["inductor-restore-key"] == f"perfgate-inductor-Linux-X64-py3.11-torch{measured}-"
+
+
+def leg_names(tmp_path: Path, matrix: object, attempt: str = "1", given: str = "", job: str = "gate") -> dict[str, str]:
+    """What the gate step computes for one leg before it runs perfgate: its opening lines, up to the names."""
+    script = GATE["run"]
+    opening = script[: script.index("\n", script.index("marker=$("))] + '\nprintf "%s\\n" "$names"\n'
+    context = {
+        "github.job": job,
+        "toJSON(matrix)": json.dumps(matrix, indent=2) if matrix is not None else "null",
+        "github.workflow": "perfgate",
+        "github.run_attempt": attempt,
+    }
+    env = step_env(GATE, runner_env(tmp_path), {"id": given}, context)
+    step = subprocess.run(["bash", "-c", opening], env=env, capture_output=True, text=True, timeout=60)
+    assert step.returncode == 0, step.stderr
+    return outputs_of_text(step.stdout)
+
+
+def outputs_of_text(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+NODE_HARNESS = """
+// Runs an actions/github-script script against a fake GitHub: STATE holds the comments, the pull
+// requests and the token's user; every call is recorded in state.calls.
+const fs = require("fs");
+const [scriptFile, stateFile] = process.argv.slice(2);
+const state = JSON.parse(fs.readFileSync(stateFile, "utf8"));
+state.calls = [];
+const refuse = (status) => { const e = new Error(`HttpError ${status}`); e.status = status; throw e; };
+const github = {
+  paginate: async (method, { issue_number }) => state.comments.filter((c) => c.issue === issue_number),
+  rest: {
+    issues: {
+      listComments: () => undefined,
+      updateComment: async ({ comment_id, body }) => {
+        if (state.readOnly) refuse(403);
+        state.calls.push(["update", comment_id]);
+        state.comments.find((c) => c.id === comment_id).body = body;
+      },
+      createComment: async ({ issue_number, body }) => {
+        if (state.readOnly) refuse(403);
+        const id = 100 + state.comments.length;
+        state.calls.push(["create", id]);
+        state.comments.push({ id, issue: issue_number, user: { login: state.writer }, body });
+      },
+    },
+    users: { getAuthenticated: async () => (state.login ? { data: { login: state.login } } : refuse(403)) },
+    pulls: { get: async ({ pull_number }) => ({ data: state.pulls[String(pull_number)] }) },
+  },
+};
+const context = { repo: { owner: "o", repo: "r" }, issue: { number: state.issue } };
+const core = { warning: (m) => state.calls.push(["warning", m]), info: (m) => state.calls.push(["info", m]) };
+const AsyncFunction = Object.getPrototypeOf(async function () {}).constructor;
+const script = new AsyncFunction("require", "github", "context", "core", fs.readFileSync(scriptFile, "utf8"));
+script(require, github, context, core)
+  .then(() => fs.writeFileSync(stateFile, JSON.stringify(state)))
+  .catch((error) => { console.error(error); process.exit(1); });
+"""
+
+
+def run_script(tmp_path: Path, script: str, state: dict, env: dict[str, str]) -> dict:
+    """One github-script step under node, against the fake GitHub in `state`; returns the state after."""
+    harness, script_file, state_file = tmp_path / "harness.js", tmp_path / "script.js", tmp_path / "state.json"
+    harness.write_text(NODE_HARNESS)
+    script_file.write_text(script)
+    state_file.write_text(json.dumps(state))
+    step = subprocess.run(
+        [NODE, str(harness), str(script_file), str(state_file)],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert step.returncode == 0, step.stderr
+    return json.loads(state_file.read_text())
+
+
+def comment_as_the_action(tmp_path: Path, names: dict[str, str], report: str, state: dict) -> dict:
+    """What the gate step writes for the comment (`python -m perfgate.action comment`), then the comment step."""
+    folder = tmp_path / names["leg"]
+    folder.mkdir(exist_ok=True)
+    (folder / "report.md").write_text(report)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfgate.action",
+            "comment",
+            names["marker"],
+            str(folder / "report.md"),
+            str(folder),
+            "7",
+        ],
+        check=True,
+        timeout=60,
+    )
+    env = {"PERFGATE_COMMENT": str(folder / "comment.md"), "PERFGATE_MARKER": names["marker"]}
+    return run_script(tmp_path, COMMENT["with"]["script"], state, env)
+
+
+ARTIFACT_NAME = re.compile(r"[A-Za-z0-9._-]+")  # upload-artifact refuses " : < > | * ? \r \n \\ /
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(NODE is None, reason="node runs the comment step's script (actions/github-script)")
+def test_two_matrix_legs_keep_their_own_artifacts_and_comments(tmp_path):
+    legs = [{"os": "ubuntu-latest", "torch": "2.5"}, {"os": "ubuntu-latest", "torch": "2.6"}]
+    first, second = (leg_names(tmp_path, matrix) for matrix in legs)
+    assert first["artifact"] != second["artifact"] and first["marker"] != second["marker"]
+    assert first["artifact"].startswith("perfgate-gate-ubuntu-latest-2.5-") and first["artifact"].endswith("-1")
+    for names in (first, second, leg_names(tmp_path, None), leg_names(tmp_path, {"x": 'a/b:"c"*?'})):
+        assert ARTIFACT_NAME.fullmatch(names["artifact"]), names
+        assert re.fullmatch(r"<!-- perfgate-report [\w.-]+/[\w.-]+ -->", names["marker"]), names
+    assert leg_names(tmp_path, None)["artifact"] == "perfgate-gate-1"  # no matrix: the job's id
+    assert leg_names(tmp_path, legs[0], attempt="2") == dict(first, artifact=first["artifact"][:-1] + "2")
+    assert leg_names(tmp_path, legs[0], job="other")["marker"] != first["marker"]  # another job of the workflow
+    assert leg_names(tmp_path, legs[0], given="gpu a100")["artifact"] == "perfgate-gpu-a100-1"  # the id input
+
+    # Someone else's comment that starts with the first leg's marker (quoted, or planted) is never edited.
+    planted = {"id": 1, "issue": 7, "user": {"login": "mallory"}, "body": first["marker"] + "\nplanted"}
+    state = {"comments": [planted], "issue": 7, "writer": "github-actions[bot]", "login": None, "pulls": {}}
+    state = comment_as_the_action(tmp_path, first, "### perfgate: pass (leg 1)\n", state)
+    state = comment_as_the_action(tmp_path, second, "### perfgate: fail (leg 2)\n", state)
+    assert [c["id"] for c in state["comments"]] == [1, 101, 102]
+    assert state["comments"][0]["body"] == first["marker"] + "\nplanted"
+    state = comment_as_the_action(tmp_path, first, "### perfgate: pass again (leg 1)\n", state)  # the next push
+    assert state["calls"] == [["update", 101]]
+    bodies = [c["body"] for c in state["comments"]]
+    assert bodies[1:] == [
+        f"{first['marker']}\n### perfgate: pass again (leg 1)\n",
+        f"{second['marker']}\n### perfgate: fail (leg 2)\n",
+    ]
+
+    # With a personal token, its user's own comments are found again; with a read-only token, a warning.
+    state = {"comments": [], "issue": 7, "writer": "perf-bot", "login": "perf-bot", "pulls": {}}
+    state = comment_as_the_action(tmp_path, first, "one\n", state)
+    state = comment_as_the_action(tmp_path, first, "two\n", state)
+    assert state["calls"] == [["update", 100]] and len(state["comments"]) == 1
+    state = comment_as_the_action(tmp_path, second, "three\n", dict(state, readOnly=True))
+    ((kind, message),) = state["calls"]
+    assert kind == "warning" and message.startswith("could not comment on the pull request (HttpError 403)")
+
+
+RELAY = yaml.safe_load((ROOT / ".github" / "workflows" / "perfgate-comment.yml").read_text())
+
+
+def relay(tmp_path: Path, artifacts: dict[str, dict[str, str]], state: dict, head_sha: str = "a" * 40) -> dict:
+    reports = tmp_path / "reports"
+    for name, files in artifacts.items():
+        (reports / name).mkdir(parents=True)
+        for file, text in files.items():
+            (reports / name / file).write_text(text)
+    (script_step,) = [
+        s for s in RELAY["jobs"]["comment"]["steps"] if s.get("uses", "").startswith("actions/github-script@")
+    ]
+    env = {"PERFGATE_REPORTS": str(reports), "PERFGATE_HEAD_SHA": head_sha, "PERFGATE_ATTEMPT": "1"}
+    return run_script(tmp_path, script_step["with"]["script"], state, env)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(NODE is None, reason="node runs the relay's script (actions/github-script)")
+def test_the_fork_relay_posts_only_what_the_run_measured(tmp_path):
+    """perfgate-comment.yml (on workflow_run) posts the reports a fork's run uploaded, as text: only on the
+    pull request whose head the run measured, never editing someone else's comment."""
+    trigger = RELAY[True]["workflow_run"]  # YAML 1.1 reads the key `on` as true
+    assert trigger == {"workflows": ["perfgate"], "types": ["completed"]}
+    steps = RELAY["jobs"]["comment"]["steps"]
+    assert not [s for s in steps if "run" in s or s.get("uses", "").startswith("actions/checkout@")]  # nothing runs
+    names = leg_names(tmp_path, None)
+    folder = tmp_path / "made"
+    folder.mkdir()
+    (folder / "report.md").write_text("### perfgate: pass\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfgate.action",
+            "comment",
+            names["marker"],
+            str(folder / "report.md"),
+            str(folder),
+            "7",
+        ],
+        check=True,
+        timeout=60,
+    )
+    made = {file: (folder / file).read_text() for file in ("comment.md", "comment.json")}
+    assert json.loads(made["comment.json"]) == {"pull_request": 7, "marker": names["marker"]}
+    planted = {"id": 1, "issue": 7, "user": {"login": "mallory"}, "body": made["comment.md"]}
+    pulls = {"7": {"head": {"sha": "a" * 40}}, "8": {"head": {"sha": "b" * 40}}}
+    state = {"comments": [planted], "writer": "github-actions[bot]", "pulls": pulls}
+    forged = dict(made, **{"comment.json": json.dumps({"pull_request": 8, "marker": names["marker"]})})
+    hostile = dict(made, **{"comment.json": json.dumps({"pull_request": 7, "marker": "<!-- x --> @everyone"})})
+    after = relay(
+        tmp_path,
+        {"perfgate-gate-1": made, "perfgate-other-1": forged, "perfgate-odd-1": hostile, "perfgate-gate-0": made},
+        state,
+    )
+    assert after["calls"] == [
+        ["create", 101],
+        ["info", "perfgate-gate-1: posted on #7"],
+        ["warning", "perfgate-odd-1: not a perfgate report; nothing posted"],
+        ["warning", "perfgate-other-1: pull request #8 is not the one this run measured"],
+    ]  # perfgate-gate-0: an earlier attempt's, left alone
+    assert after["comments"][0] == planted and after["comments"][1]["body"] == made["comment.md"]

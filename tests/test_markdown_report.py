@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from markdown_it import MarkdownIt
 
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries
-from perfgate.report.markdown import MARKER, format_markdown
+from perfgate.report.markdown import MARKER, append_job_summary, format_markdown, merge_gates
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
 SETTINGS = GateSettings(trials=3, max_trials=3)
@@ -28,7 +30,8 @@ def test_the_report_is_a_table_github_renders_with_the_verdict_first():
     assert len(found) == 1 and len(rows) == 2  # header and one config
     assert "| fp32 | 500.0 | 430.0 | 0.860x (" in text and "| **regression** |" in text
     assert "Baseline measured 2026-11-22T10:00:00+00:00 at no git commit." in text
-    assert "<details><summary>w: why</summary>" in text and "a regression beyond the 5% threshold" in text
+    assert "<details><summary>w: why</summary>" in text
+    assert "a regression beyond the 5% threshold on time per sample (samples/s below -4.8%; p < 0.01)" in text
 
 
 def test_text_from_outside_is_kept_on_one_line_and_its_pipes_escaped():
@@ -65,3 +68,31 @@ def test_the_chart_is_a_valid_png_with_a_row_per_config(tmp_path):
     with Image.open(path) as image:
         width, height = image.size
     assert width == 990 and height > 200
+
+
+def test_the_checks_of_one_pytest_session_merge_into_one_report():
+    """pytest --perfgate checks each fixture test on its own: one workload checked twice, one config each."""
+    fp32 = result(gate_entry([430, 432, 428], [1000, 1002, 998]))
+    (verdict,) = fp32.verdicts
+    bf16 = GateResult([WorkloadVerdict("w", [replace(verdict, config="bf16", status=Status.NO_CHANGE)])], SETTINGS)
+    other = GateResult(
+        [WorkloadVerdict("v", [], None, problem="no baseline for v", problem_status=Status.NO_BASELINE)], SETTINGS
+    )
+    merged = merge_gates([fp32, bf16, other])
+    assert [(w.workload, [v.config for v in w.configs]) for w in merged.workloads] == [
+        ("w", ["fp32", "bf16"]),
+        ("v", []),
+    ]
+    assert merged.exit_code == 1 and merge_gates([fp32]) is fp32
+    text = format_markdown(merged)
+    assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32); 1 no change; 1 no baseline (v).")
+    assert len(tables(text)[0]) == 1  # one table for w, whichever check measured its configs
+
+
+def test_the_job_summary_gets_the_report_appended_only_under_github_actions(tmp_path):
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("earlier step\n")
+    text = format_markdown(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
+    assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)}) == summary
+    assert summary.read_text() == "earlier step\n" + text
+    assert append_job_summary(text, {}) is None and append_job_summary(text, {"GITHUB_STEP_SUMMARY": ""}) is None

@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 import yaml
 
+from perfgate.report.markdown import MARKER
+from tests.helpers.cli import run_main
 from tests.helpers.git import git
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import WORKLOADS
@@ -55,6 +57,12 @@ def augment():
 def test_augmentation(benchmark):
     benchmark(augment)
 """
+
+
+@pytest.fixture(autouse=True)
+def no_job_summary(monkeypatch):
+    """Under GitHub Actions, pytest --perfgate appends its report to the job summary: not these sessions'."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
 def make_project(path):
@@ -125,10 +133,15 @@ def test_update_writes_the_baselines(measured):
     assert "gated" not in output.split("= perfgate =")[1]  # -k selected the fixture test alone
 
 
-def test_a_second_run_passes_and_reports_per_config(measured_pytester):
-    """alpha 0.001 keeps this test's own false-alarm chance negligible (benchmarks/power.py measures the rest)."""
+def test_a_second_run_passes_and_reports_per_config(measured_pytester, monkeypatch, capsys):
+    """alpha 0.001 keeps this test's own false-alarm chance negligible (benchmarks/power.py measures the rest).
+    The run writes what `perfgate check --json --markdown` writes, and under GitHub Actions the job summary."""
     junit = measured_pytester.path / "junit.xml"
     results = measured_pytester.path / "results.json"
+    markdown = measured_pytester.path / "out" / "report.md"
+    summary = measured_pytester.path / "step_summary.md"
+    summary.write_text("an earlier step's summary\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     measured_pytester.path.joinpath("pyproject.toml").write_text(
         PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16"')
     )
@@ -144,6 +157,7 @@ def test_a_second_run_passes_and_reports_per_config(measured_pytester):
         "2",
         f"--junitxml={junit}",
         f"--perfgate-json={results}",
+        f"--perfgate-markdown={markdown}",
         "-rA",
     )
     assert result.ret == 0, result.stdout.str()
@@ -156,6 +170,17 @@ def test_a_second_run_passes_and_reports_per_config(measured_pytester):
     document = json.loads(results.read_text())
     validate_results(document)
     assert sorted(w["name"] for w in document["workloads"]) == ["gated", "tiny"]
+    assert document["gate"]["alpha"] == 0.001 and "micro" not in document  # -k deselected the benchmark
+    result.stdout.fnmatch_lines([f"results written to {results}", f"report written to {markdown}"])
+    report = markdown.read_text()
+    assert report.startswith(MARKER + "\n### perfgate: pass\n")
+    assert "#### gated\n" in report and "#### tiny\n" in report and "| fp32 |" in report
+    assert summary.read_text() == "an earlier step's summary\n" + report  # appended, as the Action does
+    # The same report `perfgate report` renders from the results file: the session's settings are in it.
+    capsys.readouterr()  # what pytester echoed of the run
+    rendered = run_main(capsys, "report", str(results), "--format", "markdown")
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout == report
     properties = {
         case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
         for case in ET.parse(junit).getroot().iter("testcase")
@@ -174,7 +199,8 @@ def test_a_planted_slowdown_fails_with_a_readable_message(measured_pytester, mon
     # The failure text alone says what happened: no table needed, no traceback.
     result.stdout.fnmatch_lines(
         [
-            "*gated fp32: REGRESSION: samples/s -*: a regression beyond the 5% threshold (p < 0.01)*",
+            "*gated fp32: REGRESSION: samples/s -*: a regression beyond the 5% threshold on time per sample "
+            "(samples/s below -4.8%; p < 0.01)*",
             "FAILED test_perf.py::test_fixture_style_with_a_built_workload*",
             "FAILED perfgate::gated[[]fp32[]]*",
         ]
@@ -270,7 +296,7 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
     assert not (pytester.path / "baselines").exists()
 
 
-def test_pytest_benchmark_results_are_gated(pytester, monkeypatch):
+def test_pytest_benchmark_results_are_gated(pytester, monkeypatch, capsys):
     (pytester.path / "test_micro.py").write_text(TEST_MICRO)
     update = pytester.runpytest_subprocess("--perfgate-update")
     assert update.ret == 0, update.stdout.str()
@@ -282,11 +308,29 @@ def test_pytest_benchmark_results_are_gated(pytester, monkeypatch):
     # Each call sleeps 8 ms instead of 2: far enough that even the machine probe swinging 2x in the
     # pytest process (it does, on a busy machine) cannot make the adjusted verdict disagree.
     monkeypatch.setenv("PERFGATE_TEST_PLANT", "slow")
-    slow = pytester.runpytest_subprocess("--perfgate")
+    slow = pytester.runpytest_subprocess("--perfgate", "--perfgate-json=micro.json", "--perfgate-markdown=micro.md")
     assert slow.ret == 1, slow.stdout.str()
     slow.stdout.fnmatch_lines(
         ["*test_micro.py::test_augmentation*REGRESSION*", "*! test_micro.py::test_augmentation: calls/s -*"]
     )
+    # The verdicts go into the results file, and `perfgate report` shows them as the session decided them.
+    document = json.loads((pytester.path / "micro.json").read_text())
+    validate_results(document)
+    assert document["workloads"] == []
+    (benchmark,) = document["micro"]["benchmarks"]
+    assert (benchmark["name"], benchmark["status"]) == ("test_micro.py::test_augmentation", "regression")
+    assert benchmark["ratio"] < 0.5 and benchmark["rounds"] > 0
+    assert document["micro"]["mode"] == "stored baselines (baselines/pytest-benchmark.yaml)"
+    capsys.readouterr()  # what pytester echoed of the runs
+    reported = run_main(capsys, "report", "micro.json")
+    assert reported.returncode == 0, reported.stderr
+    assert [line.split()[-1] for line in reported.stdout.splitlines() if "::test_augmentation " in line] == [
+        "REGRESSION"
+    ]
+    assert reported.stdout.rstrip().endswith("1 regression (test_micro.py::test_augmentation). Exit 1 (fail).")
+    report = (pytester.path / "micro.md").read_text()
+    assert report.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (test_micro.py::test_augmentation).")
+    assert "| `test_micro.py::test_augmentation` |" in report and "| **regression** |" in report
 
 
 def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from perfgate.errors import ResultsError
 from perfgate.records.results import (
     ConfigResult,
+    MicroResult,
+    MicroSection,
     RunResult,
     TrialResult,
     WorkloadResult,
@@ -147,3 +150,55 @@ def test_unwritable_location_is_a_clear_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(ResultsError, match="cannot write"):
         write_text_atomic(blocker / "results.json", "{}")
+
+
+def _micro() -> MicroSection:
+    return MicroSection(
+        mode="stored baselines (baselines/pytest-benchmark.yaml)",
+        paired=False,
+        benchmarks=[
+            MicroResult(
+                name="test_micro.py::test_augmentation",
+                status="regression",
+                reason="calls/s -75.0% (0.250x, ...): a regression beyond the 5% threshold on time per call",
+                baseline_calls_per_sec=480.0,
+                current_calls_per_sec=120.0,
+                ratio=0.25,
+                ci_low=0.2,
+                ci_high=0.3,
+                p_value=1e-6,
+                machine_ratio=1.01,
+                rounds=57,
+            ),
+            MicroResult(name="test_micro.py::test_new", status="no baseline", reason="no baseline", rounds=12),
+        ],
+    )
+
+
+def test_the_pytest_benchmark_verdicts_are_an_optional_section_read_back_as_written(tmp_path):
+    path = tmp_path / "results.json"
+    dataclasses.replace(_run(), micro=_micro()).write_json(path)
+    document = json.loads(path.read_text())
+    validate_results(document)
+    assert document["schema_version"] == 2  # an optional section: files without it read as before
+    assert document["micro"]["benchmarks"][1]["ratio"] is None
+    again = parse_results(path.read_text(), source="results.json")
+    assert again.micro == _micro()
+    assert parse_results(json.dumps(_written(tmp_path)), source="r.json").micro is None  # a file without it
+
+
+def test_a_pytest_benchmark_section_is_read_strictly(tmp_path):
+    path = tmp_path / "results.json"
+    dataclasses.replace(_run(), micro=_micro()).write_json(path)
+    unknown_key = json.loads(path.read_text())
+    unknown_key["micro"]["benchmarks"][0]["speed"] = 1.0
+    with pytest.raises(ResultsError, match=r"micro\.benchmarks\[0\]"):
+        parse_results(json.dumps(unknown_key), source="r.json")
+    unknown_status = json.loads(path.read_text())
+    unknown_status["micro"]["benchmarks"][0]["status"] = "slower"
+    with pytest.raises(ResultsError, match="slower"):
+        parse_results(json.dumps(unknown_status), source="r.json")
+    version_1 = json.loads(path.read_text())
+    version_1["schema_version"] = 1  # version 1 files never had it
+    with pytest.raises(ResultsError, match="micro"):
+        parse_results(json.dumps(version_1), source="old.json")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from perfgate.measure.sampler import SystemSampler
 
 BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end:\n    pass\n"
@@ -16,12 +18,23 @@ def burn(seconds: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", BURN.format(s=seconds)])
 
 
+def used_by(process: subprocess.Popen[bytes], *, at_least: float) -> None:
+    """Wait until `process` has used `at_least` seconds of CPU: on a busy machine wall time says little."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        times = psutil.Process(process.pid).cpu_times()
+        if times.user + times.system >= at_least:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the child used less than {at_least} s of CPU in 60 s")
+
+
 def test_children_that_exit_inside_the_window_and_one_still_running_at_its_end_are_counted():
     with SystemSampler(interval_s=0.01) as sampler:
         finished = burn(0.3)
         finished.wait()  # exited and waited for inside the window: counted by os.times
         running = burn(10.0)
-        time.sleep(0.5)  # still running at the end of the window: counted by psutil
+        used_by(running, at_least=0.35)  # still running at the end of the window: counted by psutil
     running.kill()
     running.wait()
     used = sampler.samples.summary().loader_cpu_s

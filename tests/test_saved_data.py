@@ -104,11 +104,15 @@ def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone(
     assert fp32.throughput.ci_high < 0.95  # beyond the 5% threshold, whatever the noise
     assert fp32.machine is not None and fp32.machine.ratio == pytest.approx(1.0)  # the same machine, as fast
     assert fp32.reason == (
-        "samples/s -20.0% (0.800x, 95.0% CI 0.792-0.809x, p=2.9e-10): a regression beyond the 5% threshold (p < 0.01)"
+        "samples/s -20.0% (0.800x, 95.0% CI 0.792-0.809x, p=2.9e-10): a regression beyond the 5% threshold on time "
+        "per sample (samples/s below -4.8%; p < 0.01)"
     )
     assert (bf16.config, bf16.status, bf16.trials_failed) == ("bf16", Status.NO_CHANGE, 1)
     assert bf16.throughput is not None and bf16.throughput.n_candidate == 4
-    assert bf16.reason.endswith("no regression beyond 5% (1 trial failed and not counted)")
+    assert bf16.reason.endswith(
+        "no regression beyond the 5% threshold on time per sample (the interval stays above samples/s -4.8%) "
+        "(1 trial failed and not counted)"
+    )
 
 
 def test_the_text_and_markdown_reports_of_the_saved_verdict():

@@ -158,12 +158,13 @@ def missing_baseline(
 ) -> str:
     """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
     command = f"{update_command} (writes {store.path_for(workload)}; commit it)"
+    machine = fingerprint_key(dict(fingerprint))
     if not entries:
-        return f"no baseline for {workload} in {store.directory}/; run {command}"
+        return f"no baseline for {workload} on this machine ({machine}) in {store.directory}/; run {command}"
     closest = min(entries.values(), key=lambda e: len(fingerprint_differences(dict(fingerprint), e.fingerprint)))
     differences = "; ".join(fingerprint_differences(dict(fingerprint), closest.fingerprint))
     return (
-        f"no baseline for {workload} on this machine ({fingerprint_key(dict(fingerprint))}); the closest stored one "
+        f"no baseline for {workload} on this machine ({machine}); the closest stored one "
         f"differs in {differences}; run {command}"
     )
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import math
 
-from perfgate.formatting import format_bytes, format_p_value, format_signed_pct
-from perfgate.judge.stats import OUTLIER_FACTOR, MemoryComparison, ThroughputComparison, Verdict, combined_verdict
+from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
+from perfgate.judge.stats import (
+    OUTLIER_FACTOR,
+    MemoryComparison,
+    ThroughputComparison,
+    Verdict,
+    combined_verdict,
+    slowdown_bound,
+)
 
 
 def throughput_reason(
@@ -56,6 +63,26 @@ def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
     )
 
 
+def threshold_text(threshold: float, unit: str = "samples/s") -> str:
+    """The threshold in its one unit, time per sample, with the samples/s bound it sets for a slowdown:
+    `the 25% threshold on time per sample (samples/s -20.0%)`.
+
+    A 25% threshold means 25% more time per sample (`stats.slowdown_bound`), that is samples/s 20% lower;
+    saying only "25%" next to "samples/s -20.6%" would read as a contradiction."""
+    return f"the {100 * threshold:g}% threshold on {_time_unit(unit)} ({unit} {_bound(threshold)})"
+
+
+def _bound(threshold: float, slower: bool = True) -> str:
+    """The throughput change at the threshold: `-20.0%` for a slowdown, `+25.0%` for a speed-up."""
+    return format_signed_pct(slowdown_bound(threshold) - 1.0 if slower else threshold)
+
+
+def _time_unit(unit: str) -> str:
+    """`samples/s` -> `time per sample`, `calls/s` -> `time per call` (the threshold's unit)."""
+    per = unit.split("/")[0].strip()
+    return f"time per {per[:-1] if per.endswith('s') else per}"
+
+
 def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str = "trial") -> str:
     change = f"{unit} {format_signed_pct(t.change)} ({t.ratio:.3f}x"
     if math.isnan(t.ci_low):
@@ -63,14 +90,19 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     else:
         p_value = format_p_value(min(t.p_slower, t.p_faster))
         change += f", {100 * t.confidence:.1f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={p_value})"
-    threshold = f"{100 * t.threshold:g}%"
+    threshold = f"the {100 * t.threshold:g}% threshold on {_time_unit(unit)}"
     if t.verdict == Verdict.REGRESSION:
-        return f"{change}: a regression beyond the {threshold} threshold (p < {format_p_value(t.alpha)})"
+        return (
+            f"{change}: a regression beyond {threshold} ({unit} below {_bound(t.threshold)}; "
+            f"p < {format_p_value(t.alpha)})"
+        )
     if t.verdict == Verdict.IMPROVEMENT:
-        return f"{change}: an improvement beyond {threshold}"
+        return f"{change}: an improvement beyond {threshold} ({unit} above {_bound(t.threshold, slower=False)})"
     if t.verdict == Verdict.NO_CHANGE:
-        return f"{change}: no regression beyond {threshold}"
-    detectable = "unknown" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}% or more"
+        return f"{change}: no regression beyond {threshold} (the interval stays above {unit} {_bound(t.threshold)})"
+    detectable = (
+        "unknown" if math.isnan(t.detectable_slowdown) else f"{format_pct(t.detectable_slowdown)} or more in {unit}"
+    )
     sizes = (
         f"{t.n_candidate} pair{'s' if t.n_candidate != 1 else ''}"
         if sample == "pair"
@@ -78,8 +110,8 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     )
     noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
     return (
-        f"{change}: inconclusive, the interval straddles the {threshold} threshold; with {noise} {sample}-to-{sample} "
-        f"noise and {sizes} it could detect slowdowns of {detectable}"
+        f"{change}: inconclusive, the interval straddles {threshold_text(t.threshold, unit)}; with {noise} "
+        f"{sample}-to-{sample} noise and {sizes} it could detect slowdowns of {detectable}"
     )
 
 

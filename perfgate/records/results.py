@@ -27,6 +27,7 @@ from perfgate.records.shapes import (
 from perfgate.records.summary import ConfigSummary, summarize_trials
 
 SCHEMA_VERSION = 2  # 2 added the paired check's base side (`against`) and the slice's sample indices
+# Optional sections added since keep the version (files without them still read): `micro`, pytest-benchmark verdicts.
 READABLE_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).with_name("schema") / f"results-v{SCHEMA_VERSION}.schema.json"
 
@@ -276,6 +277,49 @@ class Against:
         }
 
 
+MICRO_STATUSES = ("regression", "improvement", "no change", "inconclusive", "not comparable", "failed", "no baseline")
+
+
+@dataclass(frozen=True)
+class MicroResult:
+    """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`judge.micro.MicroVerdict`),
+    kept in the results file: calls/s are of the median round; the ratio and interval are current/baseline
+    (head/base when paired); None where there was nothing to compare."""
+
+    name: str  # pytest-benchmark's fullname, e.g. tests/test_augment.py::test_flip[224]
+    status: str  # one of MICRO_STATUSES
+    reason: str
+    baseline_calls_per_sec: float | None = None
+    current_calls_per_sec: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    machine_ratio: float | None = None  # the machine probe's current/baseline rate (stored baselines only)
+    rounds: int | None = None  # pytest-benchmark's rounds in the current session
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class MicroSection:
+    """The pytest-benchmark tests a pytest session judged: how (`mode`, in words) and each test's verdict."""
+
+    mode: str  # "stored baselines (baselines/pytest-benchmark.yaml)", or the paired sessions against a ref
+    paired: bool  # judged in session pairs against a git ref: a test without a base side is new, not missing
+    benchmarks: list[MicroResult]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "paired": self.paired, "benchmarks": [b.to_dict() for b in self.benchmarks]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MicroSection:
+        return cls(
+            mode=data["mode"], paired=bool(data["paired"]), benchmarks=[MicroResult(**b) for b in data["benchmarks"]]
+        )
+
+
 @dataclass(frozen=True)
 class RunResult:
     """A whole `perfgate run`: environment fingerprint plus each workload's results."""
@@ -286,6 +330,7 @@ class RunResult:
     workloads: list[WorkloadResult]
     gate: dict[str, Any] | None = None  # the settings of the check that measured it (`GateSettings.record`)
     against: Against | None = None  # a paired check: the base side, measured beside this run
+    micro: MicroSection | None = None  # pytest --perfgate: the pytest-benchmark tests' verdicts
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""
@@ -300,6 +345,8 @@ class RunResult:
             document["gate"] = self.gate
         if self.against is not None:
             document["against"] = self.against.to_dict()
+        if self.micro is not None:
+            document["micro"] = self.micro.to_dict()
         return document
 
     def write_json(self, path: Path) -> None:
@@ -423,6 +470,7 @@ def parse_results(text: str, *, source: str) -> RunResult:
     try:
         gate = document.get("gate")
         against = document.get("against")
+        micro = document.get("micro")  # optional: files written before it, or by perfgate check, have none
         environment = document["environment"]
         return RunResult(
             document["perfgate_version"],
@@ -431,6 +479,7 @@ def parse_results(text: str, *, source: str) -> RunResult:
             _workloads(document["workloads"]),
             gate if isinstance(gate, dict) else None,
             None if against is None else _against(against, document["perfgate_version"], environment),
+            None if micro is None else MicroSection.from_dict(micro),
         )
     except ShapeError as exc:
         raise ResultsError(f"{source} is not a valid results file: {exc}", hint=hint) from None

@@ -61,7 +61,9 @@ def write_chart(result: GateResult, path: Path) -> None:
         axes.set_yticks(range(len(rows)), [f"{v.workload} {v.config}" for v in reversed(rows)])
         axes.set_ylim(-0.7, len(rows) - 0.3)
         axes.set_xlabel("current / baseline samples/s (dot: ratio of geometric means; bar: its interval)")
-        threshold_text = ", ".join(f"{100 * t:g}%" for t in thresholds) or "-"
+        threshold_text = (
+            ", ".join(f"{slowdown_bound(t):.3f}x: {100 * t:g}% more time per sample" for t in thresholds) or "-"
+        )
         outcome = EXIT_MEANINGS.get(result.exit_code, "error")
         axes.set_title(f"perfgate: {outcome}; dashed line: the regression threshold ({threshold_text})")
         axes.grid(axis="x", alpha=0.3)

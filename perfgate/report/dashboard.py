@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from html import escape
 
-from perfgate.formatting import format_bytes
+from perfgate.formatting import format_bytes, format_signed_pct
 from perfgate.judge.trends import ChangePoint
 from perfgate.report.history import Run, Series
 
@@ -84,8 +84,8 @@ def _section(s: Series) -> str:
     if s.creep is not None:
         c = s.creep
         tail += (
-            f'<p class="creep">creep: samples/s {100 * c.change:+.1f}% from run {c.start + 1} to run {c.end + 1} '
-            f"(p={c.p_value:.2g}), though no single step was a change point</p>"
+            f'<p class="creep">creep: samples/s {format_signed_pct(c.change)} from run {c.start + 1} to run '
+            f"{c.end + 1} (p={c.p_value:.2g}), though no single step was a change point</p>"
         )
     return head + speed + memory + tail + "</section>"
 
@@ -136,7 +136,7 @@ def _chart(
     for p in points:
         at = x(p.index - 0.5)
         out.append(f'<line class="change" x1="{at:.1f}" x2="{at:.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>')
-        text = f"{100 * p.change:+.1f}% (p={p.p_value:.2g})"
+        text = f"{format_signed_pct(p.change)} (p={p.p_value:.2g})"
         out.append(f'<text class="change-label" x="{at + 4:.1f}" y="{TOP + 12}">{escape(text)}</text>')
     for index, (run, trials) in enumerate(zip(runs, values, strict=True)):
         kind = "trial regression" if run.verdict == "regression" else "trial"

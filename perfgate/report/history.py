@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from perfgate.formatting import format_bytes
+from perfgate.formatting import format_bytes, format_signed_pct
 from perfgate.judge.trends import ChangePoint, Creep, change_points, creep
 from perfgate.judge.verdict import GateResult
 from perfgate.records.baselines import entries_from_results
@@ -135,7 +135,7 @@ def format_history(series: Sequence[Series], *, limit: int = 10) -> str:
         if s.creep is not None:
             c = s.creep
             lines.append(
-                f"  creep: samples/s {100 * c.change:+.1f}% from {_at(s, c.start)} to {_at(s, c.end)} "
+                f"  creep: samples/s {format_signed_pct(c.change)} from {_at(s, c.start)} to {_at(s, c.end)} "
                 f"(p={c.p_value:.2g}), though no single step was a change point"
             )
         lines.append("")
@@ -143,7 +143,7 @@ def format_history(series: Sequence[Series], *, limit: int = 10) -> str:
 
 
 def _change(p: ChangePoint, show: Callable[[float], str]) -> str:
-    return f"{100 * p.change:+.1f}% ({show(p.before)} -> {show(p.after)}, p={p.p_value:.2g})"
+    return f"{format_signed_pct(p.change)} ({show(p.before)} -> {show(p.after)}, p={p.p_value:.2g})"
 
 
 def _at(s: Series, index: int) -> str:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.stats import ThroughputComparison
-from perfgate.judge.verdict import GateResult
+from perfgate.judge.verdict import GateResult, Status, build_exit_code
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.results import MicroResult, MicroSection
 
 
 def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
@@ -19,8 +22,51 @@ def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
     return record
 
 
-def gate_to_dict(result: GateResult) -> dict[str, Any]:
-    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`."""
+def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mode: str | None = None) -> MicroSection:
+    """The pytest-benchmark tests' verdicts as the results file keeps them (`records.results.MicroSection`):
+    figures of the raw comparison, NaN as None. `paired`: judged in session pairs against a git ref."""
+
+    def finite(value: float | None) -> float | None:
+        return None if value is None or not math.isfinite(value) else value
+
+    benchmarks = []
+    for v in verdicts:
+        t = v.throughput
+        benchmarks.append(
+            MicroResult(
+                name=v.name,
+                status=v.status.value,
+                reason=v.reason,
+                baseline_calls_per_sec=None if t is None else finite(t.baseline_median),
+                current_calls_per_sec=None if t is None else finite(t.candidate_median),
+                ratio=None if t is None else finite(t.ratio),
+                ci_low=None if t is None else finite(t.ci_low),
+                ci_high=None if t is None else finite(t.ci_high),
+                p_value=None if t is None else finite(min(t.p_slower, t.p_faster)),
+                machine_ratio=None if v.machine is None else finite(v.machine.ratio),
+                rounds=None if v.current is None else v.current.rounds,
+            )
+        )
+    return MicroSection(mode or ("paired" if paired else "stored baselines"), paired, benchmarks)
+
+
+def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> int:
+    """The build's answer for the gate's verdicts and the pytest-benchmark tests' (`judge.verdict.build_exit_code`);
+    a paired session's benchmark that the base lacks is new, not missing."""
+    if micro is None or not micro.benchmarks:
+        return result.exit_code
+    statuses = [v.status for v in result.verdicts]
+    statuses += [Status(b.status) for b in micro.benchmarks if not (micro.paired and b.status == Status.NO_BASELINE)]
+    return build_exit_code(
+        statuses,
+        problems=any(w.problem for w in result.workloads),
+        fail_on_inconclusive=result.settings.fail_on_inconclusive,
+    )
+
+
+def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[str, Any]:
+    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; `micro`, the
+    pytest-benchmark tests' verdicts of a `pytest --perfgate` session, counts in the exit code."""
 
     def comparison(c: ThroughputComparison | None) -> dict[str, Any] | None:
         if c is None:
@@ -77,4 +123,8 @@ def gate_to_dict(result: GateResult) -> dict[str, Any]:
             }
         )
     machine = None if result.run is None else fingerprint_key(machine_fingerprint(result.run.environment))
-    return {"exit_code": result.exit_code, "mode": result.mode, "machine": machine, "workloads": workloads}
+    document = {"exit_code": result.exit_code, "mode": result.mode, "machine": machine, "workloads": workloads}
+    if micro is not None:
+        document["exit_code"] = overall_exit_code(result, micro)
+        document["micro"] = micro.to_dict()
+    return document

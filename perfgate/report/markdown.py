@@ -8,16 +8,21 @@ and sections that do not fit are left out with a note saying so; a table is neve
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 
-from perfgate.errors import EXIT_MEANINGS
-from perfgate.formatting import format_p_value
+from perfgate.errors import EXIT_MEANINGS, ResultsError
+from perfgate.formatting import format_p_value, format_pct, format_signed_pct
 from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.results import MicroSection, merge_runs
 from perfgate.report.history import Trend, mermaid_trend
-from perfgate.report.text import confidence_text, phase_cells, verdict_counts
+from perfgate.report.json import overall_exit_code
+from perfgate.report.text import confidence_text, limits_text, phase_cells, verdict_counts
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary
@@ -40,11 +45,15 @@ def format_markdown(
     details: str | None = None,
     diagnoses: Sequence[Diagnosis] = (),
     trends: Sequence[Trend] = (),
+    micro: MicroSection | None = None,
+    problems: Sequence[str] = (),
 ) -> str:
     """The report, at most `limit` characters (and bytes); `details` names where the full data is; `trends`:
-    each gated config's recorded runs and this one, charted (`report.history.trends_of`)."""
-    sections = [_headline(result)]
+    each gated config's recorded runs and this one, charted (`report.history.trends_of`); `micro`: the
+    pytest-benchmark tests' verdicts (`pytest --perfgate`); `problems`: what failed outside any verdict."""
+    sections = [_headline(result, micro, problems)]
     sections += [_workload_table(w, result) for w in result.workloads]
+    sections += [_micro_table(micro)] if micro is not None and micro.benchmarks else []
     sections += [_diagnosis(d) for d in diagnoses]
     sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in trends]
     sections += [_reasons(w) for w in result.workloads]
@@ -66,13 +75,20 @@ def _truncation_note(left_out: int, details: str | None) -> str:
     return f"_Report shortened to fit GitHub's limit: {left_out} more section(s) left out{where}._\n"
 
 
-def _headline(result: GateResult) -> str:
-    code = result.exit_code
-    counts = verdict_counts(result)
+def _headline(result: GateResult, micro: MicroSection | None = None, problems: Sequence[str] = ()) -> str:
+    code = overall_exit_code(result, micro)
+    if problems and code == 0:
+        code = 1  # something failed outside any verdict (pytest --perfgate fails the session)
+    counts = verdict_counts(result, micro)
     line = f"### perfgate: {EXIT_MEANINGS.get(code, 'error')}\n\n{'; '.join(counts) or 'nothing compared'}."
-    if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
+    statuses = [v.status for v in result.verdicts] + [Status(b.status) for b in (micro.benchmarks if micro else [])]
+    if code == 0 and Status.INCONCLUSIVE in statuses:
         line += " Inconclusive verdicts do not fail the build."
-    return line + f"\n\nCompared with: {_cell(result.mode)}."
+    line += "".join(f"\n\n**Problem**: {_cell(problem)}" for problem in problems)
+    compared = [f"Compared with: {_cell(result.mode)}."] if result.workloads or not micro else []
+    if micro is not None and micro.benchmarks:
+        compared.append(f"pytest-benchmark tests compared with: {_cell(micro.mode)}.")
+    return line + "\n\n" + " ".join(compared)
 
 
 def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
@@ -95,15 +111,47 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
     if paired:
         foot = (
             f"\n\nRatio: geometric mean of the per-pair ratios head/base, {confidence} interval; noise: "
-            "pair-to-pair; detects: the smallest slowdown these pairs could detect."
+            "pair-to-pair; detects: the smallest slowdown (in samples/s) these pairs could detect."
         )
     else:
         foot = (
             f"\n\nRatio: current/baseline of geometric means, {confidence} interval; machine: the same for "
-            "perfgate's fixed probe work; noise: trial-to-trial; detects: the smallest slowdown these trials "
-            "could detect."
+            "perfgate's fixed probe work; noise: trial-to-trial; detects: the smallest slowdown (in samples/s) "
+            "these trials could detect."
         )
+    thresholds = sorted({v.limits.throughput for v in workload.configs})
+    if thresholds:
+        foot += f" Threshold: {', '.join(limits_text(t) for t in thresholds)}."
     return head + "\n".join(rows) + foot
+
+
+def _micro_table(micro: MicroSection) -> str:
+    sides = "base calls/s | head calls/s" if micro.paired else "baseline calls/s | current calls/s"
+    rows = [
+        f"| pytest-benchmark test | {sides} | ratio (CI) | p | machine | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for b in micro.benchmarks:
+        interval = "" if b.ci_low is None or b.ci_high is None else f" ({b.ci_low:.3f}-{b.ci_high:.3f})"
+        label = "new" if micro.paired and b.status == Status.NO_BASELINE else _LABELS[Status(b.status)]
+        cells = [
+            f"`{_cell(b.name)}`",
+            "-" if b.baseline_calls_per_sec is None else f"{b.baseline_calls_per_sec:,.4g}",
+            "-" if b.current_calls_per_sec is None else f"{b.current_calls_per_sec:,.4g}",
+            "-" if b.ratio is None else f"{b.ratio:.3f}x{interval}",
+            "-" if b.p_value is None else format_p_value(b.p_value),
+            "-" if b.machine_ratio is None else f"{b.machine_ratio:.2f}x",
+            label,
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    reasons = [f"- `{_cell(b.name)}`: {_cell(b.reason)}" for b in micro.benchmarks if b.status != Status.NO_CHANGE]
+    why = "\n\n<details><summary>pytest-benchmark tests: why</summary>\n\n" + "\n".join(reasons) + "\n\n</details>"
+    return (
+        "#### pytest-benchmark tests\n\n"
+        + "\n".join(rows)
+        + "\n\nCalls/s of the median round; ratio: current/baseline, 95% interval."
+        + (why if reasons else "")
+    )
 
 
 def _row(v: ConfigVerdict, paired: bool = False) -> str:
@@ -118,9 +166,9 @@ def _row(v: ConfigVerdict, paired: bool = False) -> str:
         f"{t.ratio:.3f}x{interval}",
         "-" if math.isnan(t.p_slower) else format_p_value(min(t.p_slower, t.p_faster)),
         "-" if v.machine is None else f"{v.machine.ratio:.2f}x",
-        "-" if m.change is None else f"{100 * m.change:+.1f}%",
+        "-" if m.change is None else format_signed_pct(m.change),
         "-" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%",
-        "-" if math.isnan(t.detectable_slowdown) else f"{100 * t.detectable_slowdown:.0f}%",
+        "-" if math.isnan(t.detectable_slowdown) else format_pct(t.detectable_slowdown),
         str(t.n_candidate) if paired else f"{t.n_baseline}+{t.n_candidate}",
         _LABELS[v.status],
     ]
@@ -175,3 +223,54 @@ def _machine(result: GateResult) -> str:
 def _cell(text: str) -> str:
     """Text safe inside a table cell or a list item: no pipes, no line breaks."""
     return " ".join(text.replace("|", "\\|").split())
+
+
+def merge_gates(gates: Sequence[GateResult]) -> GateResult:
+    """One result from several checks of one session (`pytest --perfgate` checks each fixture test and each
+    group of configured items on its own): every workload once, its configs from all of them (a later
+    verdict of a config replaces an earlier), the runs merged, the settings of the first."""
+    if not gates:
+        raise ValueError("merge_gates needs at least one result")
+    if len(gates) == 1:
+        return gates[0]
+    workloads: dict[str, WorkloadVerdict] = {}
+    for gate in gates:
+        for w in gate.workloads:
+            earlier = workloads.get(w.workload)
+            if earlier is None or w.problem or earlier.problem:
+                workloads[w.workload] = w
+            else:
+                configs = {v.config: v for v in earlier.configs} | {v.config: v for v in w.configs}
+                workloads[w.workload] = replace(w, configs=list(configs.values()))
+    runs = [g.run for g in gates if g.run is not None]
+    sides = [g.against for g in gates]
+    first = sides[0]
+    same_base = first is not None and all(a is not None and a.base_commit == first.base_commit for a in sides)
+    return replace(
+        gates[0],
+        workloads=list(workloads.values()),
+        run=merge_runs(runs) if runs else None,
+        stopped_because=next((g.stopped_because for g in gates if g.stopped_because), None),
+        looks={key: look for g in gates for key, look in g.looks.items()},
+        against=sides[-1] if same_base else None,
+    )
+
+
+def append_job_summary(text: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Append `text` to the GitHub Actions job summary ($GITHUB_STEP_SUMMARY), as the Action does with the
+    report `perfgate check --markdown` writes; the file it appended to, or None outside GitHub Actions.
+
+    GitHub shows at most 1 MiB of a step's summary: a report is cut to fit `SUMMARY_LIMIT` with
+    `format_markdown(limit=...)` before it comes here."""
+    target = (os.environ if environ is None else environ).get("GITHUB_STEP_SUMMARY", "").strip()
+    if not target:
+        return None
+    path = Path(target)
+    try:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(text if text.endswith("\n") else text + "\n")
+    except OSError as exc:
+        raise ResultsError(
+            f"cannot append to the job summary {path}: {exc.strerror}", hint="check GITHUB_STEP_SUMMARY"
+        ) from exc
+    return path

@@ -8,16 +8,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS
-from perfgate.formatting import format_bytes, format_p_value
+from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed, format_signed_pct
 from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
-from perfgate.judge.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers
+from perfgate.judge.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers, slowdown_bound
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
+from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
-from perfgate.records.results import RunResult, WorkloadResult
+from perfgate.records.results import MicroSection, RunResult, WorkloadResult
 from perfgate.records.summary import PHASES
+from perfgate.report.json import micro_section, overall_exit_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -119,34 +121,42 @@ _STATUS_LABELS = {
 }
 
 
-def format_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> str:
-    """The gate's report: per workload a table of baseline against current, any diagnosis, the verdict line."""
+def format_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = (), micro: MicroSection | None = None) -> str:
+    """The gate's report: per workload a table of baseline against current, any diagnosis, the
+    pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line."""
     blocks = [f"compared with: {result.mode}"]
     blocks += [_format_gate_workload(w, result) for w in result.workloads]
     if diagnoses:
         blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
-    return "\n\n".join(blocks + [format_gate_summary(result)]) + "\n"
+    if micro is not None and micro.benchmarks:
+        blocks.append(f"pytest-benchmark tests, compared with: {micro.mode}\n" + "\n".join(format_micro(micro)))
+    return "\n\n".join(blocks + [format_gate_summary(result, micro)]) + "\n"
 
 
-def verdict_counts(result: GateResult) -> list[str]:
+def verdict_counts(result: GateResult, micro: MicroSection | None = None) -> list[str]:
     """`2 no change`, `1 regression (lm-small bf16)`: each status that occurs, naming what needs a look."""
     parts = []
     for status in Status:
         names = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == status]
         names += [w.workload for w in result.workloads if w.problem_status == status]
+        names += [b.name for b in (micro.benchmarks if micro else []) if b.status == status]
         if names:
             listed = f" ({', '.join(names)})" if status not in (Status.NO_CHANGE, Status.IMPROVEMENT) else ""
             parts.append(f"{len(names)} {status.value}{listed}")
     return parts
 
 
-def format_gate_summary(result: GateResult) -> str:
+def format_gate_summary(result: GateResult, micro: MicroSection | None = None) -> str:
     """One line for the build log: what failed or stayed open, and the exit code."""
-    parts = verdict_counts(result)
-    code = result.exit_code
+    parts = verdict_counts(result, micro)
+    code = overall_exit_code(result, micro)
     meaning = EXIT_MEANINGS[code]
     line = f"perfgate check: {'; '.join(parts) or 'nothing compared'}. Exit {code} ({meaning})."
-    if code == 0 and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
+    if (
+        code == 0
+        and any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
+        or (code == 0 and micro is not None and any(b.status == Status.INCONCLUSIVE for b in micro.benchmarks))
+    ):
         line += " Inconclusive verdicts do not fail the build (--fail-on-inconclusive makes them)."
     if result.stopped_because and any(v.status == Status.INCONCLUSIVE for v in result.verdicts):
         line += f" Extra trials stopped: {result.stopped_because}."
@@ -166,7 +176,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
         if t is None or m is None:
             rows.append([verdict.config, *["-"] * 8, _STATUS_LABELS[verdict.status.value]])
             continue
-        memory = "-" if m.change is None else f"{100 * m.change:+.1f}%"
+        memory = "-" if m.change is None else format_signed_pct(m.change)
         rows.append(
             [
                 verdict.config,
@@ -184,7 +194,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     lines.extend(_table(rows))
     settings = result.settings
     limits = sorted({(v.limits.throughput, v.limits.memory) for v in workload.configs})
-    limit_text = ", ".join(f"samples/s {100 * a:g}%, peak memory {100 * b:g}%" for a, b in limits)
+    limit_text = ", ".join(f"{limits_text(a)}, peak memory {100 * b:g}%" for a, b in limits)
     if paired:
         explained = (
             "samples/s: medians over each side's trials; ratio: geometric mean of the per-pair ratios head/base "
@@ -254,7 +264,7 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
             old_sps = statistics.median(old.samples_per_sec)
             old_peak = int(statistics.median(old.peak_bytes))
             lines.append(
-                f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({100 * (new_sps / old_sps - 1):+.1f}%), "
+                f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({format_signed_pct(new_sps / old_sps - 1)}), "
                 f"peak mem {format_bytes(old_peak)} -> {format_bytes(new_peak)}"
             )
         _, outliers = drop_outliers([math.log(v) for v in config.samples_per_sec])
@@ -305,7 +315,7 @@ def format_pytest_summary(
                         "-" if t is None else f"{t.baseline_median:,.1f}",
                         "-" if t is None else f"{t.candidate_median:,.1f}",
                         "-" if t is None else _ratio_cell(t),
-                        "-" if m is None or m.change is None else f"{100 * m.change:+.1f}%",
+                        "-" if m is None or m.change is None else format_signed_pct(m.change),
                         _STATUS_LABELS[verdict.status.value],
                     ]
                 )
@@ -328,22 +338,7 @@ def format_pytest_summary(
     if updates:
         lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
     if micro:
-        columns = ["base calls/s", "head calls/s"] if micro_paired else ["baseline calls/s", "current calls/s"]
-        rows = [["pytest-benchmark test", *columns, "ratio (CI)", "machine", "verdict"]]
-        for v in micro:
-            t = v.throughput
-            rows.append(
-                [
-                    v.name,
-                    "-" if t is None else f"{t.baseline_median:,.4g}",
-                    "-" if t is None else f"{t.candidate_median:,.4g}",
-                    "-" if t is None else _ratio_cell(t),
-                    "-" if v.machine is None else f"{v.machine.ratio:.2f}x",
-                    "new" if micro_paired and v.status == Status.NO_BASELINE else _STATUS_LABELS[v.status.value],
-                ]
-            )
-        lines.extend(_table(rows))
-        lines.extend(f"  ! {v.name}: {v.reason}" for v in micro if v.status != Status.NO_CHANGE)
+        lines.extend(format_micro(micro_section(micro, paired=micro_paired)))
     for timed, previous in micro_updates:
         new = statistics.median(timed.block_calls_per_sec)
         change = ""
@@ -358,10 +353,53 @@ def format_pytest_summary(
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def format_micro(section: MicroSection) -> list[str]:
+    """The pytest-benchmark tests' table (calls/s of the median round) and a line per verdict that needs a look."""
+    paired = section.paired
+    columns = ["base calls/s", "head calls/s"] if paired else ["baseline calls/s", "current calls/s"]
+    rows = [["pytest-benchmark test", *columns, "ratio (CI)", "machine", "verdict"]]
+    for b in section.benchmarks:
+        rows.append(
+            [
+                b.name,
+                "-" if b.baseline_calls_per_sec is None else f"{b.baseline_calls_per_sec:,.4g}",
+                "-" if b.current_calls_per_sec is None else f"{b.current_calls_per_sec:,.4g}",
+                "-" if b.ratio is None else _interval_cell(b.ratio, b.ci_low, b.ci_high),
+                "-" if b.machine_ratio is None else f"{b.machine_ratio:.2f}x",
+                "new" if paired and b.status == Status.NO_BASELINE else _STATUS_LABELS[b.status],
+            ]
+        )
+    lines = _table(rows)
+    lines.extend(f"  ! {b.name}: {b.reason}" for b in section.benchmarks if b.status != Status.NO_CHANGE)
+    return lines
+
+
+def limits_text(threshold: float) -> str:
+    """A throughput threshold in its one unit, with the samples/s bound it sets: `5% on time per sample
+    (samples/s -4.8%)`."""
+    return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(slowdown_bound(threshold) - 1)})"
+
+
+def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
+    """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
+    None when they come from the same machine type."""
+    old, new = machine_fingerprint(baseline.environment), machine_fingerprint(candidate.environment)
+    differences = [
+        f"{name} {old.get(name)!r} -> {new.get(name)!r}"
+        for name in FINGERPRINT_FIELDS
+        if old.get(name) != new.get(name)
+    ]
+    return "; ".join(differences) or None
+
+
+def _interval_cell(ratio: float, low: float | None, high: float | None) -> str:
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return f"{ratio:.3f}x"
+    return f"{ratio:.3f}x ({low:.3f}-{high:.3f})"
+
+
 def _ratio_cell(t: ThroughputComparison) -> str:
-    if math.isnan(t.ci_low):
-        return f"{t.ratio:.3f}x"
-    return f"{t.ratio:.3f}x ({t.ci_low:.3f}-{t.ci_high:.3f})"
+    return _interval_cell(t.ratio, t.ci_low, t.ci_high)
 
 
 def _name(verdict: ConfigVerdict) -> str:
@@ -374,8 +412,8 @@ def phase_cells(d: Diagnosis, p: PhaseChange) -> list[str]:
     return [
         "-" if p.baseline_s is None else f"{1000 * p.baseline_s:.2f}",
         f"{1000 * p.current_s:.2f}",
-        "-" if p.baseline_s is None else f"{1000 * p.change_s:+.2f}",
-        "-" if share is None else f"{share:.0%}",
+        "-" if p.baseline_s is None else format_signed(1000 * p.change_s, 2),
+        "-" if share is None else format_pct(share),
     ]
 
 

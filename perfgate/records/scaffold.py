@@ -1,0 +1,527 @@
+"""`perfgate init`: the three files that put a project under the gate, planned first and written all at once.
+
+- `[tool.perfgate]` in pyproject.toml (a new file, or a table appended to the user's file, which otherwise
+  stays byte for byte what it was), naming the workload and, commented out, the most useful settings;
+- the workload file (`perf/workloads.py`): the user's model, data and loss go in marked places; until then a
+  stand-in (a small MLP on generated data, fixed seed, nothing downloaded) makes it run at once;
+- `.github/workflows/perfgate.yml`: each pull request checked in pairs against its base commit.
+
+It asks nothing it can detect: the project's root (the git repository's top level, else the current folder),
+the branch pull requests go into, the Python version, how the project installs, the workload's name.
+It overwrites nothing: when any file it would create exists, or the project already configures perfgate,
+it writes nothing at all; and a write that fails half-way removes what it had written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import perfgate
+from perfgate.errors import UsageError
+
+DEFAULT_WORKLOAD_FILE = Path("perf/workloads.py")
+WORKLOAD_FUNCTION = "workload"
+WORKFLOW_FILE = Path(".github/workflows/perfgate.yml")
+DEFAULT_BRANCH = "main"
+
+# The action the workflow uses, pinned by commit. `perfgate init` pins the commit perfgate was installed from
+# when pip recorded one (`pip install git+https://github.com/...@SHA`); otherwise this one, which each release
+# sets to its own commit.
+ACTION_REPOSITORY = "perfgate/perfgate"
+ACTION_COMMIT = "6395c85da9a1cf80d922c2b01269465dc1cd8e66"
+# Third-party actions, pinned as in this repository's own workflows (.github/workflows/perfgate.yml).
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2"
+SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file `perfgate init` writes: `text` is the whole new file, or what it appends to `path`."""
+
+    path: Path  # absolute
+    text: str
+    append: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `perfgate init` found and what it will write."""
+
+    root: Path
+    in_git: bool
+    branch: str
+    files: tuple[PlannedFile, ...]  # the new files first, the pyproject.toml last
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+
+# --- Detection -------------------------------------------------------------------------------------------
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    """git's output in `folder`, stripped; None when git fails or is not installed."""
+    try:
+        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def project_root(cwd: Path) -> tuple[Path, bool]:
+    """The git repository's top level, else `cwd`; and whether it is a git repository."""
+    top = _git(cwd, "rev-parse", "--show-toplevel")
+    return (Path(top).resolve(), True) if top else (cwd.resolve(), False)
+
+
+def default_branch(root: Path) -> str:
+    """The branch pull requests go into: origin's HEAD when set, else the current branch, else main."""
+    remote_head = _git(root, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD")
+    if remote_head and "/" in remote_head:
+        return remote_head.split("/", 1)[1]
+    return _git(root, "symbolic-ref", "--quiet", "--short", "HEAD") or DEFAULT_BRANCH
+
+
+def action_pin(direct_url: dict[str, Any] | None) -> tuple[str, str]:
+    """(owner/repository, commit) of the action: where pip installed perfgate from, when that was a GitHub
+    repository at a recorded commit, else the release's pin."""
+    vcs = (direct_url or {}).get("vcs_info") or {}
+    url = str((direct_url or {}).get("url", ""))
+    commit = str(vcs.get("commit_id", ""))
+    match = re.fullmatch(r"(?:git\+)?(?:https://|ssh://git@)github\.com[/:]([\w.-]+/[\w.-]+?)(?:\.git)?/?", url)
+    if vcs.get("vcs") == "git" and match and re.fullmatch(r"[0-9a-f]{40}", commit):
+        return match.group(1), commit
+    return ACTION_REPOSITORY, ACTION_COMMIT
+
+
+def _installed_from() -> dict[str, Any] | None:
+    """pip's record of where perfgate was installed from (PEP 610 direct_url.json), if any."""
+    from importlib import metadata
+
+    try:
+        text = metadata.distribution("perfgate").read_text("direct_url.json")
+        found = json.loads(text) if text else None
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _read_pyproject(path: Path) -> tuple[bytes, dict[str, Any]] | None:
+    """The pyproject.toml's bytes and contents; None when there is none."""
+    if not path.exists():
+        return None
+    try:
+        raw = path.read_bytes()
+        return raw, tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(
+            f"cannot read pyproject.toml: {exc}",
+            where=str(path),
+            hint="fix it (perfgate init appends a [tool.perfgate] table to it), then run perfgate init again",
+        ) from exc
+
+
+def workload_name(root: Path, pyproject: dict[str, Any] | None) -> str:
+    """The project's name ([project] name, else its folder's), spelt as a workload name may be."""
+    project = (pyproject or {}).get("project")
+    name = project.get("name") if isinstance(project, dict) else None
+    text = name if isinstance(name, str) and name.strip() else root.name
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return cleaned or "workload"
+
+
+def install_commands(root: Path, pyproject: dict[str, Any] | None) -> list[str]:
+    """How CI installs what the workload imports: the project itself, else its requirements file."""
+    if "project" in (pyproject or {}) or any((root / name).is_file() for name in ("setup.py", "setup.cfg")):
+        return ["python -m pip install -e ."]
+    if (root / "requirements.txt").is_file():
+        return ["python -m pip install -r requirements.txt"]
+    return []
+
+
+# --- The plan --------------------------------------------------------------------------------------------
+
+
+def plan_init(cwd: Path, *, workload_file: Path | None = None) -> Plan:
+    """Detect the project and plan the files; a UsageError, before anything is written, when any exists."""
+    root, in_git = project_root(cwd)
+    # A --workload-file is relative to the current folder, as the shell completed it.
+    workload_path = (
+        Path(os.path.abspath(cwd.resolve() / workload_file)) if workload_file else root / DEFAULT_WORKLOAD_FILE
+    )
+    if workload_path.suffix != ".py" or workload_path.is_dir():
+        raise UsageError(
+            f"the workload file must be a .py file, got {workload_file}",
+            where="--workload-file",
+            hint="e.g. --workload-file perf/workloads.py",
+        )
+    try:
+        workload_relative = workload_path.relative_to(root).as_posix()
+    except ValueError:
+        raise UsageError(
+            f"{workload_path} is outside the project {root}",
+            where="--workload-file",
+            hint="give a path inside the project, e.g. perf/workloads.py",
+        ) from None
+    pyproject_path = root / "pyproject.toml"
+    existing = _read_pyproject(pyproject_path)
+    pyproject = existing[1] if existing else None
+
+    problems = []
+    tool = (pyproject or {}).get("tool")
+    if isinstance(tool, dict) and "perfgate" in tool:
+        problems.append("pyproject.toml already has a [tool.perfgate] table")
+    if (root / "perfgate.yaml").exists():
+        problems.append("perfgate.yaml already configures perfgate")
+    configured = bool(problems)
+    present = [p for p in (workload_path, root / WORKFLOW_FILE) if p.exists() or p.is_symlink()]
+    if present:
+        names = " and ".join(p.relative_to(root).as_posix() for p in present)
+        problems.append(f"{names} already exist{'s' if len(present) == 1 else ''}")
+    if problems:
+        hints = ["perfgate init overwrites nothing, and wrote nothing"]
+        if configured:
+            hints.append("this project is set up for perfgate already: edit its settings instead")
+        if present:
+            them = "it" if len(present) == 1 else "them"
+            other = ", or give --workload-file another path" if workload_path in present else ""
+            hints.append(f"move {them} away{other}")
+        raise UsageError(", ".join(problems), where=str(root), hint="; ".join(hints))
+
+    reference = f"{workload_relative}:{WORKLOAD_FUNCTION}"
+    branch = default_branch(root) if in_git else DEFAULT_BRANCH
+    table = perfgate_table(reference)
+    if existing is None:
+        pyproject_file = PlannedFile(pyproject_path, table)
+    else:
+        raw = existing[0].decode("utf-8")
+        addition = _separated(raw, table)
+        try:  # the table must read back: e.g. not after a `tool = {...}` inline table
+            tomllib.loads(raw + addition)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(
+                f"appending [tool.perfgate] to pyproject.toml would not parse: {exc}",
+                where=str(pyproject_path),
+                hint=f"add the table by hand: workloads = [{json.dumps(reference)}]",
+            ) from exc
+        pyproject_file = PlannedFile(pyproject_path, addition, append=True)
+    repository, commit = action_pin(_installed_from())
+    workflow = workflow_text(
+        branch=branch,
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        install=install_commands(root, pyproject),
+        action=f"{repository}@{commit} # v{perfgate.__version__}",
+    )
+    return Plan(
+        root=root,
+        in_git=in_git,
+        branch=branch,
+        files=(
+            PlannedFile(workload_path, workload_text(workload_name(root, pyproject))),
+            PlannedFile(root / WORKFLOW_FILE, workflow),
+            pyproject_file,
+        ),
+    )
+
+
+def _separated(existing: str, table: str) -> str:
+    """What to append to `existing` so that `table` follows it after one blank line, in its line endings."""
+    newline = "\r\n" if "\r\n" in existing else "\n"
+    lead = ""
+    if existing and not existing.endswith("\n"):
+        lead = newline
+    if existing.strip():
+        lead += newline
+    return lead + table.replace("\n", newline)
+
+
+# --- Writing: all or nothing -----------------------------------------------------------------------------
+
+
+def write_plan(plan: Plan) -> None:
+    """Create the new files (never over an existing one), then append to or create the pyproject.toml; when
+    a write fails or is interrupted, remove what this call had written (the pyproject.toml, last, is unchanged)."""
+    written: list[Path] = []
+    folders: list[Path] = []
+    current = plan.root
+    try:
+        for planned in plan.files:
+            current = planned.path
+            folders.extend(_make_folders(planned.path.parent))
+            if planned.append:
+                _replace(planned.path.resolve(), planned.path.read_bytes() + planned.text.encode("utf-8"))
+            else:
+                _create(planned.path, planned.text.encode("utf-8"))
+            written.append(planned.path)
+    except BaseException as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        for folder in reversed(folders):
+            with contextlib.suppress(OSError):  # not empty: something else wrote there meanwhile
+                folder.rmdir()
+        if not isinstance(exc, OSError):
+            raise
+        raise UsageError(
+            f"cannot write {plan.relative(current) if current != plan.root else current}: {exc.strerror or exc}",
+            where=str(plan.root),
+            hint="nothing was written (perfgate init removed what it had); check the permissions and free space",
+        ) from exc
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """mkdir -p; the folders it created, outermost first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
+
+
+def _temporary(path: Path, data: bytes, mode: int = 0o666) -> Path:
+    """`data` in a new file beside `path`, flushed to disk (its mode under the umask)."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def _create(path: Path, data: bytes) -> None:
+    """A new file, whole: linked into place, which fails when `path` appeared meanwhile."""
+    temporary = _temporary(path, data)
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: an exclusive create
+        with open(path, "xb") as handle:
+            handle.write(data)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """`path`'s new contents, renamed over it, with its permissions."""
+    temporary = _temporary(path, data, mode=0o600)
+    try:
+        os.chmod(temporary, path.stat().st_mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+# --- What it says ----------------------------------------------------------------------------------------
+
+
+def format_dry_run(plan: Plan) -> str:
+    """Every file `perfgate init` would write, whole (for the pyproject.toml: what it would append)."""
+    lines = [f"perfgate init --dry-run: nothing written; in {plan.root} it would write:", ""]
+    for planned in plan.files:
+        what = "appended to the existing file" if planned.append else "new file"
+        lines += [f"--- {plan.relative(planned.path)} ({what})", planned.text.rstrip("\r\n").replace("\r\n", "\n"), ""]
+    return "\n".join(lines)
+
+
+def format_written(plan: Plan, cwd: Path) -> str:
+    """The files written and the next steps, in three lines."""
+    names = [plan.relative(p.path) + (" ([tool.perfgate] appended)" if p.append else "") for p in plan.files]
+    there = "" if cwd.resolve() == plan.root else f"cd {shlex.quote(str(plan.root))} && "
+    workload = plan.relative(plan.files[0].path)
+    paths = " ".join(shlex.quote(plan.relative(p.path)) for p in plan.files)
+    commit = f'git add {paths} && git commit -m "Check pull requests with perfgate"'
+    if not plan.in_git:
+        commit = f"git init && {commit}, and push to GitHub"
+    return (
+        f"perfgate init: wrote {', '.join(names)} in {plan.root}\n"
+        f"next: {there}perfgate run --configs fp32  (the lab on the stand-in workload; then put your own model, "
+        f"data and loss where {workload} says)\n"
+        f"then: {commit}; from then on each pull request into {plan.branch} is checked against its base branch\n"
+    )
+
+
+# --- The templates ---------------------------------------------------------------------------------------
+
+
+def perfgate_table(reference: str) -> str:
+    return f"""\
+[tool.perfgate]
+# perfgate (written by `perfgate init`): `perfgate run` measures these workloads and
+# `perfgate check` gates them. Each is FILE:FUNCTION, relative to this file's folder.
+workloads = [{json.dumps(reference)}]
+# threshold = "5%"         # a slowdown beyond this that the data support fails the check
+# memory_threshold = "5%"  # as does peak memory beyond this much more
+# alpha = 0.01             # the significance level of a check
+# history = ".perfgate/history"  # where `perfgate check --record` keeps the recorded runs
+#
+# [tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
+# "my-model/bf16-compile" = {{ throughput = "10%" }}
+"""
+
+
+def workflow_text(*, branch: str, python: str, install: list[str], action: str) -> str:
+    if install:
+        project = "".join(f"\n          {command}" for command in install)
+    else:
+        project = "\n          # and what your workload imports, e.g.: python -m pip install -e ."
+    return f"""\
+# perfgate: each pull request's training speed, measured against its base branch on the
+# same runner. Written by `perfgate init`. perfgate checks out the base commit beside the
+# pull request and runs the workloads of pyproject.toml's [tool.perfgate] on both, in pairs
+# of trials side by side; a slowdown beyond the threshold (5%) that the data support fails
+# the job. The report goes to the job summary and to one pull-request comment.
+name: perfgate
+
+on:
+  pull_request:
+    branches: [{json.dumps(branch)}]
+
+permissions:
+  contents: read
+
+concurrency:
+  group: perfgate-${{{{ github.event.pull_request.number }}}}
+  cancel-in-progress: true
+
+jobs:
+  gate:
+    name: perfgate check
+    # A GitHub-hosted CPU runner. To measure on a GPU, give your GPU runner's labels instead,
+    # e.g. `runs-on: [self-hosted, gpu]`, install the CUDA build of torch below, drop
+    # `configs: fp32` to run all three configs (fp32, bf16, bf16-compile), and skip pull
+    # requests from forks, whose code must never run on a self-hosted runner:
+    #   if: github.event.pull_request.head.repo.full_name == github.repository
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    permissions:
+      contents: read
+      pull-requests: write # the one report comment
+    steps:
+      - uses: {CHECKOUT}
+        with:
+          persist-credentials: false
+          fetch-depth: 0 # the base commit too: perfgate measures it beside the pull request
+      - uses: {SETUP_PYTHON}
+        with:
+          python-version: {json.dumps(python)}
+      - name: Install torch (the CPU build) and the project
+        run: |
+          python -m pip install torch --index-url {TORCH_CPU_INDEX}{project}
+      - name: perfgate
+        uses: {action}
+        with:
+          against: ${{{{ github.event.pull_request.base.sha }}}} # the pull request's base commit
+          configs: fp32 # on a CPU; the bf16 configs need a GPU or a CPU with bfloat16 instructions
+          # A fork's token is read-only: its pull requests get the job summary, not a comment.
+          comment: ${{{{ github.event.pull_request.head.repo.full_name == github.repository }}}}
+"""
+
+
+def workload_text(name: str) -> str:
+    return WORKLOAD_TEMPLATE.replace("@NAME@", json.dumps(name))
+
+
+WORKLOAD_TEMPLATE = '''\
+"""The workload perfgate measures: your model's training step, repeated.
+
+`perfgate init` wrote this file. As it stands it trains a small stand-in model on generated
+data, so that `perfgate run --configs fp32` works at once (a trial takes seconds on a CPU).
+Replace the parts marked YOUR MODEL, YOUR DATA and YOUR LOSS with your own. perfgate
+measures speed, not accuracy: a few hundred samples are enough.
+
+How perfgate runs it (README: "The workload contract"):
+- Each trial is a fresh process that imports this file, calls `workload()`, seeds torch
+  with `seed` and builds the model and the dataset from their factories.
+- It runs `warmup_steps` untimed steps, then times `steps` steps, each `loss(model, batch)`,
+  `loss.backward()`, `optimizer.step()` and `optimizer.zero_grad()`: your loss function does
+  the forward pass and the loss, nothing else.
+- The data slice is (warmup_steps + steps) x batch_size samples, picked by `seed`: the
+  same samples in every trial, on both sides of a paired check.
+- `perfgate check --against main` measures the base commit from a git worktree, which holds
+  only the files git tracks: generate the data, as here, or read files the repository tracks.
+"""
+
+from __future__ import annotations
+
+import perfgate
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# YOUR MODEL, YOUR DATA, YOUR LOSS: import them here, from your project installed in
+# development mode (`pip install -e .`) or from packages at the repository's root, e.g.
+#
+#     from mypackage.data import MyDataset
+#     from mypackage.model import MyModel
+#     from mypackage.train import compute_loss
+
+
+# --- The stand-ins, so that this file runs as it is: replace them, then delete them. ---
+
+
+class SyntheticData(torch.utils.data.Dataset):
+    """Generated regression samples; sample i is the same in every trial (seeded by i)."""
+
+    def __init__(self, samples: int = 1024, features: int = 64) -> None:
+        self.samples = samples
+        self.features = features
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(self.features, generator=torch.Generator().manual_seed(index))
+        return x, x.sin().sum(dim=0, keepdim=True)
+
+
+def stand_in_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)
+    )
+
+
+def compute_loss(model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    # YOUR LOSS: `batch` is what the DataLoader yields, already on the device.
+    inputs, targets = batch
+    # .float(): the bf16 configs run the forward pass under bfloat16 autocast
+    return F.mse_loss(model(inputs).float(), targets)
+
+
+def workload() -> perfgate.Workload:
+    return perfgate.Workload(
+        name=@NAME@,  # names this workload in reports and baselines
+        # YOUR MODEL: a factory taking no arguments, e.g. `model=lambda: MyModel(layers=12)`
+        model=stand_in_model,
+        # YOUR DATA: a factory of a map-style Dataset, e.g. `dataset=lambda: MyDataset("data/")`
+        dataset=SyntheticData,
+        loss=compute_loss,  # YOUR LOSS
+        batch_size=32,
+        # Your optimizer, as you train with it (the default: AdamW, lr=1e-4)
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
+        # DataLoader arguments: num_workers, pin_memory, collate_fn, ...
+        loader={"num_workers": 0},
+        steps=20,  # timed steps per trial
+        warmup_steps=3,  # untimed steps first; torch.compile compiles here
+        seed=0,  # seeds the model and picks the data slice
+    )
+'''

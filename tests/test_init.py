@@ -1,0 +1,359 @@
+"""`perfgate init`: the three files that put a project under the gate, written whole or not at all.
+
+Real git repositories under the test's temporary folder. Commands that measure nothing run in this process,
+through the CLI's entry point; the generated workflow is validated by the real check-jsonschema and zizmor
+(skipped only where they are not installed); and one end-to-end test takes a fresh repository from
+`perfgate init` to a paired check that catches a planted slowdown, as a new user would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfgate.project import load_project_config
+from perfgate.records import scaffold
+from perfgate.references import parse_reference
+from tests.helpers.cli import CliResult, run_cli, run_main
+from tests.helpers.git import git
+from tests.helpers.workloads import ROOT
+
+FILES = ("perf/workloads.py", ".github/workflows/perfgate.yml", "pyproject.toml")
+WORKFLOW = ".github/workflows/perfgate.yml"
+
+
+def make_repo(path: Path, branch: str = "main") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", branch)
+    git(path, "config", "user.email", "ci@example.com")
+    git(path, "config", "user.name", "CI")
+    return path
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` (git's own folder aside), files with their bytes."""
+    found: dict[str, bytes | None] = {}
+    for path in sorted(folder.rglob("*")):
+        if ".git" not in path.relative_to(folder).parts:
+            found[path.relative_to(folder).as_posix()] = path.read_bytes() if path.is_file() else None
+    return found
+
+
+def assert_one_line_error(result: CliResult, *fragments: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def init(monkeypatch, capsys):
+    """`perfgate init ARGS` in this process, in the folder given."""
+
+    def run(folder: Path, *args: str) -> CliResult:
+        monkeypatch.chdir(folder)
+        return run_main(capsys, "init", *args)
+
+    return run
+
+
+# --- What it writes ---------------------------------------------------------------------------------------
+
+
+def test_init_in_a_fresh_repository_writes_the_three_files_at_its_top_level(tmp_path, init):
+    repo = make_repo(tmp_path / "project", branch="trunk")
+    (repo / "src").mkdir()
+    result = init(repo / "src")  # from a subfolder: the files go to the repository's top level
+    assert result.returncode == 0, result.stderr
+    assert sorted(snapshot(repo)) == sorted(["src", "perf", ".github", ".github/workflows", *FILES])
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert lines[0] == f"perfgate init: wrote {', '.join(FILES)} in {repo.resolve()}"
+    assert lines[1].startswith(f"next: cd {repo.resolve()} && perfgate run --configs fp32")
+    assert f"git add {' '.join(FILES)} && git commit" in lines[2]
+    assert "each pull request into trunk is checked against its base branch" in lines[2]
+    # The settings read back through perfgate's own loader, and name the workload file.
+    project = load_project_config(repo)
+    assert project.workloads == ["perf/workloads.py:workload"] and project.source is not None
+    assert project.threshold is None  # the other settings are examples, commented out
+    workflow = yaml.safe_load((repo / WORKFLOW).read_text(encoding="utf-8"))
+    assert workflow[True]["pull_request"]["branches"] == ["trunk"]  # `on:` reads as True in YAML 1.1
+    assert 'name="project",' in (repo / "perf/workloads.py").read_text(encoding="utf-8")
+
+
+def test_the_generated_workload_passes_perfgate_validation(tmp_path, init):
+    """The reference in [tool.perfgate] resolves, its function builds a valid Workload that trial processes can
+    rebuild, the stand-in dataset covers the data slice, and one step's loss is a scalar that trains the model."""
+    import torch
+
+    repo = make_repo(tmp_path / "repo")
+    assert init(repo).returncode == 0
+    project = load_project_config(repo)
+    assert project.workloads is not None
+    reference = parse_reference(project.workloads[0], base_dir=project.base_dir)
+    workload = reference.load()
+    assert workload.name == "repo"
+    assert workload.origin == (str(repo.resolve() / "perf/workloads.py"), "workload")
+    dataset = workload.dataset()
+    assert len(dataset) >= workload.slice_samples
+    assert (workload.steps, workload.warmup_steps) == (20, 3)
+    model = workload.model()
+    batch = torch.utils.data.default_collate([dataset[i] for i in range(workload.batch_size)])
+    loss = workload.loss(model, batch)
+    assert loss.dim() == 0 and loss.requires_grad
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    # The optimizer is torch's AdamW, as users train with theirs; building one imports torch._dynamo (seconds):
+    # the end-to-end test below runs it.
+    assert callable(workload.optimizer)
+
+
+@pytest.mark.parametrize(
+    ("original", "separator"),
+    [
+        (b'[project]\nname = "my-lib"\nversion = "1"\n\n[tool.ruff]\nline-length = 100  # ours\n', b"\n"),
+        (b'[project]\nname = "my-lib"\nversion = "1"', b"\n\n"),  # no newline at the end
+        (b'[project]\r\nname = "my-lib"\r\nversion = "1"\r\n', b"\r\n"),  # Windows line endings: kept
+    ],
+    ids=["plain", "no-final-newline", "crlf"],
+)
+def test_an_existing_pyproject_gets_the_table_appended_and_keeps_every_byte(tmp_path, init, original, separator):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "pyproject.toml").write_bytes(original)
+    result = init(repo)
+    assert result.returncode == 0, result.stderr
+    assert "pyproject.toml ([tool.perfgate] appended)" in result.stdout
+    after = (repo / "pyproject.toml").read_bytes()
+    assert after.startswith(original)
+    added = after[len(original) :]
+    newline = b"\r\n" if b"\r\n" in original else b"\n"
+    assert added.startswith(separator + b"[tool.perfgate]" + newline + b"#")
+    assert added.count(b"\n") == added.count(newline) and added.endswith(newline)
+    assert load_project_config(repo).workloads == ["perf/workloads.py:workload"]
+    # [project] names the workload, and the workflow installs the project.
+    assert 'name="my-lib",' in (repo / "perf/workloads.py").read_text(encoding="utf-8")
+    assert "python -m pip install -e ." in (repo / WORKFLOW).read_text(encoding="utf-8").split("# and what")[0]
+
+
+def test_the_workflow_installs_the_requirements_file_when_the_project_is_not_a_package(tmp_path, init):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "requirements.txt").write_text("numpy\n")
+    assert init(repo).returncode == 0
+    workflow = (repo / WORKFLOW).read_text(encoding="utf-8")
+    assert "python -m pip install -r requirements.txt" in workflow and "pip install -e ." not in workflow
+
+
+def test_outside_git_the_current_folder_is_the_project(tmp_path, init, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # whatever holds the temporary folder
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    result = init(folder)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p for p, data in snapshot(folder).items() if data is not None) == sorted(FILES)
+    assert "then: git init && git add" in result.stdout
+    assert '    branches: ["main"]' in (folder / WORKFLOW).read_text(encoding="utf-8")
+
+
+def test_the_branch_pull_requests_go_into_is_origins_head_when_set(tmp_path, init):
+    repo = make_repo(tmp_path / "repo", branch="feature")
+    git(repo, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/develop")
+    assert init(repo).returncode == 0
+    assert '    branches: ["develop"]' in (repo / WORKFLOW).read_text(encoding="utf-8")
+
+
+def test_workload_file_option_places_the_workload_and_names_it_in_the_settings(tmp_path, init):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "bench").mkdir()
+    result = init(repo / "bench", "--workload-file", "speed/train_step.py")  # relative to the current folder
+    assert result.returncode == 0, result.stderr
+    assert (repo / "bench/speed/train_step.py").is_file() and not (repo / "perf").exists()
+    assert load_project_config(repo).workloads == ["bench/speed/train_step.py:workload"]
+    assert_one_line_error(init(repo, "--workload-file", str(tmp_path / "elsewhere.py")), "is outside the project")
+    assert_one_line_error(init(repo, "--workload-file", "perf/workloads.txt"), "must be a .py file")
+
+
+# --- Overwrites nothing, writes nothing half ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("existing", "named"),
+    [
+        ({"perf/workloads.py": "mine\n"}, "perf/workloads.py already exists"),
+        ({WORKFLOW: "name: mine\n"}, f"{WORKFLOW} already exists"),
+        (
+            {"perf/workloads.py": "mine\n", WORKFLOW: "name: mine\n"},
+            f"perf/workloads.py and {WORKFLOW} already exist",
+        ),
+        ({"pyproject.toml": '[tool.perfgate]\nworkloads = ["lm"]\n'}, "pyproject.toml already has a [tool.perfgate]"),
+        ({"pyproject.toml": '[tool.perfgate.thresholds]\n"lm" = { throughput = "9%" }\n'}, "[tool.perfgate] table"),
+        ({"perfgate.yaml": "workloads: [lm]\n"}, "perfgate.yaml already configures perfgate"),
+    ],
+    ids=["workload", "workflow", "both", "pyproject-table", "pyproject-subtable", "perfgate-yaml"],
+)
+def test_refuses_when_any_target_exists_and_writes_nothing(tmp_path, init, existing, named):
+    repo = make_repo(tmp_path / "repo")
+    for name, text in existing.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text, encoding="utf-8")
+    before = snapshot(repo)
+    result = init(repo)
+    assert_one_line_error(result, named, f"({repo.resolve()})", "overwrites nothing, and wrote nothing")
+    assert snapshot(repo) == before
+    assert result.stdout == ""
+
+
+def test_an_unreadable_pyproject_is_an_error_before_anything_is_written(tmp_path, init):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "pyproject.toml").write_text("[project\n", encoding="utf-8")
+    assert_one_line_error(init(repo), "cannot read pyproject.toml", "pyproject.toml")
+    assert sorted(snapshot(repo)) == ["pyproject.toml"]
+
+
+@pytest.mark.parametrize("failure", ["full-disk", "ctrl-c"])
+def test_a_failed_write_removes_what_init_had_written(tmp_path, init, monkeypatch, failure):
+    """The pyproject.toml is written last; when that fails, or Ctrl-C stops it, the new files and folders go."""
+    repo = make_repo(tmp_path / "repo")
+    original = b'[project]\nname = "my-lib"\n'
+    (repo / "pyproject.toml").write_bytes(original)
+
+    def fail(path: Path, data: bytes) -> None:
+        assert (repo / "perf/workloads.py").is_file() and (repo / WORKFLOW).is_file()  # written by then
+        if failure == "ctrl-c":
+            raise KeyboardInterrupt
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(scaffold, "_replace", fail)
+    result = init(repo)
+    if failure == "ctrl-c":
+        assert result.returncode == 130 and result.stderr.startswith("interrupted: "), result.stderr
+    else:
+        assert_one_line_error(result, "cannot write pyproject.toml: No space left on device", "nothing was written")
+    assert snapshot(repo) == {"pyproject.toml": original}
+
+
+def test_dry_run_prints_every_file_and_writes_nothing(tmp_path, init):
+    repo = make_repo(tmp_path / "repo")
+    (repo / "pyproject.toml").write_text('[project]\nname = "my-lib"\n', encoding="utf-8")
+    before = snapshot(repo)
+    result = init(repo, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert snapshot(repo) == before
+    assert result.stdout.startswith(f"perfgate init --dry-run: nothing written; in {repo.resolve()} it would write:")
+    for header in (
+        "--- perf/workloads.py (new file)",
+        f"--- {WORKFLOW} (new file)",
+        "--- pyproject.toml (appended to the existing file)",
+    ):
+        assert header in result.stdout
+    assert 'workloads = ["perf/workloads.py:workload"]' in result.stdout
+    assert "def workload() -> perfgate.Workload:" in result.stdout and "uses: actions/checkout@" in result.stdout
+
+
+# --- The workflow -----------------------------------------------------------------------------------------
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]' installs it)")
+    return found
+
+
+@pytest.fixture
+def workflow_file(tmp_path, init) -> Path:
+    repo = make_repo(tmp_path / "repo")
+    assert init(repo).returncode == 0
+    return repo / WORKFLOW
+
+
+def test_the_workflow_passes_the_github_workflow_schema(workflow_file):
+    command = [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(workflow_file)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_workflow_passes_zizmor(workflow_file):
+    command = [tool("zizmor"), "--offline", "--no-progress", str(workflow_file)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_workflow_passes_actionlint(workflow_file):
+    command = [tool("actionlint"), "-no-color", str(workflow_file)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_workflow_checks_pull_requests_against_their_base_with_least_privilege(workflow_file):
+    workflow = yaml.safe_load(workflow_file.read_text(encoding="utf-8"))
+    assert workflow["permissions"] == {"contents": "read"}
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    assert job["runs-on"] == "ubuntu-latest"
+    checkout, _, _, gate = job["steps"]
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 0}
+    assert gate["uses"] == "@".join(scaffold.action_pin(scaffold._installed_from()))
+    assert gate["with"]["against"] == "${{ github.event.pull_request.base.sha }}"
+    # On the GitHub-hosted runner forks are measured too; their read-only token cannot comment.
+    assert "if" not in job
+    assert gate["with"]["comment"] == "${{ github.event.pull_request.head.repo.full_name == github.repository }}"
+    # Third-party actions pinned by commit, the same pins as this repository's own example workflow.
+    ours = (ROOT / ".github/workflows/perfgate.yml").read_text(encoding="utf-8")
+    for step in job["steps"][:2]:
+        line = next(line for line in workflow_file.read_text(encoding="utf-8").splitlines() if step["uses"] in line)
+        assert line.strip().removeprefix("- ") in ours
+
+
+def test_the_action_is_pinned_at_the_commit_pip_installed_perfgate_from():
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    from_git = {"url": "https://github.com/someone/perfgate.git", "vcs_info": {"vcs": "git", "commit_id": sha}}
+    assert scaffold.action_pin(from_git) == ("someone/perfgate", sha)
+    default = (scaffold.ACTION_REPOSITORY, scaffold.ACTION_COMMIT)
+    assert scaffold.action_pin(None) == default
+    assert scaffold.action_pin({"url": "file:///src/perfgate", "dir_info": {"editable": True}}) == default
+    assert scaffold.action_pin({**from_git, "url": "https://gitlab.com/someone/perfgate"}) == default
+    assert scaffold.action_pin({**from_git, "vcs_info": {"vcs": "git", "commit_id": "v1.0"}}) == default
+
+
+# --- From zero to a gated pull request ----------------------------------------------------------------------
+
+SLEEP_LINE = "    time.sleep(0.02)  # planted: 20 ms more every step\n"
+CHECK = ("check", "--configs", "fp32", "--threads", "1", "--time-budget", "90")
+# A slowdown of 20 ms a step on a step of a few: three pairs decide; a noisy one or two may need one more look.
+DECIDE = ("--trials", "3", "--max-trials", "5")
+# Unchanged code needs only a pass (any verdict but a regression): two pairs, one look, at a 25% threshold
+# so that the machine's noise cannot fail this test (the false-alarm rate is measured in docs/performance.md).
+PASS = ("--trials", "2", "--max-trials", "2", "--threshold", "25%")
+
+
+@pytest.mark.e2e
+def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_passes(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = {"TMPDIR": str(tmp_path)}  # the base worktree goes there
+    result = run_cli("init", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "perfgate init")
+    same = run_cli(*CHECK, *PASS, "--against", "HEAD", cwd=repo, env=env)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "compared with: paired: the working tree" in same.stdout
+    workloads = repo / "perf/workloads.py"
+    source = workloads.read_text(encoding="utf-8")
+    anchor = "    inputs, targets = batch\n"
+    assert source.count(anchor) == 1
+    source = source.replace("import perfgate\n", "import time\n\nimport perfgate\n", 1).replace(
+        anchor, SLEEP_LINE + anchor
+    )
+    workloads.write_text(source, encoding="utf-8")
+    git(repo, "commit", "-q", "-am", "a slower loss")
+    slower = run_cli(*CHECK, *DECIDE, "--against", "HEAD~1", cwd=repo, env=env)
+    assert slower.returncode == 1, slower.stdout + slower.stderr
+    assert ": a regression beyond the 5% threshold" in slower.stdout
+    assert [line for line in slower.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("perfgate-")) == []
