@@ -756,7 +756,7 @@ def command_export(args: argparse.Namespace) -> int:
 
 def command_init(args: argparse.Namespace) -> int:
     """Write the project's perfgate files (or, with --dry-run, print them); exit 0 once written."""
-    from perfgate.records.scaffold import format_dry_run, format_written, plan_init, write_plan
+    from perfgate.scaffold import format_dry_run, format_written, plan_init, write_plan
 
     plan = plan_init(Path.cwd(), workload_file=args.workload_file)
     if args.dry_run:

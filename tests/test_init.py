@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from perfgate import scaffold
 from perfgate.project import load_project_config
-from perfgate.records import scaffold
 from perfgate.references import parse_reference
 from tests.helpers.cli import CliResult, run_cli, run_main
 from tests.helpers.git import git

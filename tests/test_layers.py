@@ -27,7 +27,7 @@ BASE = {
     "references",
     "builtin",
 }
-FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations"}
+FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold"}
 LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4}
 FRONT = 5
 
