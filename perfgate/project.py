@@ -53,6 +53,9 @@ class DiagnosisThresholds:
     data_wait_growth: float = 1.5  # data wait per step over the baseline's, with the DataLoader's settings changed
     explains: float = 0.5  # a part whose growth is at least this share of the step's growth explains it
     evidence_sigmas: float = 4.0  # a change counts beyond this many standard errors of its trials' spread
+    # ... where a stored baseline's session also differs from this one by about this much (relative s.d.):
+    # early evidence against stored baselines must clear it too (a paired check measures both in one session)
+    session_noise: float = 0.10
     # ... and, behind a failing peak-memory verdict, a slower step ranks the findings beyond this many
     ranking_sigmas: float = 2.0
     tail_ratio: float = 1.5  # p95 / p50 of step times

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.cli import run_cli
+from tests.helpers.packaging import build_distributions
 from tests.helpers.workloads import GATED
 
 
@@ -23,3 +24,9 @@ def _no_job_summary_of_the_runner(monkeypatch):
     """Under GitHub Actions, perfgate appends its reports to `GITHUB_STEP_SUMMARY`: the tests' own runs must
     not write into the job summary of the CI that runs them. A test of the summary sets its own file."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """(sdist, wheel, the copy they were built from) of this checkout, built once a session."""
+    return build_distributions(tmp_path_factory)

@@ -9,6 +9,7 @@ import pytest
 from perfgate.judge.diagnosis import diagnose
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
+from perfgate.project import DiagnosisThresholds
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import SystemSummary, UsageSpread
@@ -385,3 +386,18 @@ def test_workers_cpu_far_beyond_its_noise_is_early_evidence_while_the_step_is_to
     # The same scattered steps with the workers' CPU unchanged: no evidence, no diagnosis.
     quiet = compare_run(scattered(with_workers(noisy, loader_ms=4.0)), baseline, SETTINGS)
     assert quiet.verdicts[0].status == Status.INCONCLUSIVE and diagnose(quiet) == []
+
+
+def test_against_a_stored_baseline_a_part_must_move_beyond_the_sessions_noise_to_be_early_evidence():
+    """A clean run can be slower for a whole session than its stored baseline's session (the suite once saw
+    backward 21.9 -> 26.8 ms a step on unchanged code): early evidence against a stored baseline must clear
+    `session_noise` as well as the trials' spread. Far beyond it (backward 6 -> 12 ms) it still is evidence."""
+    session = scattered(phased_run({**BASE_MS, "backward": 7.7}))  # the step 15% longer, trials alike
+    result = compare_run(session, BASELINE, SETTINGS)
+    assert result.verdicts[0].status == Status.INCONCLUSIVE
+    assert diagnose(result) == []  # within a session's 10% at 4 sigmas: no suspect
+    (d,) = diagnose(result, thresholds=DiagnosisThresholds(session_noise=0.0))  # the trials' spread alone
+    assert d.early and d.suspect == "model compute"
+    doubled = compare_run(scattered(phased_run({**BASE_MS, "backward": 12.0})), BASELINE, SETTINGS)
+    (d,) = diagnose(doubled)
+    assert d.early and d.suspect == "model compute"

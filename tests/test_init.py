@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ import yaml
 from perfgate import scaffold
 from perfgate.project import load_project_config
 from perfgate.references import parse_reference
-from tests.helpers.cli import CliResult, run_cli, run_main
+from tests.helpers.cli import CliResult, run_main
 from tests.helpers.git import git
 from tests.helpers.workloads import ROOT
 
@@ -332,8 +334,30 @@ DECIDE = ("--trials", "3", "--max-trials", "5")
 PASS = ("--trials", "2", "--max-trials", "2", "--threshold", "25%")
 
 
+def installed_wheel(wheel: Path, venv: Path) -> Callable[..., CliResult]:
+    """A fresh virtual environment with the built wheel installed, and `perfgate ARGS` run from it. torch and
+    the other dependencies come from this environment's site-packages (the CPU build; nothing downloaded)."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)]
+    subprocess.run(install, check=True, capture_output=True)
+    where = subprocess.run([python, "-c", "import perfgate; print(perfgate.__file__)"], capture_output=True, text=True)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr  # the wheel, not this checkout
+
+    def perfgate_command(*args: str, cwd: Path, env: dict[str, str] | None = None) -> CliResult:
+        command = [str(venv / "bin" / "perfgate"), *args]
+        done = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+        return CliResult(done.returncode, done.stdout, done.stderr)
+
+    return perfgate_command
+
+
 @pytest.mark.e2e
-def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_passes(tmp_path):
+def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_passes(tmp_path, built):
+    """As a new user: the built wheel in a fresh virtual environment, `perfgate init` in a fresh repository,
+    commit, a planted slowdown committed: the paired check fails; unchanged code passes."""
+    _, wheel, _ = built
+    run_cli = installed_wheel(wheel, tmp_path / "venv")
     repo = make_repo(tmp_path / "repo")
     env = {"TMPDIR": str(tmp_path)}  # the base worktree goes there
     result = run_cli("init", cwd=repo)

@@ -94,12 +94,14 @@ class Movement:
     change_s: float
     noise_s: float | None  # standard error of the change from the trials' spread on both sides; None: unknown
 
-    def beyond_noise(self, sigmas: float) -> bool:
+    def beyond_noise(self, sigmas: float, session_noise: float = 0.0) -> bool:
         """A change beyond `sigmas` standard errors; with the noise unknown (one trial a side), beyond a
-        quarter of the part's time, which run-to-run noise alone does not reach."""
+        quarter of the part's time, which run-to-run noise alone does not reach. `session_noise`: the
+        relative s.d. by which the baseline's session may differ from this one, added to the trials' spread."""
         if self.noise_s is None:
-            return abs(self.change_s) > 0.25 * self.before_s
-        return abs(self.change_s) > sigmas * self.noise_s
+            return abs(self.change_s) > max(0.25, sigmas * session_noise) * self.before_s
+        noise = math.hypot(self.noise_s, session_noise * self.before_s)
+        return abs(self.change_s) > sigmas * noise
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,7 @@ def diagnose(
                 changes=verdict.evidence,
                 threshold=verdict.limits.throughput,
                 machine_ratio=verdict.machine.ratio if verdict.machine is not None else None,
+                session_noise=0.0 if result.run.against is not None else th.session_noise,
             )
             if diagnosis is not None and (diagnosis.early or not open_only):
                 diagnoses.append(diagnosis)
@@ -252,13 +255,15 @@ def diagnose_config(
     changes: Sequence[str] = (),
     threshold: float = 0.05,
     machine_ratio: float | None = None,
+    session_noise: float = 0.0,
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded. `changes` is the
     verdict's evidence of what else changed (the model's numerics, the data pipeline's output).
 
     The findings are ranked by what explains the change: when the step is slower (`slower`: the samples/s
     verdict is a regression; or, early evidence, the step grew past the `threshold`'s worth beyond its
-    trials' noise, with the machine's own speed change, `machine_ratio` from the probe, taken out), the
+    trials' noise (and, against a stored baseline, its session's `session_noise`), with the machine's own
+    speed change, `machine_ratio` from the probe, taken out), the
     part that explains most of the growth leads and memory follows; otherwise memory leads when it is
     what changed. A finding true of the baseline too, or one that explains no slower step, is no suspect."""
     ok = [t for t in current.trials if t.ok and t.step_s]
@@ -279,7 +284,9 @@ def diagnose_config(
     loader_cpu = _loader_cpu(baseline, ok, steps)
     contention = _contention_s(loader_cpu, phases, cores, th.evidence_sigmas, th.data_wait_growth)
     step = _movement(baseline, ok, steps, set(PHASES))
-    early = not slower and _slower_beyond_noise(step, baseline, ok, steps, threshold, machine_ratio, sigmas, contention)
+    early = not slower and _slower_beyond_noise(
+        step, baseline, ok, steps, threshold, machine_ratio, sigmas, contention, session_noise
+    )
     slowdown = slower or early
     contention = contention if slowdown else 0.0
     step_s = [s for t in ok for s in t.step_s]
@@ -346,6 +353,7 @@ def _slower_beyond_noise(
     machine_ratio: float | None,
     sigmas: float,
     contention_s: float = 0.0,
+    session_noise: float = 0.0,
 ) -> bool:
     """Early evidence: the step (its phases together) grew by more than a `threshold` slowdown of samples/s,
     and that growth is carried by a change beyond `sigmas` standard errors of the trials' spread: the whole
@@ -353,19 +361,21 @@ def _slower_beyond_noise(
     phases, or the step time the DataLoader workers' added CPU took, `_contention_s`): a part can move far
     beyond its own noise (data wait 4% -> 56% of the step) while the step as a whole is too noisy to tell.
     Each holds as measured and with the machine's own speed change (the probe's `machine_ratio`) taken out:
-    both must agree, as the samples/s verdicts must. `step`: how the whole step moved (`_movement`)."""
+    both must agree, as the samples/s verdicts must. `step`: how the whole step moved (`_movement`).
+    Against a stored baseline, measured in another session, `session_noise` is added to the trials' spread:
+    a whole session of this run can be 10% slower than the baseline's without any change of the code."""
     if step.before_s <= 0 or threshold >= 1:
         return False
     growth = 1 / (1 - threshold) - 1  # a samples/s slowdown of `threshold` is a step this much longer
     steps_seen = _as_measured_and_adjusted(step, machine_ratio)
     if not all(m.change_s >= growth * m.before_s for m in steps_seen):
         return False
-    if all(m.beyond_noise(sigmas) for m in steps_seen):
+    if all(m.beyond_noise(sigmas, session_noise) for m in steps_seen):
         return True
     needed = growth * step.before_s
     for names in (DATA, COMPUTE):
         part = _as_measured_and_adjusted(_movement(baseline, ok, steps, names), machine_ratio)
-        if all(m.change_s >= needed and m.beyond_noise(sigmas) for m in part):
+        if all(m.change_s >= needed and m.beyond_noise(sigmas, session_noise) for m in part):
             return True
     # The workers' CPU grew 1.5x or more (`_contention_s`): beyond what a slower machine explains.
     return contention_s >= needed
