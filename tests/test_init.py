@@ -341,7 +341,8 @@ def installed_wheel(wheel: Path, venv: Path) -> Callable[..., CliResult]:
     python = str(venv / "bin" / "python")
     install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)]
     subprocess.run(install, check=True, capture_output=True)
-    where = subprocess.run([python, "-c", "import perfgate; print(perfgate.__file__)"], capture_output=True, text=True)
+    probe = [python, "-c", "import perfgate; print(perfgate.__file__)"]
+    where = subprocess.run(probe, cwd=venv, capture_output=True, text=True)  # not this checkout's folder
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr  # the wheel, not this checkout
 
     def perfgate_command(*args: str, cwd: Path, env: dict[str, str] | None = None) -> CliResult:
