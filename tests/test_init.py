@@ -341,13 +341,14 @@ def installed_wheel(wheel: Path, venv: Path) -> Callable[..., CliResult]:
     python = str(venv / "bin" / "python")
     install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)]
     subprocess.run(install, check=True, capture_output=True)
+    fresh = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of this checkout on the path
     probe = [python, "-c", "import perfgate; print(perfgate.__file__)"]
-    where = subprocess.run(probe, cwd=venv, capture_output=True, text=True)  # not this checkout's folder
+    where = subprocess.run(probe, cwd=venv, env=fresh, capture_output=True, text=True)  # not this checkout's folder
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout + where.stderr  # the wheel, not this checkout
 
     def perfgate_command(*args: str, cwd: Path, env: dict[str, str] | None = None) -> CliResult:
         command = [str(venv / "bin" / "perfgate"), *args]
-        done = subprocess.run(command, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=cwd, env={**fresh, **(env or {})}, capture_output=True, text=True)
         return CliResult(done.returncode, done.stdout, done.stderr)
 
     return perfgate_command
