@@ -496,25 +496,19 @@ def run_script(tmp_path: Path, script: str, state: dict, env: dict[str, str]) ->
     return json.loads(state_file.read_text())
 
 
+def write_comment(marker: str, folder: Path) -> None:
+    """`python -m perfgate.action comment`: FOLDER/report.md under MARKER, for pull request 7, as the gate step
+    writes it (comment.md and comment.json in FOLDER)."""
+    command = [sys.executable, "-m", "perfgate.action", "comment", marker, str(folder / "report.md"), str(folder), "7"]
+    subprocess.run(command, check=True, timeout=60)
+
+
 def comment_as_the_action(tmp_path: Path, names: dict[str, str], report: str, state: dict) -> dict:
     """What the gate step writes for the comment (`python -m perfgate.action comment`), then the comment step."""
     folder = tmp_path / names["leg"]
     folder.mkdir(exist_ok=True)
     (folder / "report.md").write_text(report)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "perfgate.action",
-            "comment",
-            names["marker"],
-            str(folder / "report.md"),
-            str(folder),
-            "7",
-        ],
-        check=True,
-        timeout=60,
-    )
+    write_comment(names["marker"], folder)
     env = {"PERFGATE_COMMENT": str(folder / "comment.md"), "PERFGATE_MARKER": names["marker"]}
     return run_script(tmp_path, COMMENT["with"]["script"], state, env)
 
@@ -591,20 +585,7 @@ def test_the_fork_relay_posts_only_what_the_run_measured(tmp_path):
     folder = tmp_path / "made"
     folder.mkdir()
     (folder / "report.md").write_text("### perfgate: pass\n")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "perfgate.action",
-            "comment",
-            names["marker"],
-            str(folder / "report.md"),
-            str(folder),
-            "7",
-        ],
-        check=True,
-        timeout=60,
-    )
+    write_comment(names["marker"], folder)
     made = {file: (folder / file).read_text() for file in ("comment.md", "comment.json")}
     assert json.loads(made["comment.json"]) == {"pull_request": 7, "marker": names["marker"]}
     planted = {"id": 1, "issue": 7, "user": {"login": "mallory"}, "body": made["comment.md"]}

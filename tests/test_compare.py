@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from perfgate.records.results import MicroResult, MicroSection, load_results
+from perfgate.records.results import MicroSection, load_results
 from perfgate.report.markdown import MARKER
 from tests.helpers.cli import run_main
-from tests.helpers.results import results_document, validate_results
+from tests.helpers.results import micro_regression, results_document, validate_results
 
 
 def _files(folder, *, slower=0.8, environment=None):
@@ -78,19 +78,9 @@ MICRO = MicroSection(
     mode="stored baselines (baselines/pytest-benchmark.yaml)",
     paired=False,
     benchmarks=[
-        MicroResult(
-            name="test_micro.py::test_augmentation",
-            status="regression",
-            reason="calls/s -75.0% (0.250x, 95.0% CI 0.200-0.300x, p=1.0e-06): a regression beyond the 5% threshold "
-            "on time per call (calls/s below -4.8%; p < 0.01)",
-            baseline_calls_per_sec=480.0,
-            current_calls_per_sec=120.0,
-            ratio=0.25,
-            ci_low=0.2,
-            ci_high=0.3,
-            p_value=1e-6,
-            machine_ratio=1.01,
-            rounds=57,
+        micro_regression(
+            "calls/s -75.0% (0.250x, 95.0% CI 0.200-0.300x, p=1.0e-06): a regression beyond the 5% threshold "
+            "on time per call (calls/s below -4.8%; p < 0.01)"
         )
     ],
 )

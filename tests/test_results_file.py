@@ -19,7 +19,7 @@ from perfgate.records.results import (
     write_text_atomic,
 )
 from perfgate.records.shapes import PeakMemory
-from tests.helpers.results import validate_results
+from tests.helpers.results import micro_regression, validate_results
 
 
 def _trial(trial: int, samples_per_sec: float) -> TrialResult:
@@ -157,19 +157,7 @@ def _micro() -> MicroSection:
         mode="stored baselines (baselines/pytest-benchmark.yaml)",
         paired=False,
         benchmarks=[
-            MicroResult(
-                name="test_micro.py::test_augmentation",
-                status="regression",
-                reason="calls/s -75.0% (0.250x, ...): a regression beyond the 5% threshold on time per call",
-                baseline_calls_per_sec=480.0,
-                current_calls_per_sec=120.0,
-                ratio=0.25,
-                ci_low=0.2,
-                ci_high=0.3,
-                p_value=1e-6,
-                machine_ratio=1.01,
-                rounds=57,
-            ),
+            micro_regression("calls/s -75.0% (0.250x, ...): a regression beyond the 5% threshold on time per call"),
             MicroResult(name="test_micro.py::test_new", status="no baseline", reason="no baseline", rounds=12),
         ],
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import perfgate
 from perfgate.records.baselines import entry_from_workload
-from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
+from perfgate.records.results import ConfigResult, MicroResult, RunResult, TrialResult, WorkloadResult
 from perfgate.records.shapes import PeakMemory
 
 RESULTS_SCHEMA = Path(perfgate.__file__).parent / "records" / "schema" / "results-v2.schema.json"
@@ -94,3 +94,20 @@ def results_document() -> dict:
     document = json.loads(json.dumps(document))
     validate_results(document)
     return document
+
+
+def micro_regression(reason: str) -> MicroResult:
+    """A pytest-benchmark test measured 4x slower than its baseline (0.250x), as a results file's `micro` keeps it."""
+    return MicroResult(
+        name="test_micro.py::test_augmentation",
+        status="regression",
+        reason=reason,
+        baseline_calls_per_sec=480.0,
+        current_calls_per_sec=120.0,
+        ratio=0.25,
+        ci_low=0.2,
+        ci_high=0.3,
+        p_value=1e-6,
+        machine_ratio=1.01,
+        rounds=57,
+    )
