@@ -26,36 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-PACED = """
-import time
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-import torch
-from torch.nn import functional as F
+from tests.helpers.workloads import paced_source  # noqa: E402  (the workload the bisect test uses, larger)
 
-import perfgate
-
-PAUSE_S = {pause!r}  # waiting, not computing
-
-
-class Points(torch.utils.data.Dataset):
-    def __len__(self):
-        return 256
-
-    def __getitem__(self, index):
-        x = torch.randn(8, generator=torch.Generator().manual_seed(index))
-        return x, x.sum(dim=0, keepdim=True)
-
-
-def loss(model, batch):
-    time.sleep(PAUSE_S)
-    x, y = batch
-    return F.mse_loss(model(x), y)
-
-
-def paced():
-    model = lambda: torch.nn.Linear(8, 1)  # noqa: E731
-    return perfgate.Workload(name="paced", model=model, dataset=Points, loss=loss, batch_size=8, steps=8)
-"""
 PAUSE_S = 0.020
 
 
@@ -78,7 +53,7 @@ def series(folder: Path, commits: int, slower_at: int | None, trials: str) -> tu
     baselines = folder / "baselines"
     for number in range(1, commits + 1):
         pause = PAUSE_S * (1.1 if slower_at is not None and number >= slower_at else 1.0)
-        (repo / "paced.py").write_text(PACED.format(pause=pause))
+        (repo / "paced.py").write_text(paced_source(pause, samples=256, steps=8))
         (repo / "notes.txt").write_text(f"commit {number}\n")
         run(repo, "git", "add", ".")
         run(repo, "git", "-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-q", "-m", f"{number}")

@@ -10,6 +10,7 @@ from perfgate.judge.verdict import compare_run
 from tests.helpers.cli import run_cli, run_main
 from tests.helpers.git import git
 from tests.helpers.results import BASE_MS, BASELINE, phased_run
+from tests.helpers.workloads import paced_source
 
 SETTINGS = GateSettings(trials=3, max_trials=3)
 SAME = compare_run(phased_run(BASE_MS), BASELINE, SETTINGS)
@@ -76,49 +77,17 @@ def test_refs_that_give_no_line_of_commits_are_refused_before_anything_runs(tmp_
     assert unused.stderr == "error: --json does nothing in bisect; drop it; bisect prints each step it measures\n"
 
 
-PACED = """
-import time
-
-import torch
-from torch.nn import functional as F
-
-import perfgate
-
-PAUSE_S = {pause}  # waiting, not computing: a slowdown the machine's neighbours cannot blur
-
-
-class Points(torch.utils.data.Dataset):
-    def __len__(self):
-        return 64
-
-    def __getitem__(self, index):
-        x = torch.randn(8, generator=torch.Generator().manual_seed(index))
-        return x, x.sum(dim=0, keepdim=True)
-
-
-def loss(model, batch):
-    time.sleep(PAUSE_S)
-    x, y = batch
-    return F.mse_loss(model(x), y)
-
-
-def paced():
-    model = lambda: torch.nn.Linear(8, 1)  # noqa: E731
-    return perfgate.Workload(name="paced", model=model, dataset=Points, loss=loss, batch_size=8, steps=4)
-"""
-
-
 @pytest.mark.e2e
 def test_a_real_bisection_in_worktrees_names_the_commit(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     for pause in (0.005, 0.025):  # the second commit pauses five times as long a step
-        (repo / "paced.py").write_text(PACED.format(pause=pause))
+        (repo / "paced.py").write_text(paced_source(pause, samples=64, steps=4))
         git(repo, "add", "paced.py")
         git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", f"pause {pause}")
     bad = git(repo, "rev-parse", "HEAD")
-    (repo / "paced.py").write_text(PACED.format(pause=0.0))  # the working tree is neither side
+    (repo / "paced.py").write_text(paced_source(0.0, samples=64, steps=4))  # the working tree is neither side
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     args = ("--configs", "fp32", "--threads", "1", "--trials", "3", "--max-trials", "3", "--quiet")

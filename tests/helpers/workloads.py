@@ -8,3 +8,42 @@ ROOT = Path(__file__).parent.parent.parent  # the repository
 WORKLOADS = ROOT / "tests" / "workloads"
 TINY_FILE = WORKLOADS / "tiny.py"  # a correct workload, and one function for each way a workload can be wrong
 GATED = f"{WORKLOADS / 'gated.py'}:gated"  # the gate's end-to-end workload, faults planted by PERFGATE_TEST_PLANT
+
+
+PACED = """\
+import time
+
+import torch
+from torch.nn import functional as F
+
+import perfgate
+
+PAUSE_S = {pause!r}  # waiting, not computing: a slowdown the machine's neighbours cannot blur
+
+
+class Points(torch.utils.data.Dataset):
+    def __len__(self):
+        return {samples}
+
+    def __getitem__(self, index):
+        x = torch.randn(8, generator=torch.Generator().manual_seed(index))
+        return x, x.sum(dim=0, keepdim=True)
+
+
+def loss(model, batch):
+    time.sleep(PAUSE_S)
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
+def paced():
+    model = lambda: torch.nn.Linear(8, 1)  # noqa: E731
+    return perfgate.Workload(name="paced", model=model, dataset=Points, loss=loss, batch_size=8, steps={steps})
+"""
+
+
+def paced_source(pause_s: float, *, samples: int, steps: int) -> str:
+    """A workload file, `paced.py:paced`, whose every step sleeps `pause_s`: a linear model on `samples`
+    generated points, batch 8, `steps` timed steps. A commit that changes the pause is a slowdown of a known
+    size, which the machine's neighbours cannot blur (the step waits, it does not compute)."""
+    return PACED.format(pause=pause_s, samples=samples, steps=steps)
