@@ -613,22 +613,24 @@ def command_compare(args: argparse.Namespace) -> int:
     if args.format == "text":
         return _report_gate(result)
     from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import Status
     from perfgate.report.render import render_gate
 
     sys.stdout.write(render_gate(result, args.format, diagnoses=diagnose(result), details=str(args.results[-1])))
-    open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
-    if open_verdicts and result.exit_code == 0:
-        sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
-    return result.exit_code
+    return _warn_open(result)
 
 
 def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int:
     """Print the gate's report and any diagnosis; inconclusive verdicts that pass also get a warning on stderr."""
-    from perfgate.judge.verdict import Status
     from perfgate.report.text import format_gate
 
     sys.stdout.write(format_gate(result, diagnoses))
+    return _warn_open(result)
+
+
+def _warn_open(result: GateResult) -> int:
+    """Warn on stderr of inconclusive verdicts that do not fail the build; the gate's exit code."""
+    from perfgate.judge.verdict import Status
+
     open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
     if open_verdicts and result.exit_code == 0:
         sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
