@@ -57,6 +57,7 @@ def workflow_commands(mode: str, code: int, results: Path, log: Path, no_baselin
     return gate_outcome(mode, code, results, log, no_baseline)[0]
 
 
+PASSED_WITHOUT_BASELINES = command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)")
 # The check stopped before measuring anything: the workload, this machine's fingerprint, the baseline folder.
 MISSING = re.compile(r"no baseline for (\S+) on this machine \((.*)\) in (\S+)/; ")
 
@@ -82,11 +83,9 @@ def gate_outcome(
     if mode == "check" and code == EXIT_NO_BASELINE and not results.is_file() and perfgate_argv and absent:
         warn = no_baseline == "warn"
         for workload, runner, directory in absent:
-            message = f"no baseline for {workload} on this runner ({runner}) in {directory}/"
-            title = f"perfgate: {workload} no baseline"
-            lines.append(command("warning" if warn else "error", title, _policy(message, warn)))
+            lines.append(_no_baseline(workload, f"perfgate: {workload} no baseline", runner, directory, warn))
         if warn:
-            lines.append(command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)"))
+            lines.append(PASSED_WITHOUT_BASELINES)
         return lines, EXIT_OK if warn else code
     if mode == "check" and code in (0, 1, 3) and results.is_file():
         from perfgate.judge.verdict import Status, build_exit_code, fails_build, judge_saved
@@ -103,13 +102,12 @@ def gate_outcome(
         directory = str((run.gate or {}).get("baseline_dir") or "baselines")
         stored = run.against is None  # a paired check's base is measured beside it, never stored
         warn = no_baseline == "warn" and stored
-        missing = "warning" if warn else "error"
         statuses: list[Status] = []
         problems = False
         for workload in judged.workloads:
             if workload.problem and workload.problem_status == Status.NO_BASELINE and stored:
-                message = f"no baseline for {workload.workload} on this runner ({runner}) in {directory}/"
-                lines.append(command(missing, f"perfgate: {workload.workload} no baseline", _policy(message, warn)))
+                title = f"perfgate: {workload.workload} no baseline"
+                lines.append(_no_baseline(workload.workload, title, runner, directory, warn))
                 problems = problems or not warn
             elif workload.problem:
                 lines.append(command("error", f"perfgate: {workload.workload}", workload.problem))
@@ -117,8 +115,7 @@ def gate_outcome(
             for v in workload.configs:
                 title = f"perfgate: {v.workload} {v.config} {v.status.value}"
                 if v.status == Status.NO_BASELINE and stored:
-                    message = f"no baseline for {v.workload} {v.config} on this runner ({runner}) in {directory}/"
-                    lines.append(command(missing, title, _policy(message, warn)))
+                    lines.append(_no_baseline(f"{v.workload} {v.config}", title, runner, directory, warn))
                     if not warn:
                         statuses.append(v.status)
                     continue
@@ -130,15 +127,18 @@ def gate_outcome(
             fail_on_inconclusive = judged.settings.fail_on_inconclusive
             code = build_exit_code(statuses, problems=problems, fail_on_inconclusive=fail_on_inconclusive)
             if code == EXIT_OK:
-                lines.append(command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)"))
+                lines.append(PASSED_WITHOUT_BASELINES)
         return lines, code
     last = next((line for line in reversed(_lines(log)) if line.strip()), f"perfgate {mode} exited {code}")
     return [command("error", f"perfgate {mode} failed (exit {code})", last)], code
 
 
-def _policy(message: str, warn: bool) -> str:
+def _no_baseline(what: str, title: str, runner: str, directory: str, warn: bool) -> str:
+    """The annotation for `what` (a workload, or a workload and config) with no baseline for this runner:
+    a warning under `no-baseline: warn`, else an error; both say how to record baselines in CI."""
     verdict = "not failing the job (no-baseline: warn)" if warn else "failing the job (no-baseline: fail)"
-    return f"{message}, {verdict}; {RECORD_HINT}"
+    message = f"no baseline for {what} on this runner ({runner}) in {directory}/, {verdict}; {RECORD_HINT}"
+    return command("warning" if warn else "error", title, message)
 
 
 def _lines(path: Path) -> list[str]:
