@@ -4,7 +4,8 @@ Real git repositories under the test's temporary folder, real trials in real pro
 check here is two or three pairs of a tiny MLP (one config, one thread); where several tests read the
 same check, a module fixture runs it once. Every check runs with TMPDIR in the test's folder, so the
 base worktree perfgate creates (`perfgate-base-*`) is found, and its removal checked, there. Commands
-that start no trial (errors, report, compare) run in this process, through the CLI's entry point.
+run in this process, through the CLI's entry point (their trials are real processes all the same), but
+for the one check that must run from a virtual environment and those that are sent Ctrl-C.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from perfgate.judge.stats import (
 )
 from perfgate.measure.paired import base_checkout
 from perfgate.project import ProjectConfig
-from tests.helpers.cli import CliResult, run_cli, run_main, start_perfgate
+from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgate
 from tests.helpers.git import git
 from tests.helpers.results import validate_results
 
@@ -334,7 +335,7 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
     tmp = tmp_path / "tmp"
     more = ("--max-trials", "5", "--time-budget", "90", *fork)  # a noisy pair or two may need one more look
-    result = run_cli("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
+    result = run_in_process("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "compared with: paired: the working tree" in result.stdout
     assert ("trials forked from one server a side" in result.stdout) == ("--fork-trials" in fork)
@@ -359,7 +360,7 @@ def a_a(tmp_path_factory):
     # ab_power.py measure that). With two pairs of 28 ms trials, one side can measure a few percent
     # slower in both pairs of one check (CI once saw 0.947x and 0.949x): the threshold here is far above that.
     aa = (*TWO_PAIRS, "--threshold", "25%", "--json", str(results))
-    result = run_cli("check", WORKLOAD, "--against", "HEAD~1", *aa, cwd=repo, env=env, timeout=300)
+    result = run_in_process("check", WORKLOAD, "--against", "HEAD~1", *aa, cwd=repo, env=env)
     return {"repo": repo, "tmp": tmp, "result": result, "results": results, "log": log}
 
 
@@ -396,10 +397,10 @@ def test_stored_baselines_judge_changed_model_numerics_and_report_them_as_eviden
     workload = project / "perf" / "bench.py"
     workload.write_text(bench(), encoding="utf-8")
     one_trial = ("--configs", "fp32", "--threads", "1", "--trials", "1", "--quiet")  # the evidence needs no verdict
-    update = run_cli("update", WORKLOAD, *one_trial, cwd=project)
+    update = run_in_process("update", WORKLOAD, *one_trial, cwd=project)
     assert update.returncode == 0, update.stdout + update.stderr
     workload.write_text(bench(activation="Tanh"), encoding="utf-8")  # the same data, another model
-    check = run_cli("check", WORKLOAD, *one_trial, "--max-trials", "1", cwd=project)
+    check = run_in_process("check", WORKLOAD, *one_trial, "--max-trials", "1", cwd=project)
     assert check.returncode in (0, 1), check.stdout + check.stderr
     assert "compared with: stored baselines" in check.stdout
     assert "the model's numerics changed (first-step losses " in check.stdout

@@ -7,7 +7,7 @@ import pytest
 from perfgate.check.bisect import bisect, format_bisect
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
-from tests.helpers.cli import run_cli, run_main
+from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.git import git
 from tests.helpers.results import BASE_MS, BASELINE, phased_run
 from tests.helpers.workloads import paced_source
@@ -91,7 +91,7 @@ def test_a_real_bisection_in_worktrees_names_the_commit(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     args = ("--configs", "fp32", "--threads", "1", "--trials", "3", "--max-trials", "3", "--quiet")
-    result = run_cli("bisect", "HEAD~1", "HEAD", "paced.py:paced", *args, cwd=repo, env={"TMPDIR": str(tmp)})
+    result = run_in_process("bisect", "HEAD~1", "HEAD", "paced.py:paced", *args, cwd=repo, env={"TMPDIR": str(tmp)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"first bad commit: {bad}\n" in result.stdout
     assert "paced fp32: regression: samples/s -" in result.stdout

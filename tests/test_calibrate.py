@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.check.calibrate import detectable_slowdown
 from perfgate.judge.settings import GateSettings
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import TINY_FILE
 
@@ -19,7 +19,7 @@ TINY = f"{TINY_FILE}:tiny"
 @pytest.mark.e2e
 def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_path):
     results = tmp_path / "planted.json"
-    result = run_cli(
+    result = run_in_process(
         "calibrate", TINY, "--pairs", "2", "--trials", "2", "--max-trials", "2", "--time-budget", "40",
         "--slowdown", "90%", "--json", str(results), "--quiet", cwd=tmp_path,
     )  # fmt: skip

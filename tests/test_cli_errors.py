@@ -1,15 +1,16 @@
 """Every bad input ends in one clear line on stderr, exit code 2, and no traceback.
 
-Errors found before any trial starts are checked in this process, through the CLI's entry point
-(`perfgate.cli.main`, in the test's temporary folder); those only a trial can find run `python -m perfgate`
-in a real subprocess, and the installed `perfgate` command is checked end to end once.
+Every error is checked in this process, through the CLI's entry point (`perfgate.cli.main`, in the test's
+temporary folder): those only a trial can find start real trial processes from there, as `python -m perfgate`
+would (each trial is its own process either way; this one has torch imported already). The installed
+`perfgate` command is checked end to end once.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers.cli import console_script, run_cli, run_console_script, run_main
+from tests.helpers.cli import console_script, run_console_script, run_main
 from tests.helpers.workloads import TINY_FILE as TINY
 
 
@@ -154,58 +155,58 @@ def test_the_installed_command_prints_one_line_errors_and_exits_2(tmp_path):
     assert_one_line_error(result, "file nowhere/workloads.py not found", "check the path")
 
 
-# -- found by a trial: `python -m perfgate` in a subprocess, real trial processes --------------------------
+# -- found by a trial: real trial processes, started from this process ----------------------------------
 
 
 @pytest.mark.e2e
-def test_model_factory_that_raises():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:model_raises")
+def test_model_factory_that_raises(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:model_raises")
     assert_one_line_error(result, "model() raised RuntimeError: weights file missing", "workload 'tiny', config fp32")
 
 
 @pytest.mark.e2e
-def test_loss_that_raises():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
+def test_loss_that_raises(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
     assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss")
 
 
 @pytest.mark.e2e
-def test_nan_loss_fails_the_config_with_the_step():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:nan_loss")
+def test_nan_loss_fails_the_config_with_the_step(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:nan_loss")
     assert result.returncode == 4  # a config failure (bf16 may overflow where fp32 does not): nothing measured
     assert "fp32 failed: loss is nan at step 0; the workload must train with a finite loss" in result.stdout
     assert result.stderr == "error: no trial produced a measurement; see the failures above\n"
 
 
 @pytest.mark.e2e
-def test_loss_that_is_not_a_scalar():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:vector_loss")
+def test_loss_that_is_not_a_scalar(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:vector_loss")
     assert_one_line_error(result, "returned a tensor of shape (8, 1) at step 0, not a scalar", ".mean()")
 
 
 @pytest.mark.e2e
-def test_loss_that_is_not_a_tensor():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:loss_not_tensor")
+def test_loss_that_is_not_a_tensor(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:loss_not_tensor")
     assert_one_line_error(result, "loss(model, batch) returned float at step 0, not a tensor")
 
 
 @pytest.mark.e2e
-def test_dataset_shorter_than_the_slice():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:short_dataset")
+def test_dataset_shorter_than_the_slice(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:short_dataset")
     assert_one_line_error(
         result, "dataset has 10 samples but the slice needs 40", "(warmup_steps 1 + steps 4) x batch_size 8"
     )
 
 
 @pytest.mark.e2e
-def test_iterable_dataset_is_refused():
-    result = run_cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:iterable_dataset")
+def test_iterable_dataset_is_refused(cli):
+    result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:iterable_dataset")
     assert_one_line_error(result, "which has no len(); return a map-style torch Dataset")
 
 
 @pytest.mark.e2e
-def test_debug_shows_the_traceback():
-    result = run_cli("--debug", "run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
+def test_debug_shows_the_traceback(cli):
+    result = cli("--debug", "run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
     assert result.returncode == 2
     assert "Traceback" in result.stderr
     assert "shape mismatch in my loss" in result.stderr

@@ -8,7 +8,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.helpers.cli import run_cli, run_main
+from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.git import git
 from tests.helpers.results import results_document, validate_results
 from tests.helpers.workloads import GATED, WORKLOADS
@@ -40,7 +40,7 @@ def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_pat
     markdown = tmp_path / "report.md"
     two_trials = ("--trials", "2", "--max-trials", "2")  # a pass needs no more: any verdict but regression does
     outputs = ("--json", str(results), "--markdown", str(markdown))
-    result = run_cli(*CHECK, *two_trials, "--alpha", "0.001", *outputs, cwd=gated_project)
+    result = run_in_process(*CHECK, *two_trials, "--alpha", "0.001", *outputs, cwd=gated_project)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate: gated  (baseline measured " in result.stdout
     assert "REGRESSION" not in result.stdout
@@ -82,7 +82,7 @@ ONE_TRIAL = ("check", GATED, "--configs", "fp32", "--trials", "1", "--max-trials
 
 @pytest.mark.e2e
 def test_check_fails_when_peak_memory_grows(gated_project):
-    result = run_cli(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "memory"})
+    result = run_in_process(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "memory"})
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 regression (gated fp32)" in result.stdout
     assert "tolerance 5%, p=" in result.stdout and "): a memory regression" in result.stdout
@@ -90,7 +90,7 @@ def test_check_fails_when_peak_memory_grows(gated_project):
 
 @pytest.mark.e2e
 def test_a_changed_data_slice_is_judged_with_the_change_as_evidence(gated_project):
-    result = run_cli(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "data"})
+    result = run_in_process(*ONE_TRIAL, cwd=gated_project, env={"PERFGATE_TEST_PLANT": "data"})
     assert result.returncode in (0, 1), result.stdout + result.stderr
     assert "not comparable" not in result.stdout
     assert "the data pipeline's output changed (data-slice checksum " in result.stdout
@@ -106,7 +106,7 @@ def test_a_missing_baseline_exits_3_naming_the_differing_fields(gated_project, t
     entry["fingerprint"]["threads"] = 64
     document["machines"] = {"another machine": entry}
     (other / "gated.yaml").write_text(yaml.safe_dump(document))
-    result = run_cli(*CHECK, "--baseline-dir", str(other), cwd=gated_project)
+    result = run_in_process(*CHECK, "--baseline-dir", str(other), cwd=gated_project)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "no baseline for gated on this machine" in result.stdout
     assert "differs in threads 64 (this machine: " in result.stdout
@@ -141,7 +141,7 @@ def test_update_refuses_a_dirty_working_tree_unless_allowed(tmp_path, monkeypatc
     ).replace("commit them or stash them", "commit or stash them")
     git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "work")
     (tmp_path / "baselines").mkdir()
-    result = run_cli(
+    result = run_in_process(
         "update", "work.py:tiny", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
@@ -182,14 +182,16 @@ def test_compare_of_two_results_files_judges_the_second_against_the_first(tmp_pa
 @pytest.mark.e2e
 def test_a_config_that_ran_before_and_now_fails_fails_the_check(tmp_path):
     oom = f"{WORKLOADS / 'tiny.py'}:oom_under_autocast"
-    result = run_cli("update", oom, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
+    result = run_in_process(
+        "update", oom, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     path = tmp_path / "baselines" / "oom.yaml"
     document = yaml.safe_load(path.read_text())
     (entry,) = document["machines"].values()
     entry["configs"]["bf16"] = entry["configs"]["fp32"]  # as if bf16 had fit in memory when the baseline was taken
     path.write_text(yaml.safe_dump(document))
-    result = run_cli(
+    result = run_in_process(
         "check",
         oom,
         "--configs",

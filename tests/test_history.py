@@ -12,7 +12,7 @@ import pytest
 
 from perfgate.records.history import HistoryStore
 from perfgate.report.history import format_history, series_of
-from tests.helpers.cli import run_cli, run_main
+from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.history import recorded
 from tests.helpers.workloads import GATED
 
@@ -131,7 +131,7 @@ def test_a_bad_history_setting_is_one_line_before_anything_runs(tmp_path, monkey
 def test_check_record_appends_a_run_that_history_reads(gated_project, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "history"
     one_trial = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
-    result = run_cli("check", GATED, *one_trial, "--record", "--history-dir", str(folder), cwd=gated_project)
+    result = run_in_process("check", GATED, *one_trial, "--record", "--history-dir", str(folder), cwd=gated_project)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     (path,) = folder.iterdir()
     assert f"recorded in the history: {path}\n" in result.stdout

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import TINY_FILE as TINY
 from tests.helpers.workloads import WORKLOADS
@@ -18,9 +18,9 @@ CONFIGS = ("fp32", "bf16", "bf16-compile")
 
 
 def run_json(tmp_path, *args, **kwargs):
-    """`perfgate run ARGS --json`, returning the CLI result and the parsed results file."""
+    """`perfgate run ARGS --json` in `tmp_path`, returning the CLI result and the parsed results file."""
     out = tmp_path / "results.json"
-    result = run_cli("run", *args, "--json", str(out), **kwargs)
+    result = run_in_process("run", *args, "--json", str(out), cwd=tmp_path, **kwargs)
     assert result.returncode == 0, result.stderr
     return result, json.loads(out.read_text())
 
@@ -123,7 +123,7 @@ def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
     (package / "workloads.py").write_text(
         f"import sys\nsys.path.insert(0, {str(WORKLOADS)!r})\nfrom tiny import tiny as small\n"
     )
-    result = run_cli(
+    result = run_in_process(
         "run", "perf.workloads:small", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
@@ -132,7 +132,7 @@ def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
 
 def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):
     (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nworkloads = ["{TINY.as_posix()}:tiny"]\n')
-    result = run_cli("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
+    result = run_in_process("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("tiny  (")
 

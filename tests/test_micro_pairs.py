@@ -18,6 +18,7 @@ import pytest
 from perfgate.check.micro import INNER_SESSION_ENV, decide_pairs, pair_sides
 from perfgate.judge.verdict import Status
 from perfgate.records.micro import MicroBenchmark
+from tests.helpers.cli import UNUSED_PYTEST_PLUGINS
 from tests.helpers.git import git
 
 # -- the decision, on made-up sessions -----------------------------------------------------------------
@@ -137,6 +138,7 @@ def make_repo(path, pairs):
 
 def run_pytest(path, *args, env=None):
     full_env = {k: v for k, v in os.environ.items() if k != INNER_SESSION_ENV}
+    full_env["PYTEST_ADDOPTS"] = UNUSED_PYTEST_PLUGINS  # for the paired sessions too: they inherit it
     full_env.update(env or {})
     process = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],

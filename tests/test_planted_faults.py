@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.workloads import WORKLOADS
 
 pytestmark = pytest.mark.e2e  # every test here runs real trials of the built-in workloads
@@ -24,7 +24,7 @@ ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threa
 def builtin_baselines(tmp_path_factory):
     """A project folder whose baselines/ holds lm and vision (builtin_plants.py, no plant) measured here."""
     folder = tmp_path_factory.mktemp("builtins")
-    result = run_cli(
+    result = run_in_process(
         "update", LM, VISION, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -32,7 +32,7 @@ def builtin_baselines(tmp_path_factory):
 
 
 def check(folder, plant, *args):
-    result = run_cli("check", *ONE_TRIAL, *args, cwd=folder, env={"PERFGATE_TEST_PLANT": plant})
+    result = run_in_process("check", *ONE_TRIAL, *args, cwd=folder, env={"PERFGATE_TEST_PLANT": plant})
     assert result.returncode in (0, 1), result.stdout + result.stderr
     return result
 

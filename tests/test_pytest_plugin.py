@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from perfgate.report.markdown import MARKER
-from tests.helpers.cli import run_main
+from tests.helpers.cli import UNUSED_PYTEST_PLUGINS, run_main
 from tests.helpers.git import git
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import WORKLOADS
@@ -65,6 +66,14 @@ def no_job_summary(monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
+@pytest.fixture
+def pytester(pytester, monkeypatch):
+    """pytester, its pytest sessions (and the paired sessions they start) without the unused plugins. Set
+    after pytester's own setup, which clears PYTEST_ADDOPTS."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", UNUSED_PYTEST_PLUGINS)
+    return pytester
+
+
 def make_project(path):
     for name in ("gated.py", "tiny.py"):
         shutil.copy(WORKLOADS / name, path / name)
@@ -98,6 +107,7 @@ def measured(tmp_path_factory, gated_project):
             "test_fixture_style and not built",
         ],
         cwd=folder,
+        env={**os.environ, "PYTEST_ADDOPTS": UNUSED_PYTEST_PLUGINS},
         capture_output=True,
         text=True,
         timeout=600,

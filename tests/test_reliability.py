@@ -22,7 +22,7 @@ from perfgate.records.baselines import BaselineError, BaselineStore, parse_basel
 from perfgate.records.locking import LockTimeout, locked_folder
 from perfgate.records.results import parse_results
 from tests.helpers.baselines import store_entry
-from tests.helpers.cli import run_cli, run_main, start_perfgate
+from tests.helpers.cli import run_in_process, run_main, start_perfgate
 from tests.helpers.git import git
 from tests.helpers.results import results_document
 from tests.helpers.workloads import ROOT, TINY_FILE
@@ -160,7 +160,9 @@ def test_a_trial_that_crashes_or_is_killed_is_failed_with_the_reason(tmp_path):
     """os._exit, a segfault, and the out-of-memory killer's SIGKILL: each trial fails with its reason, the
     run goes on to the next workload, and with nothing measured the run exits 4."""
     crashes = [f"{TINY_FILE}:{name}" for name in ("crashes", "segfaults", "killed")]
-    result = run_cli("run", *crashes, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path)
+    result = run_in_process(
+        "run", *crashes, "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=tmp_path
+    )
     assert result.returncode == 4, result.stdout + result.stderr
     assert "trial process exited with code 3 without a result" in result.stdout
     assert "trial process was killed by SIGSEGV; last output:" in result.stdout
@@ -198,7 +200,7 @@ def test_update_runs_in_a_shallow_clone_on_a_detached_head(repo, tmp_path):
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     git(clone, "checkout", "-q", "--detach")
-    result = run_cli(
+    result = run_in_process(
         "update", f"{TINY_FILE}:tiny", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=clone
     )
     assert result.returncode == 0, result.stdout + result.stderr
