@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perfgate.errors import PerfgateError, UsageError, WorkloadError, WorkloadReferenceError
 from perfgate.variants import CONFIG_NAMES, Config
-from perfgate.workload import Workload
+from perfgate.workload import Workload, world_size
 
 __version__ = "0.1.0"
 
@@ -17,4 +17,5 @@ __all__ = [
     "WorkloadError",
     "WorkloadReferenceError",
     "__version__",
+    "world_size",
 ]

@@ -79,6 +79,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available, else cpu"
     )
     add_to_argparse(group, options.THREADS, CLI)
+    add_to_argparse(group, options.NPROC, CLI)
     group.add_argument(
         "--timeout",
         type=_positive_float,
@@ -375,6 +376,7 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
     from perfgate.measure.device import select_device
     from perfgate.measure.environment import default_threads
     from perfgate.measure.lab import RunSettings
+    from perfgate.project import load_project_config
     from perfgate.records.results import check_writable
     from perfgate.references import resolve_references
 
@@ -383,13 +385,16 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
         check_writable(args.json, "--json")
     references = resolve_references(args.workloads)
     device = select_device(args.device)
+    nproc = args.nproc or load_project_config().nproc
+    paired = getattr(args, "against", None) is not None
     settings = RunSettings(
         configs=configs,
         trials=args.trials,
         device=device.type,
-        threads=args.threads or default_threads(device.type, paired=getattr(args, "against", None) is not None),
+        threads=args.threads or default_threads(device.type, paired=paired, nproc=nproc or 1),
         timeout_s=args.timeout,
         profile_dir=args.profile_dir if args.profile else None,
+        nproc=nproc,
     )
     return references, settings
 

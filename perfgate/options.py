@@ -65,6 +65,13 @@ MAX_TRIALS = Option(
     parse_count,
 )
 THREADS = Option("threads", "torch threads per trial (default: the CPUs available)", "N", parse_count)
+NPROC = Option(
+    "nproc",
+    "run each trial as an N-rank data-parallel job under torchrun: DistributedDataParallel, gloo on the CPU, "
+    "NCCL on CUDA with one device per rank (default: [tool.perfgate] nproc, else 1; a Workload's nproc wins)",
+    "N",
+    parse_count,
+)
 BASELINE_DIR = Option(
     "baseline-dir", f"where the baseline YAML files live (default: {DEFAULT_BASELINE_DIR}/)", "DIR", _path
 )

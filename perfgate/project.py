@@ -7,6 +7,7 @@ threshold = "5%"            # throughput regression threshold
 memory_threshold = "5%"     # peak-memory tolerance
 alpha = 0.01                # significance level of a check
 max_trials = 8              # power-aware checks stop adding trials here
+nproc = 2                   # ranks per trial: data-parallel under torchrun (a Workload's own nproc wins)
 benchmark_noise = "10%"     # pytest-benchmark tests: how much a session's speed varies from session to session
 
 [tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
@@ -38,6 +39,7 @@ KEYS = (
     "memory_threshold",
     "alpha",
     "max_trials",
+    "nproc",
     "thresholds",
     "benchmark_noise",
     "diagnosis",
@@ -67,6 +69,8 @@ class DiagnosisThresholds:
     gpu_low_percent: float = 70.0  # p95 of GPU utilisation (SageMaker Debugger's LowGPUUtilization)
     gpu_idle_percent: float = 10.0  # mean GPU utilisation ...
     cpu_busy_percent: float = 90.0  # ... while the busiest core is this busy (SageMaker Debugger's CPUBottleneck)
+    comm_growth: float = 0.05  # data-parallel: the gradient all-reduce's time in flight grew by this share of the step
+    imbalance_growth: float = 0.05  # ... one rank's lead over the others (outside the all-reduce) grew by this share
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class ProjectConfig:
     memory_threshold: float | None = None
     alpha: float | None = None
     max_trials: int | None = None
+    nproc: int | None = None  # ranks per trial (data-parallel); None: one process, or the workload's own
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     benchmark_noise: float | None = None
     diagnosis: dict[str, float] = field(default_factory=dict)  # DiagnosisThresholds' names
@@ -199,6 +204,9 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
     max_trials = section.get("max_trials")
     if max_trials is not None and (isinstance(max_trials, bool) or not isinstance(max_trials, int) or max_trials < 1):
         raise UsageError(f"max_trials must be a whole number of at least 1, got {max_trials!r}", where=source)
+    nproc = section.get("nproc")
+    if nproc is not None and (isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1):
+        raise UsageError(f"nproc must be a whole number of at least 1, got {nproc!r}", where=source)
     thresholds: dict[str, dict[str, float]] = {}
     raw_thresholds = section.get("thresholds", {})
     if not isinstance(raw_thresholds, dict):
@@ -225,6 +233,7 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         memory_threshold=_optional_fraction(section, "memory_threshold", source),
         alpha=alpha,
         max_trials=max_trials,
+        nproc=nproc,
         thresholds=thresholds,
         benchmark_noise=_optional_fraction(section, "benchmark_noise", source),
         diagnosis=_diagnosis(section.get("diagnosis", {}), f"{source} diagnosis"),

@@ -64,6 +64,7 @@ PLUGIN_OPTIONS = (
     options.TRIALS,
     options.MAX_TRIALS,
     options.THREADS,
+    options.NPROC,
     options.BASELINE_DIR,
     options.THRESHOLD,
     options.ALPHA,
@@ -97,6 +98,7 @@ class PluginSettings:
     trials: int
     max_trials: int | None
     threads: int | None
+    nproc: int | None
     baseline_dir: Path
     threshold: float | None
     alpha: float | None
@@ -112,11 +114,13 @@ class PluginSettings:
         from perfgate.measure.lab import RunSettings
 
         device = select_device("auto").type
+        nproc = self.nproc or self.project.nproc
         return RunSettings(
             configs=tuple(configs or self.configs),
             trials=self.trials,
             device=device,
-            threads=self.threads or default_threads(device, paired=self.against is not None),
+            threads=self.threads or default_threads(device, paired=self.against is not None, nproc=nproc or 1),
+            nproc=nproc,
         )
 
     def gate_settings(self) -> GateSettings:
@@ -208,6 +212,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
         trials=trials or (DEFAULT_UPDATE_TRIALS if mode == "update" else DEFAULT_TRIALS),
         max_trials=parsed(options.MAX_TRIALS),
         threads=parsed(options.THREADS),
+        nproc=parsed(options.NPROC),
         baseline_dir=parsed(options.BASELINE_DIR) or DEFAULT_BASELINE_DIR,
         threshold=parsed(options.THRESHOLD),
         alpha=parsed(options.ALPHA),

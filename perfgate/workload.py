@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
 RESERVED_LOADER_KEYS = frozenset(
     {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "generator", "dataset"}
 )
+
+
+def world_size() -> int:
+    """How many ranks the data-parallel trial this process runs in has (`--nproc`; 1 outside one), from the
+    environment torchrun sets. Each rank reads `steps x batch_size` samples of its own: size a dataset with it."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,11 @@ class Workload:
         steps: Timed steps per trial.
         warmup_steps: Untimed steps before timing starts (compilation happens here).
         seed: Seeds the model initialisation and picks the data slice.
+        nproc: Ranks of a data-parallel trial (torchrun, one process per rank); None: the run's `--nproc`
+            (or `[tool.perfgate] nproc`), else one process. `batch_size` is per rank.
+        wrap: `wrap(model)` returns the model the ranks train, in place of perfgate's
+            `DistributedDataParallel(model)`: FSDP, or DDP with your own settings. Called in a data-parallel
+            trial only, with the process group initialised and the model on the rank's device.
     """
 
     name: str
@@ -46,6 +61,8 @@ class Workload:
     steps: int = 20
     warmup_steps: int = 3
     seed: int = 0
+    nproc: int | None = None
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
@@ -74,6 +91,16 @@ class Workload:
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise WorkloadError(f"{attr} must be an integer >= {minimum}, got {value!r}", where=where)
+        if self.nproc is not None and (
+            isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1
+        ):
+            raise WorkloadError(f"nproc must be an integer >= 1 or None, got {self.nproc!r}", where=where)
+        if self.wrap is not None and not callable(self.wrap):
+            raise WorkloadError(
+                "wrap must be a callable taking the model and returning the module to train",
+                where=where,
+                hint="for example wrap=lambda model: DistributedDataParallel(model, bucket_cap_mb=10)",
+            )
         if not isinstance(self.loader, Mapping):
             raise WorkloadError(
                 f"loader must be a dict of DataLoader arguments, got {type(self.loader).__name__}",

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfgate.workload import Workload
+from perfgate.workload import Workload, world_size
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ def transformer_lm(size: str = "small") -> Workload:
     return Workload(
         name=f"lm-{size}",
         model=lambda: TinyGPT(spec),
-        dataset=lambda: TokenSequences(spec.vocab, spec.seq_len, spec.sequences),
+        # every rank of a data-parallel trial reads a slice of its own
+        dataset=lambda: TokenSequences(spec.vocab, spec.seq_len, spec.sequences * world_size()),
         loss=next_token_loss,
         batch_size=spec.batch_size,
         optimizer=lambda params: torch.optim.AdamW(params, lr=3e-4),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from perfgate._bytes import tensor_bytes
-from perfgate.workload import Workload
+from perfgate.workload import Workload, world_size
 
 CLASSES = 10
 # Per-channel statistics of the generated images, used to normalise them.
@@ -130,7 +130,8 @@ def image_classifier(size: str = "small") -> Workload:
     return Workload(
         name=f"vision-{size}",
         model=lambda: SmallConvNet(spec.width),
-        dataset=lambda: EncodedImages(spec),
+        # every rank of a data-parallel trial reads a slice of its own
+        dataset=lambda: EncodedImages(replace(spec, samples=spec.samples * world_size())),
         loss=classification_loss,
         batch_size=spec.batch_size,
         optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),

@@ -22,6 +22,11 @@ the change in step time. The rules read the same figures:
 - accelerator utilisation (CUDA, with nvidia-ml-py), from the system sampler during the timed steps,
   with SageMaker Debugger's published defaults: GPU utilisation p95 under gpu_low_percent (low utilisation),
   or GPU under gpu_idle_percent on average while the busiest CPU core is over cpu_busy_percent (a CPU bottleneck);
+- data-parallel trials (`--nproc`), from each rank's phases and its timed all-reduce (`_ranks`):
+  communication (the all-reduce's time in flight grew, comm_growth of the step: backward's longer wait
+  for it counts for communication, not the model), load imbalance (one rank's lead over the others grew,
+  imbalance_growth of the step, carried by one phase: the rank and the phase are named) and straggler (the
+  same lead spread over the phases);
 - numerics: a config that failed with a NaN or infinite loss;
 - operators (with `--profile`): the operators whose self time per step grew most against the
   baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
@@ -47,7 +52,7 @@ from typing import Any
 from perfgate.formatting import format_bytes
 from perfgate.judge.verdict import GateResult, Status
 from perfgate.project import DiagnosisThresholds
-from perfgate.records.baselines import BaselineEntry, ConfigEntry
+from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
 from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
 from perfgate.records.shapes import Profile
 from perfgate.records.summary import PHASES, operator_self_s, percentile
@@ -72,6 +77,7 @@ class Finding:
     line: str
     evidence: tuple[str, ...] = ()
     standing: bool = False  # true of the baseline as well: worth knowing, but it explains no change
+    explains: float | None = None  # the share of the slower step it explains, where not by phases (the ranks' rules)
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,7 @@ class Diagnosis:
     early: bool = False  # the step is slower beyond its noise while the samples/s verdict is still open
     loader_cpu: Movement | None = None  # the DataLoader workers' CPU seconds per step; None: not measured
     contention_s: float = 0.0  # step time the workers' added CPU took from the training step (`_contention_s`)
+    comm_s: float = 0.0  # step time backward's longer wait for the gradient all-reduce added (`_ranks`)
 
     def to_dict(self) -> dict[str, Any]:
         """The diagnosis as data (`perfgate report --format json`): times in seconds per step."""
@@ -169,10 +176,13 @@ class Diagnosis:
     def suspect_share(self) -> float | None:
         """How much of the slower step the suspect explains (its phases' share of the growth); None when it
         is not a phase's suspect (memory, numerics, ...) or the step did not grow."""
+        lead = next((f for f in self.findings if f.suspect == self.suspect), None)
+        if lead is not None and lead.explains is not None:
+            return lead.explains if lead.explains > 0 else None
         names = {"data pipeline": DATA, "model compute": COMPUTE, "framework overhead": COMPUTE}.get(self.suspect or "")
         if names is None:
             return None
-        share = _explained(self.phases, names, self.contention_s)
+        share = _explained(self.phases, names, self.contention_s + self.comm_s)
         return share if share > 0 else None
 
     @property
@@ -293,18 +303,22 @@ def diagnose_config(
     profile = measured.profiles.get(config)
     grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
     pipeline = _Pipeline(measured.settings, base_settings, cores, loader_cpu, contention)
+    ranks = _ranks(baseline, ok, steps, step, slowdown, th, session_noise)
     findings = [
+        *ranks.findings,
         *_data_pipeline(phases, step_s, pipeline, slowdown, th, changes),
-        *_model_compute(phases, slowdown, th, changes, grown, contention),
+        *_model_compute(phases, slowdown, th, changes, grown, contention + ranks.waited_s),
         *_tail_latency(step_s, baseline, slowdown, th),
         *_memory(ok, baseline, memory_regressed, th),
         *_framework(ok, baseline, th, step),
         *_utilisation(ok, th),
         *_operators(baseline, profile),
     ]
-    findings.sort(key=lambda f: _strength(f, phases, slowdown, contention), reverse=True)
+    findings.sort(key=lambda f: _strength(f, phases, slowdown, contention + ranks.waited_s), reverse=True)
     compile_s = _compile_times(ok, baseline)
-    return Diagnosis(workload, config, phases, tuple(findings), compile_s, early, loader_cpu, contention)
+    return Diagnosis(
+        workload, config, phases, tuple(findings), compile_s, early, loader_cpu, contention, ranks.waited_s
+    )
 
 
 def _movement(
@@ -318,6 +332,148 @@ def _movement(
     )
     now = [sum(statistics.fmean(t.phases_s[p]) for p in names if t.phases_s.get(p)) for t in ok]
     return _moved(before, now)
+
+
+@dataclass(frozen=True)
+class _RankFindings:
+    findings: list[Finding]
+    waited_s: float = 0.0  # per step: how much longer backward waited for the all-reduce (not the model's compute)
+
+
+def _rank_steps(ranks: Sequence[Mapping[str, float]], steps: int) -> list[dict[str, float]]:
+    """A trial's ranks as seconds per step, with `busy`: the step outside backward's wait for the all-reduce."""
+    out = []
+    for rank in ranks:
+        per_step = {k: v / steps for k, v in rank.items()}
+        per_step["busy"] = per_step.get("step", 0.0) - per_step.get("comm_exposed", 0.0)
+        per_step["backward"] = per_step.get("backward", 0.0) - per_step.get("comm_exposed", 0.0)
+        out.append(per_step)
+    return out
+
+
+def _lead(ranks: Sequence[Mapping[str, float]], late: int, key: str) -> float:
+    """How far rank `late` is ahead of the others' median in `key` (its time per step)."""
+    others = [r.get(key, 0.0) for i, r in enumerate(ranks) if i != late]
+    return ranks[late].get(key, 0.0) - statistics.median(others)
+
+
+def _ranks(
+    baseline: ConfigEntry | None,
+    ok: Sequence[TrialResult],
+    steps: int | None,
+    step: Movement,
+    slowdown: bool,
+    th: Thresholds,
+    session_noise: float,
+) -> _RankFindings:
+    """The data-parallel rules, from each rank's phases and the timed all-reduce against the baseline's ranks:
+
+    - communication: the all-reduce's time in flight grew (on the rank that waited least: the transfer itself,
+      not a wait for a late rank) by comm_growth of the step and beyond its noise: a larger gradient, smaller
+      buckets, `find_unused_parameters=True`;
+    - load imbalance: one rank's lead over the others outside the all-reduce grew (imbalance_growth of the step,
+      beyond noise), carried by one phase (`explains` of the lead or more): the rank and the phase are named;
+    - straggler: the same lead, in no one phase: the rank is slow as a whole, and the others wait for it.
+    """
+    if baseline is None or not steps:
+        return _RankFindings([])
+    before = [_rank_steps(t.ranks, steps) for t in baseline.trials if t.ranks]
+    now = [_rank_steps([rank_totals(r) for r in t.distributed.ranks], len(t.step_s)) for t in ok if t.distributed]
+    if not before or not now or len(before[0]) != len(now[0]):
+        return _RankFindings([])
+    findings: list[Finding] = []
+    waited = 0.0
+    growth = step.change_s if slowdown and step.change_s > 0 else 0.0
+    timed = all("comm" in r for trial in before + now for r in trial)
+    if timed:
+        flight = _moved([min(r["comm"] for r in t) for t in before], [min(r["comm"] for r in t) for t in now])
+        exposed = _moved(
+            [min(r["comm_exposed"] for r in t) for t in before], [min(r["comm_exposed"] for r in t) for t in now]
+        )
+        if flight.change_s > th.comm_growth * step.before_s and flight.beyond_noise(th.evidence_sigmas, session_noise):
+            waited = max(0.0, exposed.change_s)
+            carried = [statistics.fmean(t[0].get("comm_bytes", 0.0) for t in side) / 2**20 for side in (before, now)]
+            carried_text = (
+                (f"the gradient all-reduced: {carried[0]:.1f} -> {carried[1]:.1f} MiB a step",) if all(carried) else ()
+            )
+            explains = min(1.0, waited / growth) if growth else None
+            share = f"; explains {explains:.0%} of the slower step" if explains else ""
+            base_step, now_step = step.before_s, step.before_s + step.change_s
+            findings.append(
+                Finding(
+                    "communication",
+                    f"communication: the gradient all-reduce is in flight {1000 * flight.before_s:.1f} -> "
+                    f"{1000 * (flight.before_s + flight.change_s):.1f} ms a step "
+                    f"({flight.before_s / base_step:.0%} -> {(flight.before_s + flight.change_s) / now_step:.0%} "
+                    f"of the step){share}",
+                    (
+                        *carried_text,
+                        f"backward waits for it after its last bucket: {1000 * exposed.before_s:.1f} -> "
+                        f"{1000 * (exposed.before_s + exposed.change_s):.1f} ms a step",
+                        "look at what grew the gradients or split them: parameters added, find_unused_parameters=True, "
+                        "a smaller bucket_cap_mb, a changed gradient dtype",
+                    ),
+                    explains=explains,
+                )
+            )
+    busy_now = [statistics.fmean(t[i]["busy"] for t in now) for i in range(len(now[0]))]
+    late = max(range(len(busy_now)), key=busy_now.__getitem__)
+    base_late = [max(range(len(t)), key=lambda i, t=t: t[i]["busy"]) for t in before]  # type: ignore[misc]
+    lead = _moved(
+        [_lead(t, i, "busy") for t, i in zip(before, base_late, strict=True)], [_lead(t, late, "busy") for t in now]
+    )
+    if lead.change_s > th.imbalance_growth * step.before_s and lead.beyond_noise(th.evidence_sigmas, session_noise):
+        phase_leads = {
+            p: statistics.fmean(_lead(t, late, p) for t in now)
+            - statistics.fmean(_lead(t, i, p) for t, i in zip(before, base_late, strict=True))
+            for p in PHASES
+        }
+        carrying = max(phase_leads, key=phase_leads.__getitem__)
+        others_wait = (
+            statistics.fmean(statistics.fmean(r["comm_exposed"] for j, r in enumerate(t) if j != late) for t in now)
+            if timed
+            else None
+        )
+        wait_text = (
+            "" if others_wait is None else f"; the others wait {1000 * others_wait:.1f} ms a step in the all-reduce"
+        )
+        explains = min(1.0, lead.change_s / growth) if growth else None
+        share = f"; explains {explains:.0%} of the slower step" if explains else ""
+        per_phase = ", ".join(
+            f"{PHASE_NAMES.get(p, p)} {1000 * v:+.1f}" for p, v in phase_leads.items() if abs(v) >= 5e-5
+        )
+        was = f"(was {1000 * lead.before_s:.1f})"
+        if phase_leads[carrying] >= th.explains * lead.change_s:
+            name = PHASE_NAMES.get(carrying, carrying)
+            findings.append(
+                Finding(
+                    "load imbalance",
+                    f"load imbalance: rank {late}'s {name} is {1000 * phase_leads[carrying]:.1f} ms a step longer "
+                    f"than the other ranks'; it leads them by {1000 * (lead.before_s + lead.change_s):.1f} ms a step "
+                    f"{was}{wait_text}{share}",
+                    (
+                        f"rank {late}'s lead by phase, ms a step: {per_phase}",
+                        "data: that rank's shard or loader is slower (its samples, its workers); compute: its "
+                        "inputs are larger, or its device slower",
+                    ),
+                    explains=explains,
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "straggler",
+                    f"straggler: rank {late} reaches the all-reduce {1000 * (lead.before_s + lead.change_s):.1f} ms a "
+                    f"step after the others {was}, in no one phase{wait_text}{share}",
+                    (
+                        f"rank {late}'s lead by phase, ms a step: {per_phase}",
+                        "the rank is slow as a whole: look at what it runs on and beside (its core or device, a "
+                        "neighbour's job, throttling)",
+                    ),
+                    explains=explains,
+                )
+            )
+    return _RankFindings(findings, waited)
 
 
 def _loader_cpu(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None) -> Movement | None:
@@ -749,7 +905,7 @@ def _numerics(reason: str) -> Finding | None:
 def _explained(phases: Sequence[PhaseChange], names: AbstractSet[str], contention_s: float = 0.0) -> float:
     """The share of the step's growth that these phases account for (0 when the step did not grow, 1 at most). The
     compute phases' growth that the DataLoader workers' added CPU took (`contention_s`) counts for the data
-    phases, not the compute ones."""
+    phases, not the compute ones; so does, in a data-parallel trial, backward's longer wait for the all-reduce."""
     if any(p.baseline_s is None for p in phases):
         return 0.0
     growth = sum(p.change_s for p in phases)
@@ -774,6 +930,8 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
         return -0.5
     if finding.line.startswith("memory growth"):
         return 4.0  # a steady rise is a bug whatever else changed; the memory pressure slows the step too
+    if slower and finding.explains is not None:
+        return 2.02 + finding.explains  # the ranks' rules: what they explain, ahead of the phases they grow
     if slower:
         if finding.suspect == "data pipeline":
             return 2.0 + _explained(phases, DATA, contention_s)

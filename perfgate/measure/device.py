@@ -43,6 +43,14 @@ class Device:
         self.synchronize()
         return time.perf_counter()
 
+    def mark(self) -> Any:
+        """A point in time on this device's work, without synchronising (for `seconds_between` once it has)."""
+        return time.perf_counter()
+
+    def seconds_between(self, start: Any, end: Any) -> float:
+        """Seconds from one `mark` to another; on CUDA only after the device synchronised past both."""
+        return float(end - start)
+
     def move(self, batch: Any, *, non_blocking: bool) -> Any:
         """Move every tensor in a (nested) batch to this device."""
         if isinstance(batch, torch.Tensor):
@@ -98,8 +106,20 @@ class CudaDevice(Device):
 
     type = "cuda"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.torch_device = torch.device("cuda", torch.cuda.current_device())  # a rank's own device
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()  # on the current stream: after the work queued so far
+        return event
+
+    def seconds_between(self, start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end)) / 1000.0
 
     def mark_setup_done(self) -> None:
         self._setup_bytes = torch.cuda.memory_allocated()

@@ -20,11 +20,12 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def default_threads(device_type: str, *, paired: bool = False) -> int:
-    """Torch threads per trial when none are given: every CPU available, except in a paired check on the
-    CPU, where one thread per trial gave the quietest pairs per minute on a shared runner (the intra-op
-    pool's threads stall when a neighbour takes a core; docs/performance.md, "Quieter trials")."""
-    return 1 if paired and device_type == "cpu" else available_cpus()
+def default_threads(device_type: str, *, paired: bool = False, nproc: int = 1) -> int:
+    """Torch threads per trial (per rank of a data-parallel trial) when none are given: every CPU available,
+    shared by the ranks, except in a paired check on the CPU, where one thread per trial gave the quietest
+    pairs per minute on a shared runner (the intra-op pool's threads stall when a neighbour takes a core;
+    docs/performance.md, "Quieter trials")."""
+    return 1 if paired and device_type == "cpu" else max(1, available_cpus() // nproc)
 
 
 def collect_environment(device_type: str, threads: int, cwd: Path | None = None) -> dict[str, Any]:

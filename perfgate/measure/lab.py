@@ -5,19 +5,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
+from perfgate.measure import distributed
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
 from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
@@ -39,10 +41,18 @@ class RunSettings:
     threads: int = 1
     timeout_s: float = DEFAULT_TIMEOUT_S
     profile_dir: Path | None = None  # set: after the trials, one profiling trial per workload and config
+    nproc: int | None = None  # ranks per trial (--nproc, else [tool.perfgate] nproc): a workload's own nproc wins
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise UsageError(f"--trials must be at least 1, got {self.trials}", hint="use --trials 3 or more")
+        if self.nproc is not None and self.nproc < 1:
+            raise UsageError(f"--nproc must be at least 1, got {self.nproc}", hint="use --nproc 2 for two ranks")
+
+    def nproc_of(self, workload: Workload | None) -> int:
+        """Ranks of a trial of `workload`: its own `nproc`, else this run's, else one process."""
+        own = getattr(workload, "nproc", None)
+        return own or self.nproc or 1
         if self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
         if self.timeout_s <= 0:
@@ -105,8 +115,28 @@ def load_workloads(references: Sequence[Reference], settings: RunSettings) -> li
                 where=f"workload {workload.name!r}",
                 hint="set warmup_steps=1 or more, or leave bf16-compile out of --configs",
             )
+        check_nproc(settings.nproc_of(workload), settings.device, workload.name)
         loaded.append((reference, workload))
     return loaded
+
+
+def check_nproc(nproc: int, device: str, name: str) -> None:
+    """A data-parallel trial needs torch.distributed, and on CUDA one device per rank."""
+    if nproc == 1:
+        return
+    import torch
+
+    if not torch.distributed.is_available():
+        raise UsageError(
+            f"workload {name!r} asks for {nproc} ranks, but this torch build has no torch.distributed",
+            hint="install a torch build with distributed support, or use --nproc 1",
+        )
+    if device == "cuda" and torch.cuda.device_count() < nproc:
+        raise UsageError(
+            f"workload {name!r} asks for {nproc} ranks, one CUDA device each, but torch sees "
+            f"{torch.cuda.device_count()} device(s)",
+            hint=f"use --nproc {torch.cuda.device_count()} or fewer, or --device cpu (gloo)",
+        )
 
 
 def run_lab(
@@ -194,6 +224,7 @@ class LabSession:
                     self.profiles[(name, config)] = Profile(failure=record.result.failure or "no profile")
 
     def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
+        workload = next(w for r, w in self.loaded if r is reference)
         return TrialSpec(
             reference_text=reference.text,
             reference_target=reference.target,
@@ -202,6 +233,7 @@ class LabSession:
             device=self.settings.device,
             threads=self.settings.threads,
             profile=profile,
+            nproc=self.settings.nproc_of(workload),
         )
 
     def _run(self, plan: Sequence[PlannedTrial]) -> None:
@@ -283,14 +315,26 @@ class RunningTrial:
         if server is not None:
             self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus)
             return
-        command = [*python_command(place), "-m", "perfgate.measure.trial", str(spec_path), str(self.out_path)]
+        # A data-parallel trial: torchrun starts one trial process per rank (`perfgate.measure.distributed`).
+        launcher = distributed.launcher_arguments(spec.nproc) if spec.nproc > 1 else []
+        command = [
+            *python_command(place),
+            *launcher,
+            "-m",
+            "perfgate.measure.trial",
+            str(spec_path),
+            str(self.out_path),
+        ]
+        env = trial_environment(spec.threads, place)
+        if spec.nproc > 1 and place.safe_path:
+            env["PYTHONSAFEPATH"] = "1"  # torchrun starts the ranks without -P: the same, for them
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=trial_environment(spec.threads, place),
+                env=env,
                 cwd=place.cwd,
                 start_new_session=True,
             )
@@ -307,15 +351,24 @@ class RunningTrial:
         try:
             returncode = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(self.process)
+            self.kill()
             return _failed(
                 self.spec,
                 f"timed out after {self.timeout_s:g} s (raise --timeout if the trial needs longer)",
                 self.started,
             )
         except BaseException:
-            _kill_group(self.process)  # Ctrl-C: take the trial and its DataLoader workers down too
+            self.kill()  # Ctrl-C: take the trial and its DataLoader workers down too
             raise
+        if self.spec.nproc > 1:
+            _kill_ranks(self.out_path, self.spec.nproc)  # torchrun stops them; a rank it missed goes now
+            if not self.out_path.is_file():
+                failed = _rank_failure(self.out_path, self.spec.nproc)
+                if failed is not None:
+                    return failed
+                crashed = _rank_crash(self.log_path)
+                if crashed is not None:
+                    return _failed(self.spec, crashed, self.started)
         if self.out_path.is_file():
             try:
                 document = json.loads(self.out_path.read_text(encoding="utf-8"))
@@ -328,6 +381,9 @@ class RunningTrial:
         )
 
     def kill(self) -> None:
+        """Stop the trial with its DataLoader workers (and a data-parallel trial's ranks, in sessions of their own)."""
+        if self.spec.nproc > 1:
+            _kill_ranks(self.out_path, self.spec.nproc)
         if self.process.poll() is None:
             _kill_group(self.process)
 
@@ -377,7 +433,9 @@ def collect_workload(
     config_failures: dict[tuple[str, str], str],
     profiles: dict[tuple[str, str], Profile] | None = None,
 ) -> WorkloadResult:
-    identity = dict(workload) if isinstance(workload, Mapping) else workload_identity(workload)
+    identity = (
+        dict(workload) if isinstance(workload, Mapping) else workload_identity(workload, settings.nproc_of(workload))
+    )
     name = identity["name"]
     configs = {
         config: ConfigResult(config, trials[(name, config)], config_failures.get((name, config)))
@@ -417,6 +475,7 @@ def collect_workload(
             "threads": settings.threads,
             "device": settings.device,
             "loader": identity["loader"],
+            **({"nproc": identity["nproc"]} if "nproc" in identity else {}),
             **extra,
         },
         data_checksum=checksums[0] if len(checksums) == 1 else None,
@@ -429,6 +488,56 @@ def collect_workload(
 
 def _failed(spec: TrialSpec, message: str, started: float) -> TrialRecord:
     return TrialRecord.failed(spec.config, spec.trial, message, "crash", process_s=time.perf_counter() - started)
+
+
+def _kill_ranks(out_path: Path, nproc: int) -> None:
+    """SIGKILL every rank of a data-parallel trial that is still running, with its DataLoader workers: torchrun
+    starts each rank in a session of its own, which killing torchrun's group does not reach."""
+    for rank in range(nproc):
+        pid_path = distributed.rank_pid_path(out_path, rank)
+        try:
+            pid = int(pid_path.read_text(encoding="ascii"))
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:  # still that rank, not a reused pid
+                if str(out_path).encode() not in handle.read():
+                    continue
+        except (OSError, ValueError):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _rank_failure(out_path: Path, nproc: int) -> TrialRecord | None:
+    """The first rank to fail, by its own record, its message naming the rank; None when no rank wrote one.
+    The others' records come later and tell of the collective that broke when it stopped."""
+    written = sorted(
+        (path.stat().st_mtime_ns, rank, path)
+        for rank in range(nproc)
+        if (path := distributed.rank_failure_path(out_path, rank)).is_file()
+    )
+    for _, rank, path in written:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        record = TrialRecord.from_dict(document, source=f"rank {rank}'s record {path.name}")
+        result = record.result
+        message = f"rank {rank}: {result.failure}" if nproc > 1 else str(result.failure)
+        return replace(record, result=replace(result, failure=message))
+    return None
+
+
+def _rank_crash(log_path: Path) -> str | None:
+    """torchrun's summary of a rank that died without a record: which rank, and how it ended."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+    rank = re.search(r"^\s*rank\s*:\s*(\d+)", text, re.MULTILINE)
+    code = re.search(r"^\s*exitcode\s*:\s*(-?\d+)", text, re.MULTILINE)
+    if rank is None or code is None:
+        return None
+    return f"rank {rank.group(1)} {_describe_exit(int(code.group(1)))}; the other ranks were stopped"
 
 
 def _kill_group(process: subprocess.Popen[bytes] | ForkedProcess) -> None:

@@ -284,6 +284,9 @@ class PairedSession:
         sys.path[:0] = [str(p) for p in sources if str(p) not in sys.path]
         self.loaded = load_workloads(references, settings)
         self.names = [workload.name for _, workload in self.loaded]
+        if any(settings.nproc_of(workload) > 1 for _, workload in self.loaded):
+            # A data-parallel trial is torchrun and its ranks: a pair runs one side after the other.
+            self.interleaved = self.fork = False
         self.checkouts = {"base": base, "head": head}
         cpus = _cpu_halves() if parallel else (None, None)
         if parallel and cpus[0] is not None and settings.threads > len(cpus[0]):
@@ -305,7 +308,7 @@ class PairedSession:
         self.sides = {side: SideTrials() for side in SIDES}
         for side in SIDES:
             self.sides[side].trials = {(n, c): [] for n in self.names for c in settings.configs}
-        self.sides["head"].identities = {w.name: _identity(w) for _, w in self.loaded}
+        self.sides["head"].identities = {w.name: _identity(w, settings.nproc_of(w)) for _, w in self.loaded}
         self.order: list[str] = []
         self.environment = collect_environment(settings.device, settings.threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
@@ -386,6 +389,7 @@ class PairedSession:
             threads=self.settings.threads,
             planted_slowdown=self.planted[side],
             turns=turns,
+            nproc=self.settings.nproc_of(self._workload(key[0])),
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]
@@ -401,6 +405,9 @@ class PairedSession:
         except ServerGone:  # the side's code cannot even start a server: measure with fresh processes
             self.fork = False
             return RunningTrial(spec, scratch, self.settings.timeout_s, place)
+
+    def _workload(self, name: str) -> Any:
+        return next(workload for _, workload in self.loaded if workload.name == name)
 
     def _record(self, side: str, key: tuple[str, str], record: TrialRecord) -> None:
         trials = self.sides[side]
@@ -427,7 +434,7 @@ class PairedSession:
         workloads = [
             collect_workload(
                 self.references[(side, workload.name)],
-                trials.identities.get(workload.name) or _identity(workload),
+                trials.identities.get(workload.name) or _identity(workload, self.settings.nproc_of(workload)),
                 self.settings,
                 trials.trials,
                 trials.config_failures,
@@ -468,10 +475,10 @@ class PairedSession:
         return max(per_side) if self.parallel or self.interleaved else sum(per_side)
 
 
-def _identity(workload: Any) -> dict[str, Any]:
+def _identity(workload: Any, nproc: int) -> dict[str, Any]:
     from perfgate.measure.trial import workload_identity
 
-    return workload_identity(workload)
+    return workload_identity(workload, nproc)
 
 
 def _cpu_halves() -> tuple[frozenset[int], frozenset[int]]:

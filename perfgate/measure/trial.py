@@ -12,6 +12,10 @@ machine probe, build the data, model and optimizer (`_set_up`), run the warm-up 
 loop (`_train`), collect what is read after the steps (`_after_steps`: final loss, peak memory, torch
 calls, compile counters), checksum the data slice in a pass of its own, time the probe again, and
 assemble the record (`_record`).
+
+A data-parallel trial (`nproc` > 1) is this module run by torchrun once per rank: each rank joins the process
+group, reads its share of the slice, trains the model in DistributedDataParallel with its all-reduce timed,
+and rank 0 writes the job's record from every rank's (`perfgate.measure.distributed`).
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate._bytes import tensor_bytes
+from perfgate.measure import distributed
 from perfgate.measure.profiling import StepProfiler
 from perfgate.measure.sampler import SystemSampler
 from perfgate.measure.turns import TurnTaker
 from perfgate.records.results import FailureKind, TrialRecord, TrialResult
-from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile
+from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, RankResult
 from perfgate.records.summary import PHASES
 
 if TYPE_CHECKING:
     from perfgate.measure.device import Device
+    from perfgate.measure.distributed import CommTimer, Rank
     from perfgate.variants import Config
     from perfgate.workload import Workload
 
@@ -62,6 +68,7 @@ class TrialSpec:
     turns: str | None = (
         None  # an interleaved pair: take turns at the steps with the other side (`perfgate.measure.turns`)
     )
+    nproc: int = 1  # ranks of a data-parallel trial, each a process torchrun started (`perfgate.measure.distributed`)
 
 
 class TrialFailure(Exception):
@@ -73,11 +80,14 @@ class TrialFailure(Exception):
         self.message = message
 
 
-def run_trial(spec: TrialSpec) -> TrialRecord:
-    """Run one trial in this process and return its record (never raises for workload faults)."""
+def run_trial(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
+    """Run one trial in this process and return its record (never raises for workload faults); None on a
+    data-parallel trial's ranks other than 0, whose figures rank 0's record carries."""
     started = time.perf_counter()
     try:
-        record = _run(spec)
+        record = _run(spec, out_path)
+        if record is None:
+            return None
     except TrialFailure as failure:
         cause = failure.__cause__
         record = TrialRecord.failed(
@@ -113,6 +123,9 @@ class _Setup:
     autocast: Any  # a factory of autocast contexts (a null context without autocast)
     autocast_check: AutocastCheck | None  # the probe matmul's dtype under autocast
     setup_s: float
+    rank: Rank | None = None  # a data-parallel trial's rank
+    comm: CommTimer | None = None  # times the gradient all-reduce (a DDP model)
+    warnings: tuple[str, ...] = ()  # noticed while setting up
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,8 @@ class _Steps:
     batch: Any
     sampler: SystemSampler
     profiler: StepProfiler | None
+    # per timed step: all-reduce in flight, exposed, buckets, bytes
+    comm_steps: list[tuple[float, float, int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,26 +169,36 @@ class _AfterSteps:
     compile_stats: CompileStats | None
 
 
-def _run(spec: TrialSpec) -> TrialRecord:
-    config, device, workload = _load(spec)
+def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
+    config, device, workload, rank = _load(spec, out_path)
 
     from perfgate.measure.probe import probe_steps_per_sec
 
     probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
-    identity = workload_identity(workload)
-    setup, batches = _set_up(workload, config, device)
+    identity = workload_identity(workload, spec.nproc)
+    setup, batches = _set_up(workload, config, device, rank)
     steps = _train(spec, setup, batches)
     after = _after_steps(setup, steps)
     del batches
     # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
     # training step runs between the timed pass's clock reads.
-    data_checksum = _checksum_slice(workload, setup.dataset, device.type)
+    data_checksum = _checksum_slice(workload, setup.dataset, device.type, rank)
     probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
-    return _record(spec, setup, steps, after, identity, data_checksum, probe_rates)
+    record = _record(spec, setup, steps, after, identity, data_checksum, probe_rates)
+    if rank is None:
+        return record
+    gathered = distributed.gather(record, distributed.rank_result(record, rank, steps.comm_steps), rank)
+    distributed.leave()
+    if gathered is None:
+        return None
+    records = [TrialRecord.from_dict(r, source=f"rank {i}'s record") for i, (r, _) in enumerate(gathered)]
+    ranks = [RankResult.from_dict(ranked) for _, ranked in gathered]
+    wrapper = type(getattr(setup.step_model, "_orig_mod", setup.step_model)).__name__  # under torch.compile too
+    return distributed.merge_ranks(records, ranks, rank.backend, wrapper)
 
 
-def _load(spec: TrialSpec) -> tuple[Config, Device, Workload]:
-    """Set the thread count, pick the device and load the workload the spec names."""
+def _load(spec: TrialSpec, out_path: str = "") -> tuple[Config, Device, Workload, Rank | None]:
+    """Set the thread count, join a data-parallel job, pick the device and load the workload the spec names."""
     import torch
 
     from perfgate.measure.device import select_device
@@ -182,14 +207,17 @@ def _load(spec: TrialSpec) -> tuple[Config, Device, Workload]:
 
     torch.set_num_threads(spec.threads)
     config = CONFIGS[spec.config]
+    rank = distributed.join(spec.nproc, spec.device, out_path) if spec.nproc > 1 else None
     device = select_device(spec.device)
     workload = Reference(spec.reference_text, spec.reference_target).load()
     if config.compile and workload.warmup_steps < 1:
         raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
-    return config, device, workload
+    return config, device, workload, rank
 
 
-def _set_up(workload: Workload, config: Config, device: Device) -> tuple[_Setup, Iterator[Any]]:
+def _set_up(
+    workload: Workload, config: Config, device: Device, rank: Rank | None = None
+) -> tuple[_Setup, Iterator[Any]]:
     """Seed, build the dataset, DataLoader, model and optimizer, compile and check autocast: the setup
     that `setup_s` times. Returns the setup and the iterator over the batches (its workers running)."""
     import torch
@@ -197,25 +225,47 @@ def _set_up(workload: Workload, config: Config, device: Device) -> tuple[_Setup,
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
-    loader = _make_loader(workload, dataset, device.type)
+    loader = _make_loader(workload, dataset, device.type, rank)
     _seed_everything(workload.seed)
     model = _call_user("model()", workload.model)
     if not isinstance(model, torch.nn.Module):
         raise TrialFailure("workload", f"model() returned {type(model).__name__}, not a torch.nn.Module")
     model = model.to(device.torch_device).train()
+    trained: Any = model
+    comm: distributed.CommTimer | None = None
+    warnings: tuple[str, ...] = ()
+    if rank is not None:
+        trained = _call_user("wrap(model)", distributed.wrap_model, model, workload, device)
+        comm = distributed.CommTimer(device)
+        not_timed = comm.attach(trained)
+        if not_timed is not None:
+            comm, warnings = None, (not_timed,)
     if workload.optimizer is None:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
     else:
-        optimizer = _call_user("optimizer(params)", workload.optimizer, model.parameters())
+        optimizer = _call_user("optimizer(params)", workload.optimizer, trained.parameters())
     # torch.compile returns a callable wrapper, typed as a function but used as the module.
-    step_model: Any = torch.compile(model) if config.compile else model
+    step_model: Any = torch.compile(trained) if config.compile else trained
     autocast = _autocast_factory(device.type, config.autocast_dtype)
     autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
     batches = iter(loader)
     device.mark_setup_done()
     setup_s = time.perf_counter() - setup_started
     setup = _Setup(
-        config, device, workload, dataset, loader, model, step_model, optimizer, autocast, autocast_check, setup_s
+        config,
+        device,
+        workload,
+        dataset,
+        loader,
+        model,
+        step_model,
+        optimizer,
+        autocast,
+        autocast_check,
+        setup_s,
+        rank,
+        comm,
+        warnings,
     )
     return setup, batches
 
@@ -245,8 +295,12 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
     batch = None
     timed_started = 0.0
     sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
-    profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile else None
+    # A data-parallel trial's rank 0 profiles; the others would write the same trace.
+    profiled = setup.rank is None or setup.rank.rank == 0
+    profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile and profiled else None
     turns = TurnTaker(spec.turns) if spec.turns else None
+    comm = setup.comm
+    comm_steps: list[tuple[float, float, int, int]] | None = None if comm is None else []
     try:
         if turns is not None:
             turns.begin()
@@ -273,8 +327,12 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
             _check_loss_type(loss, step)
             t3 = device.now()
             current = "loss.backward()"
+            if comm is not None:
+                comm.begin_step()
             loss.backward()
             t4 = device.now()
+            if comm is not None and comm_steps is not None and timed:
+                comm_steps.append(comm.end_step(t4 - t3))
             current = "the optimizer step"
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -329,6 +387,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
         batch=batch,
         sampler=sampler,
         profiler=profiler,
+        comm_steps=comm_steps,
     )
 
 
@@ -342,7 +401,7 @@ def _after_steps(setup: _Setup, steps: _Steps) -> _AfterSteps:
     calls = (
         None
         if config.compile
-        else _count_torch_calls(workload, setup.step_model, setup.optimizer, steps.batch, setup.autocast)
+        else _count_torch_calls(workload, setup.step_model, setup.optimizer, steps.batch, setup.autocast, setup.rank)
     )
     compile_stats = _compile_stats() if config.compile else None
     return _AfterSteps(final_loss, memory, calls, compile_stats)
@@ -367,7 +426,7 @@ def _record(
     compile_s = None
     if config.compile and steps.warmup_step_s:
         compile_s = max(0.0, steps.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
-    warnings = []
+    warnings = list(setup.warnings)
     recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
     if recompiled > 0:
         warnings.append(f"torch.compile compiled {recompiled} new graph(s) during timed steps")
@@ -396,7 +455,7 @@ def _record(
         probe_steps_per_sec=probe_rates,
         threads=torch.get_num_threads(),
         warnings=warnings,
-        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset))},
+        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset), spec.nproc)},
     )
     profile = None
     if steps.profiler is not None:
@@ -404,9 +463,10 @@ def _record(
     return TrialRecord(result, profile=profile)
 
 
-def workload_identity(workload: Any) -> dict[str, Any]:
-    """The settings that decide whether two runs of a workload can be compared, and its loader options."""
-    return {
+def workload_identity(workload: Any, nproc: int = 1) -> dict[str, Any]:
+    """The settings that decide whether two runs of a workload can be compared, and its loader options
+    (`nproc`, the ranks of a data-parallel trial, only where there are several)."""
+    identity = {
         "name": workload.name,
         "batch_size": workload.batch_size,
         "steps": workload.steps,
@@ -414,19 +474,21 @@ def workload_identity(workload: Any) -> dict[str, Any]:
         "seed": workload.seed,
         "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},
     }
+    return identity if nproc == 1 else {**identity, "nproc": nproc}
 
 
-def _slice_indices(workload: Any, length: int) -> list[int]:
-    """The pinned data slice: which samples, in which order, fixed by the seed and the dataset's length."""
+def _slice_indices(workload: Any, length: int, nproc: int = 1) -> list[int]:
+    """The pinned data slice: which samples, in which order, fixed by the seed and the dataset's length (every
+    rank's samples for a data-parallel trial: `nproc` times one process's)."""
     import torch
 
     generator = torch.Generator().manual_seed(workload.seed)
-    indices: list[int] = torch.randperm(length, generator=generator)[: workload.slice_samples].tolist()
+    indices: list[int] = torch.randperm(length, generator=generator)[: workload.slice_samples * nproc].tolist()
     return indices
 
 
-def _slice_digest(workload: Any, length: int) -> str:
-    return "sha256:" + hashlib.sha256(json.dumps(_slice_indices(workload, length)).encode()).hexdigest()
+def _slice_digest(workload: Any, length: int, nproc: int = 1) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(_slice_indices(workload, length, nproc)).encode()).hexdigest()
 
 
 def _seed_everything(seed: int) -> None:
@@ -447,7 +509,7 @@ def _call_user(what: str, function: Any, *args: Any) -> Any:
         raise TrialFailure("workload", f"{what} raised {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
-def _make_loader(workload: Any, dataset: Any, device_type: str) -> Any:
+def _make_loader(workload: Any, dataset: Any, device_type: str, rank: Rank | None = None) -> Any:
     import torch
 
     try:
@@ -460,15 +522,19 @@ def _make_loader(workload: Any, dataset: Any, device_type: str) -> Any:
         ) from exc
     if not hasattr(dataset, "__getitem__"):
         raise TrialFailure("workload", f"dataset() returned {type(dataset).__name__}, which has no __getitem__")
-    needed = workload.slice_samples
+    world = 1 if rank is None else rank.world
+    needed = workload.slice_samples * world
     if length < needed:
+        ranks = "" if world == 1 else f" x {world} ranks"
         raise TrialFailure(
             "workload",
             f"dataset has {length} samples but the slice needs {needed} "
-            f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}); "
-            "make the dataset larger or lower steps/batch_size",
+            f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}"
+            f"{ranks}); make the dataset larger or lower steps/batch_size",
         )
-    indices = _slice_indices(workload, length)
+    indices = _slice_indices(workload, length, world)
+    if rank is not None:
+        indices = distributed.rank_sampler(indices, rank)
     options = dict(workload.loader)
     if device_type != "cuda":
         options.pop("pin_memory", None)  # pinning needs an accelerator; torch warns without one
@@ -566,11 +632,11 @@ def _finite_loss(loss: Any, step: int) -> float:
     return value
 
 
-def _checksum_slice(workload: Any, dataset: Any, device_type: str) -> str:
-    """SHA-256 over every batch of the pinned slice, exactly as the training loop received them."""
+def _checksum_slice(workload: Any, dataset: Any, device_type: str, rank: Rank | None = None) -> str:
+    """SHA-256 over every batch of the pinned slice (this rank's share), exactly as the training loop received them."""
     hasher = hashlib.sha256()
     try:
-        for batch in _make_loader(workload, dataset, device_type):
+        for batch in _make_loader(workload, dataset, device_type, rank):
             _hash_batch(hasher, batch)
     except Exception as exc:
         raise TrialFailure("workload", f"the DataLoader raised {type(exc).__name__}: {_first_line(exc)}") from exc
@@ -599,10 +665,14 @@ def _hash_batch(hasher: Any, batch: Any) -> None:
 HOST_SYNCS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__"})
 
 
-def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any) -> tuple[int, int] | None:
+def _count_torch_calls(
+    workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any, rank: Rank | None = None
+) -> tuple[int, int] | None:
     """How many torch functions and tensor methods one training step calls from Python, and how many
     host syncs (`.item()`, `.cpu()`, `float(t)`, ...) the loss and backward make. The optimizer's are
-    left out: optimizers read their step counts, kept on the host, once per parameter."""
+    left out: optimizers read their step counts, kept on the host, once per parameter. A data-parallel
+    step counts without its gradient all-reduce (`no_sync`): a rank must not start a collective that
+    another rank, whose count failed, would never join."""
     from torch.overrides import TorchFunctionMode
 
     class Counter(TorchFunctionMode):
@@ -615,8 +685,9 @@ def _count_torch_calls(workload: Any, model: Any, optimizer: Any, batch: Any, au
             Counter.syncs += not Counter.in_optimizer and getattr(func, "__name__", "") in HOST_SYNCS
             return func(*args, **(kwargs or {}))
 
+    no_sync = getattr(model, "no_sync", None) if rank is not None else None
     try:
-        with Counter():
+        with Counter(), no_sync() if no_sync is not None else contextlib.nullcontext():
             with autocast():
                 loss = workload.loss(model, batch)
             loss.backward()
@@ -670,11 +741,22 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the trial subprocess: `python -m perfgate.measure.trial SPEC.json OUT.json`."""
     spec_path, out_path = argv if argv is not None else sys.argv[1:3]
     spec = TrialSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
-    record = run_trial(spec)
-    tmp = Path(out_path + ".tmp")
-    tmp.write_text(json.dumps(record.to_dict()), encoding="utf-8")
-    os.replace(tmp, out_path)
+    record = run_trial(spec, out_path)
+    if record is None:  # a data-parallel trial's other ranks: rank 0 wrote the job's record
+        return 0
+    rank = distributed.environment_rank() if spec.nproc > 1 else None
+    if rank is not None and not record.result.ok:
+        # This rank's error, for the runner; a non-zero exit makes torchrun stop the other ranks.
+        _write_atomic(distributed.rank_failure_path(out_path, rank.rank), record)
+        return 1
+    _write_atomic(Path(out_path), record)
     return 0
+
+
+def _write_atomic(path: Path, record: TrialRecord) -> None:
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(record.to_dict()), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

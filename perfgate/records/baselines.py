@@ -28,6 +28,7 @@ from perfgate.records.fingerprint import (
 )
 from perfgate.records.locking import locked_folder
 from perfgate.records.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
+from perfgate.records.shapes import RankResult
 from perfgate.records.summary import PHASES, combine
 from perfgate.variants import CONFIG_NAMES
 
@@ -60,6 +61,10 @@ class TrialEntry:
     host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
     loader_cpu_s: float | None = None  # CPU seconds of the DataLoader workers over the timed steps (diagnosis)
+    # a data-parallel trial's ranks, in rank order: seconds over the timed steps per phase, `step`, and, where
+    # timed, `comm` (a gradient all-reduce in flight), `comm_exposed` (backward waiting for it) and
+    # `comm_bytes` (the gradient bytes all-reduced), all summed over the timed steps (diagnosis)
+    ranks: list[dict[str, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 host_syncs_per_step=t.host_syncs_per_step,
                 graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
                 loader_cpu_s=t.system.loader_cpu_s if t.system is not None else None,
+                ranks=None if t.distributed is None else [rank_totals(r) for r in t.distributed.ranks],
             )
             for t in config.trials
             if t.ok
@@ -313,6 +319,8 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 # the DataLoader workers' CPU seconds, where measured (files written before leave it out)
                 **({} if t.loader_cpu_s is None else {"loader_cpu_s": round_figure(t.loader_cpu_s)}),
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
+                # a data-parallel trial's ranks (files of one-process trials leave it out)
+                **({} if t.ranks is None else {"ranks": [{k: round_figure(v) for k, v in r.items()} for r in t.ranks]}),
             }
             for t in config.trials
         ]
@@ -414,6 +422,18 @@ class DocumentReader:
             environment=environment,
         )
 
+    def ranks(self, raw: Any, where: str) -> list[dict[str, float]] | None:
+        """A trial's `ranks`: a list of at least two tables of seconds (left out: one process)."""
+        if raw is None:
+            return None
+        if not isinstance(raw, list) or len(raw) < 2:
+            raise self.fail(f"{where} must be a list of two or more ranks")
+        ranks = []
+        for index, rank in enumerate(raw):
+            rank = self.mapping(rank, f"{where}[{index}]")
+            ranks.append({str(k): float(self.number(rank, k, f"{where}[{index}]") or 0.0) for k in rank})
+        return ranks
+
     def config(self, raw: Any, where: str) -> ConfigEntry:
         raw = self.mapping(raw, where)
         losses = raw.get("first_losses", [])
@@ -446,6 +466,7 @@ class DocumentReader:
                     host_syncs_per_step=_int_or_none(self.number(trial, "host_syncs_per_step", here, optional=True)),
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                     loader_cpu_s=self.number(trial, "loader_cpu_s", here, optional=True),
+                    ranks=self.ranks(trial.get("ranks"), f"{here}.ranks"),
                 )
             )
         operators = raw.get("top_operators", [])
@@ -457,6 +478,19 @@ class DocumentReader:
             for key in ("self_cpu_s_per_step", "self_device_s_per_step"):
                 self.number(row, key, f"{where}.top_operators[{index}]", optional=True)
         return ConfigEntry([float(v) for v in losses], trials, operators)
+
+
+def rank_totals(rank: RankResult) -> dict[str, float]:
+    """What a baseline keeps of one rank, summed over the timed steps: seconds per phase, the step, and where
+    timed, the gradient all-reduce in flight (`comm`), backward's wait for it (`comm_exposed`) and the bytes it
+    carried (`comm_bytes`)."""
+    totals = {phase: sum(values) for phase, values in rank.phases_s.items()}
+    totals["step"] = sum(rank.step_s)
+    if rank.comm_s is not None and rank.comm_exposed_s is not None:
+        totals["comm"] = sum(rank.comm_s)
+        totals["comm_exposed"] = sum(rank.comm_exposed_s)
+        totals["comm_bytes"] = float((rank.comm_bytes or 0) * len(rank.step_s))
+    return totals
 
 
 def _comparable_settings(entry: BaselineEntry) -> dict[str, Any]:

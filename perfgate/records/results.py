@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from perfgate.errors import ResultsError, TrialRecordError, UsageError
 from perfgate.records.shapes import (
     AutocastCheck,
+    Distributed,
     PeakMemory,
     Profile,
     ShapeError,
@@ -63,6 +64,7 @@ class TrialResult:
     probe_steps_per_sec: list[float] = field(default_factory=list)  # perfgate's fixed work, before and after
     warnings: list[str] = field(default_factory=list)
     workload: dict[str, Any] | None = None  # the workload's identity as the trial built it (trial.workload_identity)
+    distributed: Distributed | None = None  # a data-parallel trial's ranks (`--nproc`); left out of the files when None
 
     @property
     def ok(self) -> bool:
@@ -74,6 +76,10 @@ class TrialResult:
         document["memory"] = peak_memory_to_dict(self.memory)
         document["system"] = None if self.system is None else self.system.to_dict()
         document["autocast"] = None if self.autocast is None else self.autocast.to_dict()
+        if self.distributed is None:
+            del document["distributed"]
+        else:
+            document["distributed"] = self.distributed.to_dict()
         return copy.deepcopy(document)
 
     @classmethod
@@ -87,6 +93,8 @@ class TrialResult:
             values["system"] = SystemSummary.from_dict(values["system"])
         if values.get("autocast") is not None:
             values["autocast"] = AutocastCheck.from_dict(values["autocast"])
+        if values.get("distributed") is not None:
+            values["distributed"] = Distributed.from_dict(values["distributed"])
         return cls(**values)
 
 
@@ -137,7 +145,7 @@ class TrialRecord:
         """Read what `to_dict` wrote, strictly: an unknown or missing field, or a status or failure kind
         outside the vocabulary, is a TrialRecordError naming it (never silently dropped)."""
         _check_fields(record, _RECORD_FIELDS, "a trial's record", source)
-        _check_fields(record["result"], _TRIAL_FIELDS, "a trial's result", source)
+        _check_fields(record["result"], _TRIAL_FIELDS, "a trial's result", source, _OPTIONAL_TRIAL_FIELDS)
         try:
             result = TrialResult.from_dict(record["result"])
             profile = None if record["profile"] is None else Profile.from_dict(record["profile"])
@@ -163,11 +171,14 @@ class TrialRecord:
 _MISMATCH_HINT = "the trial process and the runner disagree on the record: run both from one perfgate installation"
 
 
-def _check_fields(record: Any, names: frozenset[str], what: str, source: str) -> None:
-    """`record` is a JSON object with exactly the fields `names`; else a one-line TrialRecordError naming them."""
+def _check_fields(
+    record: Any, names: frozenset[str], what: str, source: str, optional: frozenset[str] = frozenset()
+) -> None:
+    """`record` is a JSON object with exactly the fields `names` (those in `optional` may be left out); else a
+    one-line TrialRecordError naming them."""
     if not isinstance(record, dict):
         raise TrialRecordError(f"{what} is {type(record).__name__}, not a JSON object", where=source)
-    problem = field_problem(record, names, what)
+    problem = field_problem(record, names, what, optional=optional)
     if problem is not None:
         raise TrialRecordError(problem, where=source, hint=_MISMATCH_HINT)
 
@@ -565,4 +576,5 @@ def _schema_problem(document: dict[str, Any], version: int = SCHEMA_VERSION) -> 
 
 
 _TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)
+_OPTIONAL_TRIAL_FIELDS = frozenset({"distributed"})  # written only where set
 _RECORD_FIELDS = frozenset(TrialRecord.__dataclass_fields__)

@@ -165,3 +165,54 @@ def peak_memory_from_dict(data: Any) -> PeakMemory | None:
 def peak_memory_to_dict(memory: PeakMemory | None) -> dict[str, Any]:
     """A trial's `memory` as the files keep it: `{}` for a trial that measured nothing."""
     return {} if memory is None else memory.to_dict()
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank of a data-parallel trial (`--nproc`), as it measured itself: per timed step its phases, its step
+    time and, where perfgate timed the gradient all-reduce (a `DistributedDataParallel` model), the time with an
+    all-reduce in flight and the part of it after backward's last bucket was launched, when backward waited."""
+
+    rank: int
+    samples_per_sec: float  # this rank's samples over its own time
+    step_s: list[float]
+    phases_s: dict[str, list[float]]
+    comm_s: list[float] | None  # per step: wall time with a gradient all-reduce in flight; None: not timed
+    comm_exposed_s: list[float] | None  # per step: of that, what backward waited for after its last bucket
+    buckets: int | None  # gradient buckets all-reduced a step
+    comm_bytes: int | None  # gradient bytes all-reduced a step
+    peak_bytes: int  # this rank's peak memory (`PeakMemory.peak_bytes`)
+    data_checksum: str | None  # this rank's share of the pinned slice
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RankResult:
+        return cls(**_check(data, _RANK_FIELDS, "a rank's result"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """How a data-parallel trial ran (`--nproc`): ranks, backend, what wrapped the model, and each rank's figures.
+    The trial's own figures are the job's: samples/s over the slowest rank's time, that rank's step and phase
+    times, the largest rank's peak memory."""
+
+    nproc: int
+    backend: str  # gloo (CPU) or nccl (CUDA)
+    wrapper: str  # DistributedDataParallel, or the type the workload's `wrap` returned
+    ranks: list[RankResult]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Distributed:
+        record = _check(data, _DISTRIBUTED_FIELDS, "a trial's distributed section")
+        if not isinstance(record["ranks"], list):
+            raise ShapeError("a trial's distributed section has ranks that are not a list")
+        return cls(**{**record, "ranks": [RankResult.from_dict(rank) for rank in record["ranks"]]})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ranks": [rank.to_dict() for rank in self.ranks]}
+
+
+_RANK_FIELDS = tuple(RankResult.__dataclass_fields__)
+_DISTRIBUTED_FIELDS = tuple(Distributed.__dataclass_fields__)

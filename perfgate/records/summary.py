@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from perfgate.records.shapes import PeakMemory
+from perfgate.records.shapes import Distributed, PeakMemory
 
 PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
@@ -119,3 +119,45 @@ def summarize_trials(trials: Sequence[Trial]) -> ConfigSummary | None:
         trials_ok=len(ok),
         trials_failed=len(trials) - len(ok),
     )
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank of a config's data-parallel trials: medians over the trials, times per step."""
+
+    rank: int
+    samples_per_sec: float
+    step_p50_s: float
+    phase_s: dict[str, float]  # mean time per step per phase
+    comm_s: float | None  # a gradient all-reduce in flight, per step; None: not timed
+    comm_exposed_s: float | None  # of that, what backward waited for after its last bucket
+    peak_bytes: int
+
+    @property
+    def overlap(self) -> float | None:
+        """The share of the all-reduce's time that overlapped with backward's compute."""
+        if self.comm_s is None or self.comm_exposed_s is None or self.comm_s <= 0:
+            return None
+        return max(0.0, 1.0 - self.comm_exposed_s / self.comm_s)
+
+
+def summarize_ranks(jobs: Sequence[Distributed]) -> list[RankSummary]:
+    """Each rank's figures over a config's data-parallel trials (`TrialResult.distributed`), in rank order."""
+    if not jobs:
+        return []
+    summaries = []
+    for index in range(min(len(job.ranks) for job in jobs)):
+        ranks = [job.ranks[index] for job in jobs]
+        timed = [r for r in ranks if r.comm_s is not None and r.comm_exposed_s is not None]
+        summaries.append(
+            RankSummary(
+                rank=ranks[0].rank,
+                samples_per_sec=statistics.median(r.samples_per_sec for r in ranks),
+                step_p50_s=statistics.median(s for r in ranks for s in r.step_s),
+                phase_s={p: statistics.fmean(s for r in ranks for s in r.phases_s.get(p, [0.0])) for p in PHASES},
+                comm_s=statistics.fmean(s for r in timed for s in r.comm_s or [0.0]) if timed else None,
+                comm_exposed_s=statistics.fmean(s for r in timed for s in r.comm_exposed_s or [0.0]) if timed else None,
+                peak_bytes=int(statistics.median(r.peak_bytes for r in ranks)),
+            )
+        )
+    return summaries

@@ -14,12 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, ResultsError
-from perfgate.formatting import format_p_value, format_pct, format_signed_pct
+from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
 from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, merge_runs
+from perfgate.records.summary import PHASES, summarize_ranks
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code
 from perfgate.report.text import confidence_text, limits_text, phase_cells, verdict_counts
@@ -57,7 +58,7 @@ def format_markdown(
     sections += [_diagnosis(d) for d in diagnoses]
     sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in trends]
     sections += [_reasons(w) for w in result.workloads]
-    sections += [_lab_reading(result), _machine(result)]
+    sections += [_ranks(result), _lab_reading(result), _machine(result)]
     sections = [s for s in sections if s]
     text = MARKER + "\n"
     for index, section in enumerate(sections):
@@ -202,6 +203,36 @@ def _reasons(workload: WorkloadVerdict) -> str:
         if lines
         else ""
     )
+
+
+def _ranks(result: GateResult) -> str:
+    """Each data-parallel config's ranks, folded: ms per timed step, the all-reduce and what backward waited."""
+    if result.run is None:
+        return ""
+    blocks = []
+    for workload in result.run.workloads:
+        for name, config in workload.configs.items():
+            jobs = [t.distributed for t in config.trials if t.ok and t.distributed is not None]
+            ranks = summarize_ranks(jobs)
+            if not ranks:
+                continue
+            rows = [
+                "| rank | samples/s | step p50 ms | "
+                + " | ".join(f"{p} ms" for p in PHASES)
+                + " | all-reduce ms | waited ms | peak mem |",
+                "|" + " ---: |" * (len(PHASES) + 6),
+            ]
+            for r in ranks:
+                comm = "-" if r.comm_s is None else f"{1000 * r.comm_s:.1f}"
+                waited = "-" if r.comm_exposed_s is None else f"{1000 * r.comm_exposed_s:.1f}"
+                phases = " | ".join(f"{1000 * r.phase_s[p]:.1f}" for p in PHASES)
+                rows.append(
+                    f"| {r.rank} | {r.samples_per_sec:,.1f} | {1000 * r.step_p50_s:.1f} | {phases} | {comm} | "
+                    f"{waited} | {format_bytes(r.peak_bytes)} |"
+                )
+            summary = f"{workload.name} {name}: {jobs[0].nproc} ranks ({jobs[0].backend})"
+            blocks.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(rows) + "\n\n</details>")
+    return "\n\n".join(blocks)
 
 
 def _lab_reading(result: GateResult) -> str:

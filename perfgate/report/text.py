@@ -17,8 +17,8 @@ from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVe
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
-from perfgate.records.results import MicroSection, RunResult, WorkloadResult
-from perfgate.records.summary import PHASES
+from perfgate.records.results import MicroSection, RunResult, TrialResult, WorkloadResult
+from perfgate.records.summary import PHASES, summarize_ranks
 from perfgate.report.json import micro_section, overall_exit_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -41,7 +41,9 @@ def format_workload(workload: WorkloadResult) -> str:
     s = workload.settings
     lines = [
         f"{workload.name}  ({workload.reference}; batch {s['batch_size']}, {s['steps']} timed steps after "
-        f"{s['warmup_steps']} warm-up, {s['trials']} trials, {s['threads']} threads, {s['device']})"
+        f"{s['warmup_steps']} warm-up, {s['trials']} trials, {s['threads']} threads, {s['device']}"
+        + (f", {s['nproc']} ranks" if s.get("nproc") else "")
+        + ")"
     ]
     header = [
         "config",
@@ -83,6 +85,8 @@ def format_workload(workload: WorkloadResult) -> str:
         "  samples/s: median over trials ± half their range; phases: share of step time; "
         + "; ".join(sorted(MEMORY_NOTES[k] for k in memory_kinds if k in MEMORY_NOTES))
     )
+    for name, config in workload.configs.items():
+        lines.extend(format_ranks(name, config.trials))
     reading = read_lab({name: config.summary for name, config in workload.configs.items()})
     lines.extend(f"  {line}" for line in reading.lines)
     lines.extend(f"  ! {message}" for message in failures + workload.warnings)
@@ -90,6 +94,50 @@ def format_workload(workload: WorkloadResult) -> str:
 
 
 _FAILED = "failed (reason below)"
+
+
+def format_ranks(config: str, trials: Sequence[TrialResult]) -> list[str]:
+    """A data-parallel config's per-rank table (nothing for one process): each rank's samples/s, step, phases
+    in ms per step, the gradient all-reduce in flight and backward's wait for it, and peak memory."""
+    jobs = [t.distributed for t in trials if t.ok and t.distributed is not None]
+    ranks = summarize_ranks(jobs)
+    if not ranks:
+        return []
+    job = jobs[0]
+    header = ["rank", "samples/s", "step p50 ms", *(f"{PHASE_HEADERS[p]} ms" for p in PHASES)]
+    header += ["all-reduce ms", "waited ms", "overlap", "peak mem"]
+    rows = [header]
+    for r in ranks:
+        rows.append(
+            [
+                str(r.rank),
+                f"{r.samples_per_sec:,.1f}",
+                f"{1000 * r.step_p50_s:.1f}",
+                *(f"{1000 * r.phase_s[p]:.1f}" for p in PHASES),
+                "-" if r.comm_s is None else f"{1000 * r.comm_s:.1f}",
+                "-" if r.comm_exposed_s is None else f"{1000 * r.comm_exposed_s:.1f}",
+                "-" if r.overlap is None else f"{r.overlap:.0%}",
+                format_bytes(r.peak_bytes),
+            ]
+        )
+    fastest = max(ranks, key=lambda r: r.samples_per_sec)
+    slowest = min(ranks, key=lambda r: r.samples_per_sec)
+    spread = 1 - slowest.samples_per_sec / fastest.samples_per_sec if fastest.samples_per_sec else 0.0
+    steps = statistics.fmean(r.step_p50_s for r in ranks)
+    comm = [r.comm_s for r in ranks if r.comm_s is not None]
+    share = f"; the all-reduce in flight {statistics.fmean(comm) / steps:.0%} of a step" if comm and steps else ""
+    carried = [r.comm_bytes for t in jobs for r in t.ranks if r.comm_bytes]
+    if carried:
+        buckets = max(r.buckets or 0 for t in jobs for r in t.ranks)
+        share += f", carrying {max(carried) / 2**20:.1f} MiB of gradient in {buckets} bucket{'s' * (buckets != 1)}"
+    lines = [f"  {config}: {job.nproc} ranks ({job.backend}, {job.wrapper}), per rank, ms per timed step:"]
+    lines.extend(f"  {line}" for line in _table(rows))
+    lines.append(
+        f"    samples/s: the job's is all ranks' samples over the slowest rank's time; rank {slowest.rank} is "
+        f"{spread:.1%} slower than rank {fastest.rank}{share}; waited: backward waiting for the all-reduce "
+        "after its last bucket"
+    )
+    return lines
 
 
 def _table(rows: list[list[str]]) -> list[str]:
