@@ -59,7 +59,7 @@ def worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from perfgate.measure.device import select_device
-    from perfgate.measure.distributed import CommTimer
+    from perfgate.measure.distributed import CommTimer, finish
 
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     if device_type == "cuda":
@@ -102,7 +102,7 @@ def worker(args: argparse.Namespace) -> None:
         times.append(device.now() - t0)
     if dist.get_rank() == 0:
         print(f"MEDIAN {statistics.median(times[args.warmup :])!r}", flush=True)
-    dist.destroy_process_group()
+    finish(0)  # as a trial ends: no process-group teardown after a Python hook's callbacks
 
 
 VARIANTS = ("untimed", "hook", "timed")
@@ -131,8 +131,10 @@ def main() -> None:
         for name in order:
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}"]
             command += [__file__, *sys.argv[1:], "--variant", name]
-            output = subprocess.run(command, check=True, env=env, capture_output=True, text=True).stdout
-            medians[name].append(float(output.split("MEDIAN ")[1].split()[0]))
+            job = subprocess.run(command, env=env, capture_output=True, text=True)
+            if job.returncode != 0:
+                sys.exit(f"the {name} job failed:\n{job.stdout[-3000:]}{job.stderr[-3000:]}")
+            medians[name].append(float(job.stdout.split("MEDIAN ")[1].split()[0]))
     what = f"builtin {args.builtin}" if args.builtin else f"wide {args.width}"
     print(f"{what}, {args.nproc} ranks, {args.rounds} jobs a variant x {args.steps} steps, CPU: gloo, CUDA: NCCL")
     for name, values in medians.items():

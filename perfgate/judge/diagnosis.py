@@ -62,6 +62,7 @@ DEFAULT_THRESHOLDS = Thresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
 DATA = frozenset({"data_wait", "h2d"})
 COMPUTE = frozenset({"forward", "backward", "optimizer"})
+RANK_SUSPECTS = frozenset({"load imbalance", "straggler"})  # data-parallel trials: a rank, named
 SUSPECT_OF_PHASE = {
     "data_wait": "data pipeline",
     "h2d": "data pipeline",
@@ -921,7 +922,10 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
     is a bug, and the memory pressure it brings is what slows the step. Then, with a slower step, by how
     much of its growth each explains: the data pipeline by its phases' share, model compute by the
     compute phases' share, framework overhead (many small operations, host syncs) just above model
-    compute, whose phases it grows; a peak-memory regression and the rest follow. Without a slower step,
+    compute, whose phases it grows; the data-parallel rules by what they explain (backward's wait for the
+    all-reduce, a rank's lead), and a rank's load imbalance or straggling that explains most of it ahead of
+    the job's phases, which show the same growth without the rank; a peak-memory regression and the rest
+    follow. Without a slower step,
     what changed leads: a peak-memory regression, then framework counts. Standing conditions and operator
     lists come last: they support, never lead."""
     if finding.standing:
@@ -931,6 +935,8 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
     if finding.line.startswith("memory growth"):
         return 4.0  # a steady rise is a bug whatever else changed; the memory pressure slows the step too
     if slower and finding.explains is not None:
+        if finding.suspect in RANK_SUSPECTS and finding.explains >= 0.5:
+            return 3.05  # explains most, and names the rank: ahead of the job's phases, which show the same growth
         return 2.02 + finding.explains  # the ranks' rules: what they explain, ahead of the phases they grow
     if slower:
         if finding.suspect == "data pipeline":

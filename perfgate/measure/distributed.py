@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -89,11 +90,20 @@ def join(nproc: int, device_type: str, out_path: Path | str) -> Rank:
     return replace(rank, backend=backend)
 
 
-def leave() -> None:
+def finish(code: int) -> None:
+    """End a rank once rank 0 has written the job's record: wait for every rank there, then leave at once.
+
+    Tearing the process group down (or letting the interpreter do it at exit) after the timed hook's
+    callbacks has aborted a rank now and then here ("terminate called without an active exception"); a rank
+    that dies before rank 0 has written its record makes torchrun stop rank 0 too. So no rank ends before the
+    record exists, and none runs the teardown."""
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.destroy_process_group()
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def rank_sampler(indices: Sequence[int], rank: Rank) -> Any:

@@ -188,7 +188,6 @@ def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
     if rank is None:
         return record
     gathered = distributed.gather(record, distributed.rank_result(record, rank, steps.comm_steps), rank)
-    distributed.leave()
     if gathered is None:
         return None
     records = [TrialRecord.from_dict(r, source=f"rank {i}'s record") for i, (r, _) in enumerate(gathered)]
@@ -742,14 +741,15 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, out_path = argv if argv is not None else sys.argv[1:3]
     spec = TrialSpec(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
     record = run_trial(spec, out_path)
-    if record is None:  # a data-parallel trial's other ranks: rank 0 wrote the job's record
-        return 0
     rank = distributed.environment_rank() if spec.nproc > 1 else None
-    if rank is not None and not record.result.ok:
+    if rank is not None and record is not None and not record.result.ok:
         # This rank's error, for the runner; a non-zero exit makes torchrun stop the other ranks.
         _write_atomic(distributed.rank_failure_path(out_path, rank.rank), record)
         return 1
-    _write_atomic(Path(out_path), record)
+    if record is not None:
+        _write_atomic(Path(out_path), record)
+    if rank is not None:
+        distributed.finish(0)  # the other ranks wait for this record, then every rank leaves
     return 0
 
 

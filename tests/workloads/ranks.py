@@ -4,7 +4,7 @@
 for the all-reduce) on random features made per sample index, tiny.py's written-out SGD, no DataLoader
 workers. The plants:
 
-- `grad`: a second parameter as large as the first layer joins the loss times zero: the same losses, about
+- `grad`: a second parameter as large as the model joins the loss times zero: the same losses, about
   the same compute, twice the gradient to all-reduce;
 - `slowdata1`: rank 1's samples each take 1.5 ms to load (its data wait grows; rank 0 waits for it);
 - `straggler1`: rank 1 is slow as a whole: 3 ms more in loading, in forward and in the optimizer each;
@@ -60,7 +60,7 @@ class Wide(nn.Module):
         self.first = nn.Linear(WIDTH, WIDTH)
         self.second = nn.Linear(WIDTH, 1)
         # `grad`: as many parameters again, in the loss times zero: the losses stay the same
-        self.extra = nn.Parameter(torch.zeros(WIDTH, WIDTH + 1)) if _plant() == "grad" else None
+        self.extra = nn.Parameter(torch.zeros(WIDTH * WIDTH + 2 * WIDTH + 1)) if _plant() == "grad" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.second(F.relu(self.first(x)))
