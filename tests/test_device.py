@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -107,3 +109,25 @@ def test_cuda_memory_in_use_counts_device_tensors_and_the_host_heap():
 def test_pinned_batches_move_to_cuda():
     moved = CudaDevice().move((torch.ones(2).pin_memory(),), non_blocking=True)
     assert moved[0].device.type == "cuda"
+
+
+def test_cpu_marks_time_the_work_between_them():
+    device = Device()
+    start = device.mark()
+    time.sleep(0.02)
+    assert 0.02 <= device.seconds_between(start, device.mark()) < 1.0
+
+
+@needs_cuda
+def test_cuda_marks_time_queued_work_once_the_device_synchronised():
+    """The all-reduce timer's marks on CUDA are events on the stream: they time the device's work, not the
+    host's enqueueing, and are read after a synchronise (`Device.now`)."""
+    device = CudaDevice()
+    a = torch.randn(4096, 4096, device=device.torch_device)
+    start = device.mark()
+    for _ in range(20):
+        a = a @ a / 64
+    end = device.mark()
+    device.now()  # synchronise, as a trial's step does before the timer reads its marks
+    assert device.seconds_between(start, end) > 0.001  # 20 large matmuls take longer than a millisecond
+    assert device.torch_device.index == torch.cuda.current_device()

@@ -382,99 +382,116 @@ def _ranks(
     now = [_rank_steps([rank_totals(r) for r in t.distributed.ranks], len(t.step_s)) for t in ok if t.distributed]
     if not before or not now or len(before[0]) != len(now[0]):
         return _RankFindings([])
-    findings: list[Finding] = []
-    waited = 0.0
     growth = step.change_s if slowdown and step.change_s > 0 else 0.0
-    timed = all("comm" in r for trial in before + now for r in trial)
-    if timed:
-        flight = _moved([min(r["comm"] for r in t) for t in before], [min(r["comm"] for r in t) for t in now])
-        exposed = _moved(
-            [min(r["comm_exposed"] for r in t) for t in before], [min(r["comm_exposed"] for r in t) for t in now]
-        )
-        if flight.change_s > th.comm_growth * step.before_s and flight.beyond_noise(th.evidence_sigmas, session_noise):
-            waited = max(0.0, exposed.change_s)
-            carried = [statistics.fmean(t[0].get("comm_bytes", 0.0) for t in side) / 2**20 for side in (before, now)]
-            carried_text = (
-                (f"the gradient all-reduced: {carried[0]:.1f} -> {carried[1]:.1f} MiB a step",) if all(carried) else ()
-            )
-            explains = min(1.0, waited / growth) if growth else None
-            share = f"; explains {explains:.0%} of the slower step" if explains else ""
-            base_step, now_step = step.before_s, step.before_s + step.change_s
-            findings.append(
-                Finding(
-                    "communication",
-                    f"communication: the gradient all-reduce is in flight {1000 * flight.before_s:.1f} -> "
-                    f"{1000 * (flight.before_s + flight.change_s):.1f} ms a step "
-                    f"({flight.before_s / base_step:.0%} -> {(flight.before_s + flight.change_s) / now_step:.0%} "
-                    f"of the step){share}",
-                    (
-                        *carried_text,
-                        f"backward waits for it after its last bucket: {1000 * exposed.before_s:.1f} -> "
-                        f"{1000 * (exposed.before_s + exposed.change_s):.1f} ms a step",
-                        "look at what grew the gradients or split them: parameters added, find_unused_parameters=True, "
-                        "a smaller bucket_cap_mb, a changed gradient dtype",
-                    ),
-                    explains=explains,
-                )
-            )
+    communication, waited = _communication(before, now, step, growth, th, session_noise)
+    return _RankFindings([*communication, *_imbalance(before, now, step, growth, th, session_noise)], waited)
+
+
+Ranks = list[list[dict[str, float]]]  # per trial, per rank: seconds (and bytes) per step (`_rank_steps`)
+
+
+def _communication(
+    before: Ranks, now: Ranks, step: Movement, growth: float, th: Thresholds, session_noise: float
+) -> tuple[list[Finding], float]:
+    """The all-reduce's time in flight grew, on the rank that waited least; with how much longer backward waited
+    for it a step (that much of the step's growth is communication's, not the model's)."""
+    if not all("comm" in r for trial in before + now for r in trial):
+        return [], 0.0
+    flight = _moved([min(r["comm"] for r in t) for t in before], [min(r["comm"] for r in t) for t in now])
+    exposed = _moved(
+        [min(r["comm_exposed"] for r in t) for t in before], [min(r["comm_exposed"] for r in t) for t in now]
+    )
+    if not (
+        flight.change_s > th.comm_growth * step.before_s and flight.beyond_noise(th.evidence_sigmas, session_noise)
+    ):
+        return [], 0.0
+    waited = max(0.0, exposed.change_s)
+    carried = [statistics.fmean(t[0].get("comm_bytes", 0.0) for t in side) / 2**20 for side in (before, now)]
+    carried_text = (
+        (f"the gradient all-reduced: {carried[0]:.1f} -> {carried[1]:.1f} MiB a step",) if all(carried) else ()
+    )
+    explains = min(1.0, waited / growth) if growth else None
+    share = f"; explains {explains:.0%} of the slower step" if explains else ""
+    base_step, now_step = step.before_s, step.before_s + step.change_s
+    finding = Finding(
+        "communication",
+        f"communication: the gradient all-reduce is in flight {1000 * flight.before_s:.1f} -> "
+        f"{1000 * (flight.before_s + flight.change_s):.1f} ms a step "
+        f"({flight.before_s / base_step:.0%} -> {(flight.before_s + flight.change_s) / now_step:.0%} "
+        f"of the step){share}",
+        (
+            *carried_text,
+            f"backward waits for it after its last bucket: {1000 * exposed.before_s:.1f} -> "
+            f"{1000 * (exposed.before_s + exposed.change_s):.1f} ms a step",
+            "look at what grew the gradients or split them: parameters added, find_unused_parameters=True, "
+            "a smaller bucket_cap_mb, a changed gradient dtype",
+        ),
+        explains=explains,
+    )
+    return [finding], waited
+
+
+def _imbalance(
+    before: Ranks, now: Ranks, step: Movement, growth: float, th: Thresholds, session_noise: float
+) -> list[Finding]:
+    """One rank's lead over the others outside the all-reduce grew: a load imbalance when one phase carries it,
+    a straggler when none does."""
     busy_now = [statistics.fmean(t[i]["busy"] for t in now) for i in range(len(now[0]))]
     late = max(range(len(busy_now)), key=busy_now.__getitem__)
     base_late = [max(range(len(t)), key=lambda i, t=t: t[i]["busy"]) for t in before]  # type: ignore[misc]
     lead = _moved(
         [_lead(t, i, "busy") for t, i in zip(before, base_late, strict=True)], [_lead(t, late, "busy") for t in now]
     )
-    if lead.change_s > th.imbalance_growth * step.before_s and lead.beyond_noise(th.evidence_sigmas, session_noise):
-        phase_leads = {
-            p: statistics.fmean(_lead(t, late, p) for t in now)
-            - statistics.fmean(_lead(t, i, p) for t, i in zip(before, base_late, strict=True))
-            for p in PHASES
-        }
-        carrying = max(phase_leads, key=phase_leads.__getitem__)
-        others_wait = (
-            statistics.fmean(statistics.fmean(r["comm_exposed"] for j, r in enumerate(t) if j != late) for t in now)
-            if timed
-            else None
+    if not (
+        lead.change_s > th.imbalance_growth * step.before_s and lead.beyond_noise(th.evidence_sigmas, session_noise)
+    ):
+        return []
+    phase_leads = {
+        p: statistics.fmean(_lead(t, late, p) for t in now)
+        - statistics.fmean(_lead(t, i, p) for t, i in zip(before, base_late, strict=True))
+        for p in PHASES
+    }
+    carrying = max(phase_leads, key=phase_leads.__getitem__)
+    timed = all("comm_exposed" in r for t in now for r in t)
+    wait_text = ""
+    if timed:
+        others_wait = statistics.fmean(
+            statistics.fmean(r["comm_exposed"] for j, r in enumerate(t) if j != late) for t in now
         )
-        wait_text = (
-            "" if others_wait is None else f"; the others wait {1000 * others_wait:.1f} ms a step in the all-reduce"
-        )
-        explains = min(1.0, lead.change_s / growth) if growth else None
-        share = f"; explains {explains:.0%} of the slower step" if explains else ""
-        per_phase = ", ".join(
-            f"{PHASE_NAMES.get(p, p)} {1000 * v:+.1f}" for p, v in phase_leads.items() if abs(v) >= 5e-5
-        )
-        was = f"(was {1000 * lead.before_s:.1f})"
-        if phase_leads[carrying] >= th.explains * lead.change_s:
-            name = PHASE_NAMES.get(carrying, carrying)
-            findings.append(
-                Finding(
-                    "load imbalance",
-                    f"load imbalance: rank {late}'s {name} is {1000 * phase_leads[carrying]:.1f} ms a step longer "
-                    f"than the other ranks'; it leads them by {1000 * (lead.before_s + lead.change_s):.1f} ms a step "
-                    f"{was}{wait_text}{share}",
-                    (
-                        f"rank {late}'s lead by phase, ms a step: {per_phase}",
-                        "data: that rank's shard or loader is slower (its samples, its workers); compute: its "
-                        "inputs are larger, or its device slower",
-                    ),
-                    explains=explains,
-                )
+        wait_text = f"; the others wait {1000 * others_wait:.1f} ms a step in the all-reduce"
+    explains = min(1.0, lead.change_s / growth) if growth else None
+    share = f"; explains {explains:.0%} of the slower step" if explains else ""
+    per_phase = ", ".join(f"{PHASE_NAMES.get(p, p)} {1000 * v:+.1f}" for p, v in phase_leads.items() if abs(v) >= 5e-5)
+    by_phase = f"rank {late}'s lead by phase, ms a step: {per_phase}"
+    was = f"(was {1000 * lead.before_s:.1f})"
+    if phase_leads[carrying] >= th.explains * lead.change_s:
+        return [
+            Finding(
+                "load imbalance",
+                f"load imbalance: rank {late}'s {PHASE_NAMES.get(carrying, carrying)} is "
+                f"{1000 * phase_leads[carrying]:.1f} ms a step longer than the other ranks'; it leads them by "
+                f"{1000 * (lead.before_s + lead.change_s):.1f} ms a step {was}{wait_text}{share}",
+                (
+                    by_phase,
+                    "data: that rank's shard or loader is slower (its samples, its workers); compute: its "
+                    "inputs are larger, or its device slower",
+                ),
+                explains=explains,
             )
-        else:
-            findings.append(
-                Finding(
-                    "straggler",
-                    f"straggler: rank {late} reaches the all-reduce {1000 * (lead.before_s + lead.change_s):.1f} ms a "
-                    f"step after the others {was}, in no one phase{wait_text}{share}",
-                    (
-                        f"rank {late}'s lead by phase, ms a step: {per_phase}",
-                        "the rank is slow as a whole: look at what it runs on and beside (its core or device, a "
-                        "neighbour's job, throttling)",
-                    ),
-                    explains=explains,
-                )
-            )
-    return _RankFindings(findings, waited)
+        ]
+    return [
+        Finding(
+            "straggler",
+            f"straggler: rank {late} reaches the all-reduce {1000 * (lead.before_s + lead.change_s):.1f} ms a "
+            f"step after the others {was}, in no one phase{wait_text}{share}",
+            (
+                by_phase,
+                "the rank is slow as a whole: look at what it runs on and beside (its core or device, a "
+                "neighbour's job, throttling)",
+            ),
+            explains=explains,
+        )
+    ]
 
 
 def _loader_cpu(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None) -> Movement | None:
