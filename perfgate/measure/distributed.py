@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from perfgate.records.results import TrialRecord
 from perfgate.records.shapes import Distributed, RankResult
@@ -90,7 +90,7 @@ def join(nproc: int, device_type: str, out_path: Path | str) -> Rank:
     return replace(rank, backend=backend)
 
 
-def finish(code: int) -> None:
+def finish(code: int) -> NoReturn:
     """End a rank once rank 0 has written the job's record: wait for every rank there, then leave at once.
 
     Tearing the process group down (or letting the interpreter do it at exit) after the timed hook's
