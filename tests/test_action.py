@@ -176,6 +176,13 @@ def test_a_perfgate_error_still_writes_the_summary(gated_project, tmp_path):
 
 
 @pytest.mark.e2e
+def test_the_nproc_input_reaches_perfgate(gated_project, tmp_path):
+    code, summary, outputs, _ = run_action(gated_project, tmp_path, {"args": CHECK_ARGS, "nproc": "0"})
+    assert code == 2 and outputs["verdict"] == "error"
+    assert "error: argument --nproc: must be at least 1, got 0" in summary
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("inputs", "literal"),
     [
