@@ -96,3 +96,23 @@ def test_the_job_summary_gets_the_report_appended_only_under_github_actions(tmp_
     assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)}) == summary
     assert summary.read_text() == "earlier step\n" + text
     assert append_job_summary(text, {}) is None and append_job_summary(text, {"GITHUB_STEP_SUMMARY": ""}) is None
+
+
+def test_what_changed_is_shown_even_when_the_verdict_is_no_change():
+    """A changed model computes other losses at the same speed: the verdict is "no change", and the report
+    (terminal and Markdown) still says what changed."""
+    from perfgate.judge.verdict import compare_run
+    from perfgate.records.baselines import entry_from_workload
+    from perfgate.report.text import format_gate
+    from tests.helpers.results import BASE_MS, phased_run
+
+    base = phased_run(BASE_MS)
+    (workload,) = base.workloads
+    changed = replace(base, workloads=[replace(workload, first_losses={"fp32": [2.0]})])
+    result = compare_run(changed, {"w": entry_from_workload(base, workload)}, GateSettings(trials=3, max_trials=3))
+    (verdict,) = result.verdicts
+    assert verdict.status == Status.NO_CHANGE
+    assert "! fp32: " in format_gate(
+        result
+    ) and "the model's numerics changed (first-step losses 1 -> 2)" in format_gate(result)
+    assert "the model's numerics changed (first-step losses 1 -> 2)" in format_markdown(result)

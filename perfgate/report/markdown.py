@@ -197,7 +197,9 @@ def _diagnosis(d: Diagnosis) -> str:
 
 
 def _reasons(workload: WorkloadVerdict) -> str:
-    lines = [f"- **{v.config}**: {_cell(v.reason)}" for v in workload.configs if v.status != Status.NO_CHANGE]
+    lines = [  # what changed (numerics, data) is shown whatever the verdict
+        f"- **{v.config}**: {_cell(v.reason)}" for v in workload.configs if v.status != Status.NO_CHANGE or v.evidence
+    ]
     return (
         f"<details><summary>{workload.workload}: why</summary>\n\n" + "\n".join(lines) + "\n\n</details>"
         if lines

@@ -259,7 +259,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
         f"CI: {confidence_text(workload)}"
     )
     for verdict in workload.configs:
-        if verdict.status != Status.NO_CHANGE:
+        if verdict.status != Status.NO_CHANGE or verdict.evidence:  # what changed is shown whatever the verdict
             lines.append(f"  {'!' if verdict.status != Status.IMPROVEMENT else '+'} {verdict.config}: {verdict.reason}")
     return "\n".join(lines)
 
