@@ -6,7 +6,7 @@ workers. The plants:
 
 - `grad`: a second parameter as large as the model joins the loss times zero: the same losses, about
   the same compute, twice the gradient to all-reduce;
-- `slowdata1`: rank 1's samples each take 1.5 ms to load (its data wait grows; rank 0 waits for it);
+- `slowdata1`: rank 1's samples each take 3 ms to load (its data wait grows; rank 0 waits for it);
 - `straggler1`: rank 1 is slow as a whole: 3 ms more in loading, in forward and in the optimizer each;
 - `crash1`: rank 1's loss raises at its third step; `hang1`: rank 1 sleeps at its third step, for ever.
 """
@@ -46,7 +46,7 @@ class Features(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if _planted_on_this_rank("slowdata1"):
-            time.sleep(0.0015)
+            time.sleep(0.003)
         if _planted_on_this_rank("straggler1"):
             time.sleep(0.003 / 8)  # 3 ms a step of 8 samples
         generator = torch.Generator().manual_seed(index)
