@@ -28,10 +28,13 @@ def run_json(tmp_path, *args, **kwargs):
 @pytest.fixture(scope="module")
 def builtin_lab(tmp_path_factory):
     """Both built-in workloads, every config, one trial each: the default lab, shortened to 2 timed steps
-    (the built-in models and data, unplanted; without bf16 instructions a bf16 step takes 20x as long)."""
+    of 4 samples after 1 warm-up step (the built-in models, data and optimizers, unplanted; without bf16
+    instructions a bf16 step takes 20x as long)."""
     plants = WORKLOADS / "builtin_plants.py"
     references = (f"{plants}:lm", f"{plants}:vision")
-    return run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", env={"PERFGATE_TEST_STEPS": "2"})
+    env = {"PERFGATE_TEST_STEPS": "2", "PERFGATE_TEST_WARMUP": "1", "PERFGATE_TEST_BATCH": "4"}
+    env["PERFGATE_TEST_OPTIMIZER"] = "builtin"
+    return run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", env=env)
 
 
 def test_every_builtin_workload_runs_every_config(builtin_lab):
@@ -173,11 +176,11 @@ def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
         "--trials",
         "1",
         "--timeout",
-        "8",
+        "6",
         "--threads",
         "1",
         "--quiet",
     )
     hangs, tiny = document["workloads"]
-    assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 8 s")
+    assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 6 s")
     assert tiny["configs"]["fp32"]["trials"][0]["status"] == "ok"

@@ -112,8 +112,12 @@ def test_an_injected_nan_fails_the_config_and_is_numerics(builtin_baselines):
 
 
 def test_a_clean_run_names_no_suspect(builtin_baselines):
-    """Also a second run of each built-in: the same data slice and first losses, or it is not comparable."""
-    result = check(builtin_baselines, "", LM, VISION, "--diagnose")
+    """Also a second run of each built-in: the same data slice and first losses, or it is not comparable.
+
+    Two trials: one trial against a stored baseline can be disturbed alone (vision-small's forward once ran
+    29% slower in a clean check's one trial while the machine probe ran 7% faster, which the adjusted
+    verdict read as a regression; docs/performance.md)."""
+    result = check(builtin_baselines, "", LM, VISION, "--diagnose", "--trials", "2", "--max-trials", "2")
     assert "not comparable" not in result.stdout
     for name in ("lm-small", "vision-small"):  # standing conditions, if any, are no suspect
         assert diagnosis_of(result.stdout, name).startswith(f"  {name} fp32: suspect none ("), result.stdout

@@ -2,7 +2,9 @@
 
 `lm` and `vision` return perfgate's own `lm@small` and `vision@small` on a shorter slice (20 timed
 steps, or PERFGATE_TEST_STEPS, to keep the tests quick), changed only by the planted fault: same names,
-data and first losses, so a baseline measured without a plant judges them.
+data and first losses, so a baseline measured without a plant judges them. They train with tiny.py's
+written-out SGD (torch.optim's optimizers import torch._dynamo, 1.5 s of every trial process here);
+PERFGATE_TEST_OPTIMIZER=builtin keeps the built-ins' own AdamW and SGD, as the lab test does.
 
 - vision `slowaugment`: each sample also gets a costly blur whose result is thrown away (real CPU work
   in the DataLoader workers); vision `workers0`: the same pipeline with num_workers=0;
@@ -21,6 +23,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+from tiny import PlainSGD  # the workload file's folder is importable, as for `python builtin_plants.py`
 from torch import nn
 
 import perfgate
@@ -88,8 +91,23 @@ def planted_lm_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) 
 STEPS = int(os.environ.get("PERFGATE_TEST_STEPS", "20"))  # the lab test runs every config on 2
 
 
+# The lab test also takes 1 warm-up step (the compiling one) and batches of 4: a bf16 step is slow here.
+WARMUP, BATCH = os.environ.get("PERFGATE_TEST_WARMUP"), os.environ.get("PERFGATE_TEST_BATCH")
+
+
+def _shortened(workload: perfgate.Workload) -> perfgate.Workload:
+    workload = dataclasses.replace(workload, steps=STEPS)
+    if WARMUP:
+        workload = dataclasses.replace(workload, warmup_steps=int(WARMUP))
+    if BATCH:
+        workload = dataclasses.replace(workload, batch_size=int(BATCH))
+    if os.environ.get("PERFGATE_TEST_OPTIMIZER") == "builtin":
+        return workload
+    return dataclasses.replace(workload, optimizer=PlainSGD)
+
+
 def lm() -> perfgate.Workload:
-    workload = dataclasses.replace(transformer_lm("small"), steps=STEPS)
+    workload = _shortened(transformer_lm("small"))
     if _plant() == "layers":
         workload = dataclasses.replace(workload, model=deeper_gpt)
     return dataclasses.replace(workload, loss=planted_lm_loss)
@@ -104,7 +122,7 @@ def slow_augment_images() -> EncodedImages:
 
 
 def vision() -> perfgate.Workload:
-    workload = dataclasses.replace(image_classifier("small"), steps=STEPS)
+    workload = _shortened(image_classifier("small"))
     if _plant() == "slowaugment":
         return dataclasses.replace(workload, dataset=slow_augment_images)
     if _plant() == "workers0":
