@@ -78,6 +78,22 @@ def test_a_raw_slowdown_within_the_threshold_is_not_made_a_regression_by_the_pro
     assert config.status != Status.REGRESSION
 
 
+def test_one_slow_trial_whose_probe_ran_faster_is_not_a_regression_on_the_adjusted_test_alone():
+    # A clean check of the vision workload on this machine: its one trial ran 14% slower than the baseline's
+    # three while its probe ran 7% faster. Adjusted, that is a significant -19%; the raw test says p = 0.12.
+    base = gate_entry([716, 770, 665], [1000, 1075, 930])
+    (config,) = compare_entries(base, gate_entry([623], [1069]), GateSettings(trials=1, max_trials=1)).configs
+    assert config.throughput is not None and config.throughput.verdict == "inconclusive"
+    assert config.throughput.ratio < 0.9
+    assert config.adjusted is not None and config.adjusted.verdict == "regression"
+    assert config.status == Status.INCONCLUSIVE
+    assert config.reason.endswith("; so inconclusive")
+    # Two such trials, and the adjusted test decides as before.
+    (two,) = compare_entries(base, gate_entry([623, 628], [1069, 1072]), GateSettings(trials=2, max_trials=2)).configs
+    assert two.throughput is not None and two.throughput.verdict == "inconclusive"
+    assert two.status == Status.REGRESSION
+
+
 def test_changed_losses_and_data_are_evidence_not_a_refusal():
     candidate = gate_entry([430, 432, 428], [1000, 1002, 998])
     candidate = BaselineEntry(
