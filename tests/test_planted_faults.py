@@ -24,11 +24,12 @@ ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threa
 def builtin_baselines(tmp_path_factory):
     """A project folder whose baselines/ holds lm and vision (builtin_plants.py, no plant) measured here.
 
-    Its peak-memory tolerance is 10%: these tests judge the diagnosis, and lm-small's peak resident memory
-    above setup once measured 50.5 MiB in the baseline's three trials and 54.4 MiB (+7.6%) in a clean check's
-    one, a peak-memory regression by the default 5% (docs/performance.md)."""
+    Its peak-memory tolerance is 25%: these tests judge the diagnosis, and lm-small's peak resident memory
+    above setup has measured 50.5 MiB in the baseline's three trials and 54.4 MiB (+7.6%) in a clean check's
+    one, and 45.9 -> 52.8 MiB (+15%) in a host-sync plant's (docs/performance.md). A kept loss grows far
+    beyond that."""
     folder = tmp_path_factory.mktemp("builtins")
-    (folder / "pyproject.toml").write_text('[tool.perfgate]\nmemory_threshold = "10%"\n', encoding="utf-8")
+    (folder / "pyproject.toml").write_text('[tool.perfgate]\nmemory_threshold = "25%"\n', encoding="utf-8")
     result = run_in_process(
         "update", LM, VISION, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
     )
