@@ -535,7 +535,12 @@ def compare_probed(
     return ProbedComparison(raw, adjusted, compare_throughput(base_probes, current_probes, threshold=threshold))
 
 
-def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison | None) -> Verdict:
+EXCEPTION_TRIALS = 2  # trials each side needs before the adjusted test may decide alone (`combined_verdict`)
+
+
+def combined_verdict(
+    raw: ThroughputComparison, adjusted: ThroughputComparison | None, *, exception_trials: int = EXCEPTION_TRIALS
+) -> Verdict:
     """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one.
 
     Both must agree (`judge.stats.combine_verdicts`), with one exception: when the machine-adjusted
@@ -543,14 +548,15 @@ def combined_verdict(raw: ThroughputComparison, adjusted: ThroughputComparison |
     direction, a raw test that lacks the trials to be significant on its own (one disturbed trial
     among three baseline trials leaves it two degrees of freedom) does not wave the change through.
     The adjusted test alone holds the false-alarm rate; the raw estimate guards against a probe that
-    moved for reasons of its own. The exception needs two trials a side: a side's one trial may have been
-    slowed while its probe, timed before and after its steps, saw nothing, and nothing shows it (one clean
-    trial ran 14% slower while its probe ran 7% faster, a significant -19% adjusted; benchmarks/probe_rule.py
-    puts such false alarms at 5% of one-trial checks, and at 1% when raw and adjusted must agree).
+    moved for reasons of its own. The exception needs `exception_trials` (two) trials a side: a side's
+    one trial may have been slowed while its probe, timed before and after its steps, saw nothing, and
+    nothing shows it (one clean trial ran 14% slower while its probe ran 7% faster, a significant -19%
+    adjusted; benchmarks/probe_rule.py puts such false alarms at 4.5% of one-trial checks with the
+    exception and 0.9% without, against alpha 1%).
     """
     if adjusted is None:
         return raw.verdict
-    if raw.verdict == Verdict.INCONCLUSIVE and min(raw.n_baseline, raw.n_candidate) >= 2:
+    if raw.verdict == Verdict.INCONCLUSIVE and min(raw.n_baseline, raw.n_candidate) >= exception_trials:
         bound = math.log1p(raw.threshold)
         if adjusted.verdict == Verdict.REGRESSION and math.log(raw.ratio) < -bound:
             return Verdict.REGRESSION
