@@ -117,7 +117,7 @@ def test_a_clean_run_names_no_suspect(builtin_baselines):
 
     Two trials: one trial against a stored baseline can be disturbed alone (vision-small's forward once ran
     29% slower in a clean check's one trial while the machine probe ran 7% faster, which the adjusted
-    verdict read as a regression; docs/performance.md)."""
+    verdict read as a regression until it needed two trials a side; docs/performance.md)."""
     result = check(builtin_baselines, "", LM, VISION, "--diagnose", "--trials", "2", "--max-trials", "2")
     assert "not comparable" not in result.stdout
     for name in ("lm-small", "vision-small"):  # standing conditions, if any, are no suspect
