@@ -11,7 +11,7 @@ import torch
 import perfgate
 from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
 from perfgate.judge.reading import read_lab
-from perfgate.measure.lab import plan_trials
+from perfgate.measure.lab import RunSettings, plan_trials
 from perfgate.records.summary import ConfigSummary, Spread, percentile
 from perfgate.references import parse_reference, resolve_references
 from perfgate.variants import parse_configs
@@ -112,6 +112,20 @@ def test_pyproject_paths_are_relative_to_the_project(tmp_path, monkeypatch):
 def test_the_same_workload_twice_runs_once(tmp_path, monkeypatch):
     monkeypatch.chdir(WORKLOADS)
     assert len(resolve_references(["tiny.py:tiny", f"{WORKLOADS}/tiny.py:tiny"])) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"trials": 0}, "--trials must be at least 1, got 0"),
+        ({"threads": 0}, "--threads must be at least 1, got 0"),
+        ({"timeout_s": 0.0}, "--timeout must be positive, got 0.0"),
+        ({"nproc": 0}, "--nproc must be at least 1, got 0"),
+    ],
+)
+def test_run_settings_refuse_counts_the_front_ends_did_not_check(fields, message):
+    with pytest.raises(UsageError, match=message):
+        RunSettings(configs=("fp32",), **fields)
 
 
 def test_plan_interleaves_configs_and_rotates_their_order():

@@ -46,6 +46,10 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise UsageError(f"--trials must be at least 1, got {self.trials}", hint="use --trials 3 or more")
+        if self.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {self.threads}")
+        if self.timeout_s <= 0:
+            raise UsageError(f"--timeout must be positive, got {self.timeout_s}")
         if self.nproc is not None and self.nproc < 1:
             raise UsageError(f"--nproc must be at least 1, got {self.nproc}", hint="use --nproc 2 for two ranks")
 
@@ -53,10 +57,6 @@ class RunSettings:
         """Ranks of a trial of `workload`: its own `nproc`, else this run's, else one process."""
         own = getattr(workload, "nproc", None)
         return own or self.nproc or 1
-        if self.threads < 1:
-            raise UsageError(f"--threads must be at least 1, got {self.threads}")
-        if self.timeout_s <= 0:
-            raise UsageError(f"--timeout must be positive, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
