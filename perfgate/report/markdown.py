@@ -20,10 +20,10 @@ from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, merge_runs
-from perfgate.records.summary import PHASES, summarize_ranks
+from perfgate.records.summary import PHASES
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code
-from perfgate.report.text import confidence_text, limits_text, phase_cells, verdict_counts
+from perfgate.report.text import confidence_text, limits_text, phase_cells, rank_cells, ranked_jobs, verdict_counts
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary
@@ -214,8 +214,7 @@ def _ranks(result: GateResult) -> str:
     blocks = []
     for workload in result.run.workloads:
         for name, config in workload.configs.items():
-            jobs = [t.distributed for t in config.trials if t.ok and t.distributed is not None]
-            ranks = summarize_ranks(jobs)
+            jobs, ranks = ranked_jobs(config.trials)
             if not ranks:
                 continue
             rows = [
@@ -224,14 +223,7 @@ def _ranks(result: GateResult) -> str:
                 + " | all-reduce ms | waited ms | peak mem |",
                 "|" + " ---: |" * (len(PHASES) + 6),
             ]
-            for r in ranks:
-                comm = "-" if r.comm_s is None else f"{1000 * r.comm_s:.1f}"
-                waited = "-" if r.comm_exposed_s is None else f"{1000 * r.comm_exposed_s:.1f}"
-                phases = " | ".join(f"{1000 * r.phase_s[p]:.1f}" for p in PHASES)
-                rows.append(
-                    f"| {r.rank} | {r.samples_per_sec:,.1f} | {1000 * r.step_p50_s:.1f} | {phases} | {comm} | "
-                    f"{waited} | {format_bytes(r.peak_bytes)} |"
-                )
+            rows += ["| " + " | ".join([*rank_cells(r), format_bytes(r.peak_bytes)]) + " |" for r in ranks]
             summary = f"{workload.name} {name}: {jobs[0].nproc} ranks ({jobs[0].backend})"
             blocks.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(rows) + "\n\n</details>")
     return "\n\n".join(blocks)

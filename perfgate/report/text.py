@@ -18,7 +18,8 @@ from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdat
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.results import MicroSection, RunResult, TrialResult, WorkloadResult
-from perfgate.records.summary import PHASES, summarize_ranks
+from perfgate.records.shapes import Distributed
+from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
 from perfgate.report.json import micro_section, overall_exit_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -96,11 +97,29 @@ def format_workload(workload: WorkloadResult) -> str:
 _FAILED = "failed (reason below)"
 
 
+def ranked_jobs(trials: Sequence[TrialResult]) -> tuple[list[Distributed], list[RankSummary]]:
+    """A config's data-parallel jobs (its good trials') and each rank's summary over them; empty for one process."""
+    jobs = [t.distributed for t in trials if t.ok and t.distributed is not None]
+    return jobs, summarize_ranks(jobs)
+
+
+def rank_cells(r: RankSummary) -> list[str]:
+    """One rank's row, as both reports show it: rank, samples/s, step p50, each phase, the all-reduce in flight
+    and backward's wait for it, in ms per timed step."""
+    return [
+        str(r.rank),
+        f"{r.samples_per_sec:,.1f}",
+        f"{1000 * r.step_p50_s:.1f}",
+        *(f"{1000 * r.phase_s[p]:.1f}" for p in PHASES),
+        "-" if r.comm_s is None else f"{1000 * r.comm_s:.1f}",
+        "-" if r.comm_exposed_s is None else f"{1000 * r.comm_exposed_s:.1f}",
+    ]
+
+
 def format_ranks(config: str, trials: Sequence[TrialResult]) -> list[str]:
     """A data-parallel config's per-rank table (nothing for one process): each rank's samples/s, step, phases
     in ms per step, the gradient all-reduce in flight and backward's wait for it, and peak memory."""
-    jobs = [t.distributed for t in trials if t.ok and t.distributed is not None]
-    ranks = summarize_ranks(jobs)
+    jobs, ranks = ranked_jobs(trials)
     if not ranks:
         return []
     job = jobs[0]
@@ -108,18 +127,8 @@ def format_ranks(config: str, trials: Sequence[TrialResult]) -> list[str]:
     header += ["all-reduce ms", "waited ms", "overlap", "peak mem"]
     rows = [header]
     for r in ranks:
-        rows.append(
-            [
-                str(r.rank),
-                f"{r.samples_per_sec:,.1f}",
-                f"{1000 * r.step_p50_s:.1f}",
-                *(f"{1000 * r.phase_s[p]:.1f}" for p in PHASES),
-                "-" if r.comm_s is None else f"{1000 * r.comm_s:.1f}",
-                "-" if r.comm_exposed_s is None else f"{1000 * r.comm_exposed_s:.1f}",
-                "-" if r.overlap is None else f"{r.overlap:.0%}",
-                format_bytes(r.peak_bytes),
-            ]
-        )
+        overlap = "-" if r.overlap is None else f"{r.overlap:.0%}"
+        rows.append([*rank_cells(r), overlap, format_bytes(r.peak_bytes)])
     fastest = max(ranks, key=lambda r: r.samples_per_sec)
     slowest = min(ranks, key=lambda r: r.samples_per_sec)
     spread = 1 - slowest.samples_per_sec / fastest.samples_per_sec if fastest.samples_per_sec else 0.0
