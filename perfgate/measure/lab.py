@@ -521,8 +521,7 @@ def _rank_failure(out_path: Path, nproc: int) -> TrialRecord | None:
             continue
         record = TrialRecord.from_dict(document, source=f"rank {rank}'s record {path.name}")
         result = record.result
-        message = f"rank {rank}: {result.failure}" if nproc > 1 else str(result.failure)
-        return replace(record, result=replace(result, failure=message))
+        return replace(record, result=replace(result, failure=f"rank {rank}: {result.failure}"))
     return None
 
 
@@ -532,7 +531,6 @@ def _rank_crash(log_path: Path) -> str | None:
         text = log_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-
     rank = re.search(r"^\s*rank\s*:\s*(\d+)", text, re.MULTILINE)
     code = re.search(r"^\s*exitcode\s*:\s*(-?\d+)", text, re.MULTILINE)
     if rank is None or code is None:
