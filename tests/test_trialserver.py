@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
 
 from perfgate.measure.lab import RunningTrial, TrialPlace, run_trial_process, start_trial_server
 from perfgate.measure.trial import TrialSpec
-from perfgate.measure.trialserver import ServerGone, TrialServer
+from perfgate.measure.trialserver import (
+    MADV_POPULATE_READ,
+    ServerGone,
+    TrialServer,
+    map_pages,
+    resident_file_pages,
+)
 from perfgate.references import resolve_references
 from tests.helpers.workloads import WORKLOADS
 
@@ -64,3 +71,45 @@ def test_a_server_that_cannot_start_is_a_one_line_error_naming_its_last_words(tm
     with pytest.raises(ServerGone, match="^the trial server (has exited|did not start a trial): no torch here$"):
         server.fork(tmp_path / "spec.json", tmp_path / "out.json", tmp_path / "trial.log", None)
     server.close()
+
+
+def _rss_file_kib() -> int:
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def _forked_rss_file_kib(runs: list[tuple[int, int]] | None, advice: int = MADV_POPULATE_READ) -> int:
+    """RssFile of a child forked from this process, after `map_pages(runs, advice)` (None: without it)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if runs is not None:
+                map_pages(runs, advice)
+            os.write(write, str(_rss_file_kib()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        value = int(answer.read())
+    os.waitpid(pid, 0)
+    return value
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="needs Linux's /proc/self/pagemap")
+def test_a_forked_child_maps_the_library_pages_the_server_had_before_it_measures(tmp_path):
+    """A fresh trial process has torch's library pages in its resident set before setup; a forked child
+    would fault them in during its steps and count them as growth, unless it maps them first."""
+    import torch  # noqa: F401 - the pages the server's imports touch
+
+    runs = resident_file_pages()
+    assert runs and all(length > 0 and address % os.sysconf("SC_PAGE_SIZE") == 0 for address, length in runs)
+    parent = _rss_file_kib()
+    bare, mapped = _forked_rss_file_kib(None), _forked_rss_file_kib(runs)
+    assert bare < 0.8 * parent  # fork leaves the file mappings' pages out of the child's page table
+    assert mapped >= 0.95 * parent  # map_pages puts them back, as the server had them
+    # A kernel without MADV_POPULATE_READ answers EINVAL, as it does to an advice it does not know: then
+    # each page is read instead.
+    assert _forked_rss_file_kib(runs, advice=-1) >= 0.95 * parent

@@ -7,11 +7,14 @@ imports what every trial imports, and then forks one child per trial, which runs
 `python -m perfgate.measure.trial` runs. A child is a fresh trial in everything it builds (workload, model,
 data, RNG state); what it shares with its siblings is the imported code.
 
-Memory above setup is not the same measure as a fresh process's: a forked child maps the server's
-library pages lazily, so pages touched during the steps count as growth (docs/performance.md).
-Both sides of a pair are forked alike, so the paired comparison stays fair; the stored-baseline lab,
-whose baselines were measured in fresh processes, keeps fresh processes. CPU only: CUDA is set up
-in each child, never in the server, but that path has not been measured.
+A fork copies the server's heap into the child, but not the page-table entries of its mapped files:
+left alone, the child faults torch's library pages back in during its steps, and peak memory above
+setup counts them as growth. So the server notes which pages of its mapped files are resident
+(`resident_file_pages`) and each child maps those (`map_pages`) before it runs the trial, as a fresh
+process has them after its imports: peak memory above setup, against a fresh process's, went from
++3.5-33% to +1-11% on the built-ins (`benchmarks/fork_memory.py`, docs/performance.md). Not close
+enough for baselines measured in fresh processes: the stored-baseline lab keeps fresh processes.
+CPU only: CUDA is set up in each child, never in the server, but that path has not been measured.
 
 Protocol, one JSON line each way per step: the client sends
 `{"spec", "out", "log", "cpus"}`; the server answers `{"pid"}` once the child runs and
@@ -22,6 +25,8 @@ kills it and its DataLoader workers with `os.killpg`, as it does a fresh trial p
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import select
@@ -149,6 +154,7 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
     import perfgate.measure.trial  # noqa: F401 - the harness: configs, device, probe, sampler, references
 
     del torch
+    resident = resident_file_pages()  # the library pages these imports touched: each child maps them first
     for line in requests:
         if not line.strip():
             continue
@@ -157,7 +163,7 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
         if pid == 0:  # the child: never returns into the loop
             code = 70
             try:
-                code = _child(request)
+                code = _child(request, resident)
             except BaseException:
                 traceback.print_exc()  # into the trial's log, where the client reads its last line
             finally:
@@ -170,7 +176,67 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
     return 0
 
 
-def _child(request: dict[str, Any]) -> int:
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+MADV_POPULATE_READ = 22  # Linux 5.14: fill the page table for a range, reading pages that are not yet mapped
+_PRESENT = 1 << 63  # /proc/PID/pagemap: the page is mapped in this process
+
+
+def resident_file_pages() -> list[tuple[int, int]]:
+    """Runs of pages of mapped files (libraries) present in this process's page table, as (address, bytes).
+
+    A fresh trial process has these in its resident set before setup: importing torch touched them. A
+    forked child inherits the server's heap but not its file mappings' page-table entries, so without
+    help those pages would be faulted in during the steps and counted as growth above setup. Empty
+    where /proc cannot say (not Linux).
+    """
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace").splitlines()
+        pagemap = open("/proc/self/pagemap", "rb", buffering=0)  # noqa: SIM115 - closed below
+    except OSError:
+        return []
+    runs: list[tuple[int, int]] = []
+    with pagemap:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or fields[4] == "0" or fields[5].startswith("[") or not fields[1].startswith("r"):
+                continue  # anonymous memory (inherited as it is), or pages that cannot be read
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                pagemap.seek(start // PAGE_SIZE * 8)
+                data = pagemap.read((end - start) // PAGE_SIZE * 8)
+            except OSError:
+                continue
+            run_start = None
+            for index, entry in enumerate(memoryview(data).cast("Q")):
+                address = start + index * PAGE_SIZE
+                if entry & _PRESENT:
+                    if run_start is None:
+                        run_start = address
+                elif run_start is not None:
+                    runs.append((run_start, address - run_start))
+                    run_start = None
+            if run_start is not None:
+                runs.append((run_start, start + len(data) // 8 * PAGE_SIZE - run_start))
+    return runs
+
+
+def map_pages(runs: list[tuple[int, int]], advice: int = MADV_POPULATE_READ) -> None:
+    """Map `runs` (from `resident_file_pages`) into this process's page table, as the server had them.
+
+    One `madvise(MADV_POPULATE_READ)` a run; where the kernel does not know that `advice` (EINVAL:
+    before Linux 5.14), a read of each page instead."""
+    if not runs:
+        return
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for address, length in runs:
+        if madvise(address, length, advice) == 0 or ctypes.get_errno() != errno.EINVAL:
+            continue  # mapped; or a range that cannot be (left to fault in, as before)
+        for page in range(address, address + length, PAGE_SIZE):  # a kernel before 5.14: touch each page
+            ctypes.c_char.from_address(page).value  # noqa: B018 - the read maps the page
+
+
+def _child(request: dict[str, Any], resident: list[tuple[int, int]]) -> int:
     os.setsid()  # its own process group: killed with its DataLoader workers, as a fresh trial is
     if request.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(request["cpus"]))  # before any DataLoader worker starts
@@ -179,6 +245,7 @@ def _child(request: dict[str, Any]) -> int:
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    map_pages(resident)
     from perfgate.measure.trial import main
 
     try:
