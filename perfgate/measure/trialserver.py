@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import json
+import mmap
 import os
 import select
 import signal
@@ -198,8 +199,8 @@ def resident_file_pages() -> list[tuple[int, int]]:
     with pagemap:
         for line in maps:
             fields = line.split(maxsplit=5)
-            if len(fields) < 6 or fields[4] == "0" or fields[5].startswith("[") or not fields[1].startswith("r"):
-                continue  # anonymous memory (inherited as it is), or pages that cannot be read
+            if len(fields) < 6 or fields[4] == "0" or fields[5].startswith(("[", "/dev/")) or fields[1][0] != "r":
+                continue  # anonymous memory (inherited as it is), devices, or pages that cannot be read
             start, end = (int(x, 16) for x in fields[0].split("-"))
             try:
                 pagemap.seek(start // PAGE_SIZE * 8)
@@ -223,17 +224,29 @@ def resident_file_pages() -> list[tuple[int, int]]:
 def map_pages(runs: list[tuple[int, int]], advice: int = MADV_POPULATE_READ) -> None:
     """Map `runs` (from `resident_file_pages`) into this process's page table, as the server had them.
 
-    One `madvise(MADV_POPULATE_READ)` a run; where the kernel does not know that `advice` (EINVAL:
-    before Linux 5.14), a read of each page instead."""
+    One `madvise(advice)` a run; where the kernel does not know `advice` (before Linux 5.14 for
+    MADV_POPULATE_READ), a read of each page instead. A run the kernel refuses otherwise is left to
+    fault in during the trial, as it did before."""
     if not runs:
         return
     madvise = ctypes.CDLL(None, use_errno=True).madvise
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if _knows(madvise, advice):
+        for address, length in runs:
+            madvise(address, length, advice)
+        return
     for address, length in runs:
-        if madvise(address, length, advice) == 0 or ctypes.get_errno() != errno.EINVAL:
-            continue  # mapped; or a range that cannot be (left to fault in, as before)
-        for page in range(address, address + length, PAGE_SIZE):  # a kernel before 5.14: touch each page
+        for page in range(address, address + length, PAGE_SIZE):
             ctypes.c_char.from_address(page).value  # noqa: B018 - the read maps the page
+
+
+def _knows(madvise: Any, advice: int) -> bool:
+    """Whether the kernel takes `advice`: tried on one page of anonymous memory of our own."""
+    with mmap.mmap(-1, PAGE_SIZE) as page:
+        first = ctypes.c_char.from_buffer(page)
+        known = madvise(ctypes.addressof(first), PAGE_SIZE, advice) == 0 or ctypes.get_errno() != errno.EINVAL
+        del first  # the mmap closes only once nothing points into it
+    return known
 
 
 def _child(request: dict[str, Any], resident: list[tuple[int, int]]) -> int:
