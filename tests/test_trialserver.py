@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
 
+from perfgate.measure.device import _status_kib
 from perfgate.measure.lab import RunningTrial, TrialPlace, run_trial_process, start_trial_server
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import (
     MADV_POPULATE_READ,
+    PAGE_SIZE,
     ServerGone,
     TrialServer,
     map_pages,
@@ -73,14 +74,14 @@ def test_a_server_that_cannot_start_is_a_one_line_error_naming_its_last_words(tm
     server.close()
 
 
-def _rss_file_kib() -> int:
-    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-        if line.startswith("RssFile:"):
-            return int(line.split()[1])
-    raise AssertionError("no RssFile in /proc/self/status")
+def _rss_file() -> int:
+    """Resident pages of mapped files in this process, in bytes (/proc/self/status)."""
+    value = _status_kib("RssFile")
+    assert value is not None, "no RssFile in /proc/self/status"
+    return value
 
 
-def _forked_rss_file_kib(runs: list[tuple[int, int]] | None, advice: int = MADV_POPULATE_READ) -> int:
+def _forked_rss_file(runs: list[tuple[int, int]] | None, advice: int = MADV_POPULATE_READ) -> int:
     """RssFile of a child forked from this process, after `map_pages(runs, advice)` (None: without it)."""
     read, write = os.pipe()
     pid = os.fork()
@@ -88,7 +89,7 @@ def _forked_rss_file_kib(runs: list[tuple[int, int]] | None, advice: int = MADV_
         try:
             if runs is not None:
                 map_pages(runs, advice)
-            os.write(write, str(_rss_file_kib()).encode())
+            os.write(write, str(_rss_file()).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -105,11 +106,11 @@ def test_a_forked_child_maps_the_library_pages_the_server_had_before_it_measures
     import torch  # noqa: F401 - the pages the server's imports touch
 
     runs = resident_file_pages()
-    assert runs and all(length > 0 and address % os.sysconf("SC_PAGE_SIZE") == 0 for address, length in runs)
-    parent = _rss_file_kib()
-    bare, mapped = _forked_rss_file_kib(None), _forked_rss_file_kib(runs)
+    assert runs and all(length > 0 and address % PAGE_SIZE == 0 for address, length in runs)
+    parent = _rss_file()
+    bare, mapped = _forked_rss_file(None), _forked_rss_file(runs)
     assert bare < 0.8 * parent  # fork leaves the file mappings' pages out of the child's page table
     assert mapped >= 0.95 * parent  # map_pages puts them back, as the server had them
     # A kernel without MADV_POPULATE_READ answers EINVAL, as it does to an advice it does not know: then
     # each page is read instead.
-    assert _forked_rss_file_kib(runs, advice=-1) >= 0.95 * parent
+    assert _forked_rss_file(runs, advice=-1) >= 0.95 * parent
