@@ -3,12 +3,16 @@
 `python -m perfgate.action MODE CODE RESULTS LOG [--no-baseline fail|warn] [--job-exit-code FILE] [-- ARGV]`
 (also `python -m perfgate.annotations`, its earlier name) prints the workflow commands of one run:
 `::error` for each regression, failure or missing baseline (a `::warning` for a missing baseline with
-`--no-baseline warn`), `::warning` for each inconclusive verdict, a `::notice` after an update, and an
+`--no-baseline warn`), `::warning` for each inconclusive verdict and each accepted slowdown that matches
+nothing measured, a `::notice` for each slowdown accepted on purpose and after an update, and an
 `::error` with the last line of the log when perfgate itself failed. Text from the run is escaped, so it
 can never start a workflow command of its own. `--job-exit-code` writes the code the job ends with:
 perfgate's, except that with `--no-baseline warn` a check whose only trouble is missing baselines passes.
 `-- ARGV`: the arguments of a check against the stored baselines (`check WORKLOAD ... OPTIONS`): such a check
 that found no baseline at all measured nothing, and its log line names this runner's fingerprint.
+`--first-commit`: a recorded push of a repository's first commit, which has no parent to be measured
+against: a workload without a stored baseline is recorded without a verdict, a notice says so, and the job
+passes (unless something else failed).
 
 `python -m perfgate.action names JOB MATRIX_JSON WORKFLOW ATTEMPT [ID]` prints `leg=`, `artifact=` and
 `marker=` lines for $GITHUB_OUTPUT: what keeps each job's (and matrix leg's) artifact and comment apart.
@@ -16,6 +20,13 @@ that found no baseline at all measured nothing, and its log line names this runn
 `python -m perfgate.action comment MARKER REPORT FOLDER [PR_NUMBER]` writes FOLDER/comment.md (the report
 under its marker) and FOLDER/comment.json (the pull request and the marker), the pull-request comment
 that the action posts, or that a `workflow_run` relay posts for a pull request from a fork.
+
+`python -m perfgate.action accept-labels LABELS_JSON` prints, each ended by a NUL, an `--accept-label=NAME`
+word for each `perf-accept:` label of the pull request (`toJSON(github.event.pull_request.labels)`).
+
+`python -m perfgate.action comment-new POLICY RESULTS` prints whether the comment step may post a new
+comment (`true`/`false`): with `comment: on-change`, only when some verdict is not "no change"; an
+earlier comment of the same leg is updated whatever it prints, so it never goes stale.
 """
 
 from __future__ import annotations
@@ -28,9 +39,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, PerfgateError
+from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, PerfgateError
 
 NO_BASELINE_POLICIES = ("fail", "warn")
+COMMENT_POLICIES = ("true", "false", "on-change")
+ACCEPT_LABEL = re.compile(r"perf-accept(?![\w-])", re.IGNORECASE)  # perf-accept: ..., not perf-acceptance
 MARKER_PREFIX = "<!-- perfgate-report "
 COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
 RECORD_HINT = (
@@ -58,6 +71,10 @@ def workflow_commands(mode: str, code: int, results: Path, log: Path, no_baselin
 
 
 PASSED_WITHOUT_BASELINES = command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)")
+FIRST_COMMIT = (
+    "the first commit has no parent to measure against and no stored baseline for {what} on this runner ({runner}): "
+    "recorded in the history without a verdict; the next push is measured against this commit"
+)
 # The check stopped before measuring anything: the workload, this machine's fingerprint, the baseline folder.
 MISSING = re.compile(r"no baseline for (\S+) on this machine \((.*)\) in (\S+)/; ")
 
@@ -69,13 +86,16 @@ def gate_outcome(
     log: Path,
     no_baseline: str = "fail",
     perfgate_argv: list[str] | None = None,
+    *,
+    first_commit: bool = False,
 ) -> tuple[list[str], int]:
     """The workflow commands for one run of the action's gate step, and the code the job ends with.
 
     `perfgate_argv`: the arguments of a check against the stored baselines (None: a paired check, or not
     known); with them, a check that found no baseline for any workload, and so measured nothing and wrote
     no results, is reported with this runner's fingerprint (from its log line) and judged by the
-    `no_baseline` policy."""
+    `no_baseline` policy. `first_commit`: the check recorded a first commit (`check --record`, nothing to
+    measure it against): a missing baseline is a notice and passes."""
     if mode == "update" and code == 0:
         return [command("notice", "perfgate", "baselines written: review and commit them")], code
     lines: list[str] = []
@@ -87,7 +107,11 @@ def gate_outcome(
         if warn:
             lines.append(PASSED_WITHOUT_BASELINES)
         return lines, EXIT_OK if warn else code
-    if mode == "check" and code in (0, 1, 3) and results.is_file():
+    if (
+        mode == "check"
+        and code in (EXIT_OK, EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED)
+        and results.is_file()
+    ):
         from perfgate.judge.verdict import Status, build_exit_code, fails_build, judge_saved
         from perfgate.project import load_project_config
         from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
@@ -101,11 +125,14 @@ def gate_outcome(
         runner = fingerprint_key(machine_fingerprint(run.environment))
         directory = str((run.gate or {}).get("baseline_dir") or "baselines")
         stored = run.against is None  # a paired check's base is measured beside it, never stored
-        warn = no_baseline == "warn" and stored
+        first = first_commit and stored
+        warn = (no_baseline == "warn" or first) and stored
         statuses: list[Status] = []
         problems = False
         for workload in judged.workloads:
-            if workload.problem and workload.problem_status == Status.NO_BASELINE and stored:
+            if workload.problem and workload.problem_status == Status.NO_BASELINE and first:
+                lines.append(command("notice", "perfgate", FIRST_COMMIT.format(what=workload.workload, runner=runner)))
+            elif workload.problem and workload.problem_status == Status.NO_BASELINE and stored:
                 title = f"perfgate: {workload.workload} no baseline"
                 lines.append(_no_baseline(workload.workload, title, runner, directory, warn))
                 problems = problems or not warn
@@ -114,23 +141,69 @@ def gate_outcome(
                 problems = True
             for v in workload.configs:
                 title = f"perfgate: {v.workload} {v.config} {v.status.value}"
+                if v.status == Status.NO_BASELINE and first:
+                    what = f"{v.workload} {v.config}"
+                    lines.append(command("notice", "perfgate", FIRST_COMMIT.format(what=what, runner=runner)))
+                    continue
                 if v.status == Status.NO_BASELINE and stored:
                     lines.append(_no_baseline(f"{v.workload} {v.config}", title, runner, directory, warn))
                     if not warn:
                         statuses.append(v.status)
                     continue
-                kind = "error" if fails_build(v.status) else "warning" if v.status == Status.INCONCLUSIVE else ""
+                kind = "error" if fails_build(v.status) else _KINDS.get(v.status, "")
                 if kind:
                     lines.append(command(kind, title, v.reason))
                 statuses.append(v.status)
+        lines += [command("warning", "perfgate: accepted slowdown", text) for text in judged.unused_acceptances]
         if warn and code == EXIT_NO_BASELINE:
             fail_on_inconclusive = judged.settings.fail_on_inconclusive
             code = build_exit_code(statuses, problems=problems, fail_on_inconclusive=fail_on_inconclusive)
-            if code == EXIT_OK:
+            if code == EXIT_OK and not first:
                 lines.append(PASSED_WITHOUT_BASELINES)
         return lines, code
     last = next((line for line in reversed(_lines(log)) if line.strip()), f"perfgate {mode} exited {code}")
     return [command("error", f"perfgate {mode} failed (exit {code})", last)], code
+
+
+_KINDS = {"inconclusive": "warning", "accepted": "notice"}  # the annotation of each verdict that does not fail
+
+
+def accept_label_options(labels: str) -> list[str]:
+    """`--accept-label=NAME` for each label of the pull request named `perf-accept...` (`labels`: the event's
+    `pull_request.labels` as JSON; null outside a pull request). perfgate reads each name, and refuses a
+    malformed one in one line; other labels are left alone."""
+    try:
+        found: Any = json.loads(labels) if labels.strip() else None
+    except json.JSONDecodeError:
+        found = None
+    names = [label.get("name") for label in found if isinstance(label, dict)] if isinstance(found, list) else []
+    return [f"--accept-label={name}" for name in names if isinstance(name, str) and ACCEPT_LABEL.match(name.strip())]
+
+
+def has_news(results: Path) -> bool:
+    """Whether a check's results have something to say: a verdict that is not "no change", a workload that
+    could not be compared, an accepted slowdown that matched nothing (a file that cannot be read: yes)."""
+    from perfgate.judge.verdict import Status, judge_saved
+    from perfgate.project import load_project_config
+    from perfgate.records.results import load_results
+
+    try:
+        judged = judge_saved(load_results(results), load_project_config())
+    except PerfgateError:
+        return True
+    return (
+        any(v.status != Status.NO_CHANGE for v in judged.verdicts)
+        or any(w.problem for w in judged.workloads)
+        or bool(judged.unused_acceptances)
+    )
+
+
+def may_post_new_comment(policy: str, results: Path) -> bool:
+    """Whether the comment step may create a comment: always with `comment: true`, with `on-change` only when
+    the results have something to say (`has_news`). An earlier comment is updated either way."""
+    if policy not in COMMENT_POLICIES:
+        raise ValueError(f"comment must be one of {', '.join(COMMENT_POLICIES)}, got {policy!r}")
+    return policy == "true" or (policy == "on-change" and (not results.is_file() or has_news(results)))
 
 
 def _no_baseline(what: str, title: str, runner: str, directory: str, warn: bool) -> str:
@@ -201,6 +274,13 @@ def main(argv: list[str]) -> int:
         names = leg_names(job, matrix, workflow, attempt, *given[:1])
         print("\n".join(f"{key}={value}" for key, value in names.items()))
         return 0
+    if argv[:1] == ["accept-labels"]:
+        sys.stdout.write("".join(f"{word}\0" for word in accept_label_options(argv[1] if len(argv) > 1 else "")))
+        return 0
+    if argv[:1] == ["comment-new"]:
+        policy, results = argv[1:3]
+        print("true" if may_post_new_comment(policy, Path(results)) else "false")
+        return 0
     if argv[:1] == ["comment"]:
         marker, report, folder, *number = argv[1:]
         write_comment(marker, Path(report), Path(folder), *number[:1])
@@ -213,9 +293,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("log", type=Path)
     parser.add_argument("--no-baseline", choices=NO_BASELINE_POLICIES, default="fail")
     parser.add_argument("--job-exit-code", type=Path, help="write the code the job ends with to this file")
+    parser.add_argument("--first-commit", action="store_true", help="a recorded first commit: no parent to judge by")
     options = parser.parse_args(argv)
     lines, code = gate_outcome(
-        options.mode, options.code, options.results, options.log, options.no_baseline, perfgate_argv
+        options.mode,
+        options.code,
+        options.results,
+        options.log,
+        options.no_baseline,
+        perfgate_argv,
+        first_commit=options.first_commit,
     )
     print("\n".join(lines))
     if options.job_exit_code:

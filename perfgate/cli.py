@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,7 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 import perfgate
 from perfgate import options
-from perfgate.errors import EXIT_USAGE, PerfgateError, UsageError
+from perfgate.dependencies import missing_dependency
+from perfgate.errors import (
+    EXIT_CODES,
+    EXIT_INTERRUPTED,
+    EXIT_NO_BASELINE,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    EXIT_WORKLOAD_FAILED,
+    NothingToCompareError,
+    PerfgateError,
+    UsageError,
+    exit_code_help,
+)
 from perfgate.judge.settings import DEFAULT_TIME_BUDGET_S, PER_CONFIG_BUDGET_S
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S, DEFAULT_TRIALS
 from perfgate.naming import CLI
@@ -22,6 +36,7 @@ from perfgate.records.history import EXPORT_FORMATS
 from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
+    from perfgate.judge.acceptance import Acceptance
     from perfgate.judge.diagnosis import Diagnosis
     from perfgate.judge.settings import GateSettings
     from perfgate.judge.verdict import GateResult
@@ -31,8 +46,22 @@ if TYPE_CHECKING:
     from perfgate.references import Reference
 
 
-EXIT_NO_MEASUREMENT = 4
-EXIT_INTERRUPTED = 130
+# The rows of the exit-code table (`errors.EXIT_CODES`) that each command can end with, shown by its --help.
+_ANY = (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED)  # every command: done, a usage error, or interrupted
+_MEASURES = (*_ANY, EXIT_WORKLOAD_FAILED)  # a command that runs the user's workload
+COMMAND_EXIT_CODES: dict[str, tuple[int, ...]] = {
+    "init": _ANY,
+    "run": _MEASURES,
+    "check": (*_MEASURES, EXIT_REGRESSION, EXIT_NO_BASELINE),
+    "update": _MEASURES,
+    "calibrate": _MEASURES,
+    "bisect": _MEASURES,
+    "demo": (*_MEASURES, EXIT_NO_BASELINE),
+    "compare": (*_ANY, EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED),
+    "report": _ANY,
+    "history": (*_ANY, EXIT_NO_BASELINE),
+    "export": (*_ANY, EXIT_NO_BASELINE),
+}
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -40,6 +69,31 @@ class _ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, hint=f"see '{self.prog} --help'")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """argparse's, but an option the command does not take points at that command's --help."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            raise UsageError(f"unrecognized arguments: {' '.join(extras)}", hint=f"see '{prog} --help'")
+        return parsed
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, but a description or epilog keeps its line breaks: the exit-code table, a row a line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(
+                line,
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent + " " * 7 * line.startswith(" "),
+                break_on_hyphens=False,
+            )
+            for line in text.splitlines()
+        )
 
 
 FORK_HELP = (
@@ -63,8 +117,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TRIALS) -> None:
-    """Options shared by every command that runs the lab."""
+def add_run_options(
+    parser: argparse.ArgumentParser,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    json: bool = True,
+    profile: bool = True,
+    profile_note: str = "",
+) -> None:
+    """Options shared by every command that runs the lab; `json`: it writes a results file; `profile`: it can
+    add a profiling trial (a command that only measures in pairs cannot), `profile_note` says when."""
     parser.add_argument(
         "workloads",
         nargs="*",
@@ -87,12 +149,16 @@ def add_run_options(parser: argparse.ArgumentParser, *, trials: int = DEFAULT_TR
         metavar="SECONDS",
         help=f"per-trial time limit (default: {DEFAULT_TIMEOUT_S:g})",
     )
-    add_to_argparse(group, options.JSON, CLI)
+    if json:
+        add_to_argparse(group, options.JSON, CLI)
     group.add_argument("--quiet", action="store_true", help="no progress lines")
+    if not profile:
+        return
     group.add_argument(
         "--profile",
         action="store_true",
-        help="after the trials, one profiling trial per workload and config: a trace and the top operators",
+        help="after the trials, one profiling trial per workload and config: a trace and the top operators"
+        + profile_note,
     )
     group.add_argument(
         "--profile-dir",
@@ -107,12 +173,16 @@ def add_baseline_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     add_to_argparse(parser, options.BASELINE_DIR, CLI, default=DEFAULT_BASELINE_DIR)
 
 
-def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> None:
-    """Options of the commands that judge results against baselines."""
+def add_gate_options(
+    parser: argparse.ArgumentParser, *, measuring: bool, exits: bool = True, baselines: bool = True
+) -> None:
+    """Options of the commands that judge results: `measuring`, it adds trials; `exits`, it exits with the
+    verdict's code (--fail-on-inconclusive); `baselines`, it reads the stored baselines (a paired one does not)."""
     group = parser.add_argument_group("gate")
     add_to_argparse(group, options.THRESHOLD, CLI)
     add_to_argparse(group, options.ALPHA, CLI)
-    add_to_argparse(group, options.FAIL_ON_INCONCLUSIVE, CLI)
+    if exits:
+        add_to_argparse(group, options.FAIL_ON_INCONCLUSIVE, CLI)
     if measuring:
         add_to_argparse(group, options.MAX_TRIALS, CLI)
         group.add_argument(
@@ -123,7 +193,33 @@ def add_gate_options(parser: argparse.ArgumentParser, *, measuring: bool) -> Non
             help=f"stop adding trials once the check has run this long (default: {PER_CONFIG_BUDGET_S:g} per config "
             f"judged, {DEFAULT_TIME_BUDGET_S:g} at most)",
         )
-    add_baseline_option(group)
+    if baselines:
+        add_baseline_option(group)
+
+
+def add_accept_options(parser: argparse.ArgumentParser, *, head: str) -> None:
+    """Slowdowns accepted on purpose (`judge.acceptance`); `head`: whose trailers count when --accept-from is not
+    given, in words."""
+    group = parser.add_argument_group("accepting a slowdown on purpose")
+    add_to_argparse(group, options.ACCEPT, CLI)
+    add_to_argparse(group, options.ACCEPT_LABEL, CLI)
+    add_to_argparse(group, options.ACCEPT_FROM, CLI, head=head)
+
+
+def _acceptances(args: argparse.Namespace) -> list[Acceptance]:
+    """The slowdowns accepted for this command: --accept, --accept-label, and the Perf-Accept trailers of
+    --accept-from's commit (check: of HEAD when not given); a warning for trailer lines git ignores."""
+    from perfgate.judge.acceptance import commit_acceptances, head_acceptances
+
+    accepted = [*(getattr(args, "accept", None) or ()), *(getattr(args, "accept_label", None) or ())]
+    commit = getattr(args, "accept_from", None)
+    if commit is not None:
+        trailers, stray = commit_acceptances(commit, Path.cwd())
+    else:
+        trailers, stray = head_acceptances(Path.cwd()) if args.command == "check" else ([], [])
+    for line in stray:
+        sys.stderr.write(f"warning: {line}\n")
+    return [*trailers, *accepted]
 
 
 def _add_history_dir(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -162,17 +258,48 @@ def _fetch_history_branch(args: argparse.Namespace, store: HistoryStore) -> int 
 
 
 def _add_command(commands: Any, name: str, **kwargs: str) -> argparse.ArgumentParser:
-    """A subcommand that also takes --debug after its name."""
-    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    """A subcommand that also takes --debug after its name; its --help ends with its exit codes."""
+    epilog = exit_code_help(COMMAND_EXIT_CODES.get(name, [row.code for row in EXIT_CODES]))
+    parser: argparse.ArgumentParser = commands.add_parser(name, formatter_class=_HelpFormatter, epilog=epilog, **kwargs)
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog="perfgate", description="Performance-regression gate for PyTorch training code.")
+    parser = _ArgumentParser(
+        prog="perfgate",
+        description="Performance-regression gate for PyTorch training code.",
+        epilog=exit_code_help(),
+        formatter_class=_HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"perfgate {perfgate.__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+    demo = _add_command(
+        commands,
+        "demo",
+        help="see the gate at work: two pull requests in a throwaway repository, checked in pairs (about 3 minutes)",
+        description="Make a throwaway git repository with a small image classifier and two pull requests against "
+        "its main branch, one that adds a hidden layer and one that changes a comment; check each with "
+        "perfgate check --against main as CI would, and sum up both verdicts. Needs no baseline and no "
+        "configuration; nothing is downloaded.",
+    )
+    demo.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to make the repository and write the reports: a new or empty folder (default: a new "
+        "temporary folder, kept)",
+    )
+    demo.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the two checks' time: the first may take about half, the second what is left; each stops adding "
+        "pairs once its share is spent (default: 170)",
+    )
     init = _add_command(
         commands,
         "init",
@@ -193,22 +320,28 @@ def build_parser() -> argparse.ArgumentParser:
     run = _add_command(
         commands,
         "run",
-        help="run the three-run lab and print the table",
-        description="Run the three-run lab (fp32, bf16, bf16-compile) on each workload.",
+        help="run the three-run lab on each workload and print its table; judges nothing",
+        description="Run the three-run lab (fp32, bf16, bf16-compile) on each workload and print the lab's table: "
+        "samples/s, step times, phases, peak memory, compile time. Judges nothing (perfgate check does). "
+        "--json writes the results file, --markdown the table as Markdown.",
     )
     add_run_options(run)
+    add_to_argparse(run, options.MARKDOWN, CLI)
     check = _add_command(
         commands,
         "check",
-        help="measure and compare with the stored baselines; exit 1 on a supported regression",
-        description="Run the lab and compare each config with its baseline: exit 0 no regression, "
-        "1 regression, 2 usage or input error, 3 no comparable baseline.",
+        help="measure and judge against the stored baselines, or with --against REF against a git ref measured in "
+        "pairs; exit 1 on a supported regression",
+        description="Run the lab and judge each config: against its stored baseline for this machine (perfgate "
+        "update writes them), or, with --against REF, against REF checked out in a worktree and measured beside "
+        "the working tree in pairs. Open verdicts get more trials until they are decided or the time budget is "
+        "spent. Prints the lab's table and the gate's report; --json writes the results file, --markdown the "
+        "report as Markdown.",
     )
-    add_run_options(check)
+    add_run_options(check, profile_note=" (against stored baselines; a paired check, --against, does not profile)")
     add_gate_options(check, measuring=True)
-    check.add_argument(
-        "--markdown", type=Path, default=None, metavar="PATH", help="also write the report as Markdown to PATH"
-    )
+    add_accept_options(check, head="HEAD, the commit the working tree is on")
+    add_to_argparse(check, options.MARKDOWN, CLI)
     check.add_argument(
         "--diagnose", action="store_true", help="diagnose every config (by default only those that regressed)"
     )
@@ -236,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     history_command = _add_command(
         commands,
         "history",
-        help="the recorded runs: a table per workload and config, change points and creep",
+        help="the recorded runs (check --record): a table per workload and config, change points and creep",
         description="Read the history that perfgate check --record keeps and print, per workload, config and "
         "machine, the recent runs, the change points where samples/s or peak memory changed level, and slow "
         "creep that adds up past the threshold over several runs. Measures nothing.",
@@ -249,13 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="runs shown per series (change points are found over all of them) (default: 10)",
     )
-    history_command.add_argument(
-        "--html",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="also write the dashboard, DIR/index.html: one static page, a chart per series (for GitHub Pages)",
-    )
+    add_to_argparse(history_command, options.HTML, CLI)
     add_to_argparse(history_command, options.THRESHOLD, CLI)
     add_to_argparse(history_command, options.ALPHA, CLI)
     bisect = _add_command(
@@ -265,33 +392,37 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure BAD against GOOD in pairs, then halve the commits between them, each step a paired "
         "check of one commit against GOOD (both checked out in worktrees), and print the first commit that made a "
         "config slower with its evidence; the first bad commit is also checked against its parent, and the "
-        "result says so when the history is not monotonic. Exit 0 found (or nothing to find), 1 not monotonic.",
+        "result says so when the history is not monotonic. Exits 0 once it ran, whatever it found: a first bad "
+        "commit, nothing to find, or a history that is not monotonic.",
     )
     bisect.add_argument("good", metavar="GOOD", help="a ref that was fast (older)")
     bisect.add_argument("bad", metavar="BAD", help="a ref that is slower (newer)")
-    add_run_options(bisect)
-    add_gate_options(bisect, measuring=True)
+    add_run_options(bisect, json=False, profile=False)
+    add_gate_options(bisect, measuring=True, exits=False, baselines=False)
     export = _add_command(
         commands,
         "export",
-        help="a recorded run in another tool's format (Bencher, github-action-benchmark)",
-        description="Write the latest recorded run of the history (or the latest of one commit) in another "
-        "tool's format: Bencher's Metric Format, or github-action-benchmark's customBiggerIsBetter list.",
+        help="print a recorded run in another tool's JSON format (Bencher, github-action-benchmark)",
+        description="Print the latest recorded run of the history (or the latest of one commit) in another "
+        "tool's JSON format: Bencher's Metric Format (--format bencher) or github-action-benchmark's "
+        "customBiggerIsBetter list (--format github-action-benchmark); --json also writes it to a file.",
     )
     _add_history_dir(export)
-    export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="the other tool's format")
+    export.add_argument(
+        "--format", required=True, choices=EXPORT_FORMATS, help="the other tool's format (both are JSON)"
+    )
     export.add_argument("--commit", default=None, metavar="SHA", help="the latest run of this commit (a prefix)")
-    export.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
+    add_to_argparse(export, options.JSON_EXPORT, CLI)
     calibrate = _add_command(
         commands,
         "calibrate",
         help="measure what this runner can detect: paired A/A noise and a planted slowdown",
         description="Measure this runner's paired noise (the working tree against itself), check a planted slowdown "
         "as perfgate check --against would, and report the smallest slowdown a paired check detects within the "
-        "time budget.",
+        "time budget. --json writes the planted check's results.",
     )
-    add_run_options(calibrate, trials=DEFAULT_TRIALS)
-    add_gate_options(calibrate, measuring=True)
+    add_run_options(calibrate, profile=False)
+    add_gate_options(calibrate, measuring=True, exits=False, baselines=False)
     calibrate.set_defaults(configs="fp32")  # a first answer in minutes; --configs adds the others
     calibrate.add_argument(
         "--pairs",
@@ -317,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     update = _add_command(
         commands,
         "update",
-        help="measure and write the baselines for this machine",
+        help="measure and write this machine's baselines (commit them; check compares with them)",
         description="Run the lab and store its results as this machine's baselines (one YAML file per workload).",
     )
     add_run_options(update, trials=DEFAULT_UPDATE_TRIALS)
@@ -326,50 +457,65 @@ def build_parser() -> argparse.ArgumentParser:
     compare = _add_command(
         commands,
         "compare",
-        help="compare saved results with the baselines (or with other saved results); runs nothing",
+        help="judge a saved results file against the stored baselines, or against another results file; "
+        "measures nothing",
         description="Judge a results file written by --json against the stored baselines, or, given two files, "
         "the second against the first. Two files from different machine types get a warning: their comparison "
         "mixes the machine with the code (perfgate check --against REF measures both sides on one runner).",
     )
     compare.add_argument("results", type=Path, nargs="+", metavar="RESULTS", help="[BASELINE.json] CANDIDATE.json")
-    compare.add_argument(
-        "--format",
-        choices=("text", "markdown", "json"),
-        default="text",
-        help="the report's form, as perfgate report renders it; the exit code is the verdict's (default: text)",
-    )
+    _add_report_outputs(compare)
     add_gate_options(compare, measuring=False)
+    add_accept_options(compare, head="none")
     report = _add_command(
         commands,
         "report",
-        help="render a results file of perfgate check as text, Markdown or JSON",
-        description="Judge a results file written by perfgate check --json the way the check did (its settings are "
-        "in the file) and render the report.",
+        help="render a results file: a check's verdicts as the check judged them, or a lab run's table; "
+        "measures nothing",
+        description="Render a results file written by --json. A check's (perfgate check, pytest --perfgate-json) "
+        "is judged the way the check did (its settings are in the file) and shown as the check's report, with "
+        "the check's verdict; a lab run's (perfgate run, perfgate update) is shown as the lab's table. Exits 0 "
+        "once the report is written, whatever the verdict (perfgate compare exits with it).",
     )
     report.add_argument(
         "results",
         type=Path,
         metavar="RESULTS",
-        help="results file written by perfgate check --json (or pytest --perfgate-json)",
+        help="results file written by --json (perfgate check, run or update; pytest --perfgate-json)",
     )
+    _add_report_outputs(report)
+    add_to_argparse(report, options.PNG, CLI)
     report.add_argument(
-        "--format",
-        choices=("text", "markdown", "json", "png"),
-        default="text",
-        help="png: a chart of each config's ratio with its interval (needs matplotlib; --output) (default: text)",
-    )
-    report.add_argument("--output", type=Path, default=None, metavar="PATH", help="write to PATH (default: stdout)")
-    report.add_argument(
-        "--limit",
-        type=argparse_type(parse_count, "--limit"),
+        "--max-chars",
+        type=argparse_type(parse_count, "--max-chars"),
         default=None,
-        metavar="CHARS",
-        help="Markdown: shorten to this many characters (default: 65536, GitHub's limit for a comment)",
+        metavar="N",
+        help="shorten the Markdown report to at most N characters, leaving out whole sections (default: 65536, "
+        "GitHub's limit for a comment)",
     )
     report.add_argument(
-        "--baseline-dir", type=Path, default=None, metavar="DIR", help="default: the one the check used"
+        "--baseline-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="judge a check's results against the baselines in DIR (default: the folder the check used)",
     )
     return parser
+
+
+REPORT_FORMATS = ("text", "markdown", "json")
+
+
+def _add_report_outputs(parser: argparse.ArgumentParser) -> None:
+    """What a command that renders a results file prints (--format) and the files it also writes."""
+    parser.add_argument(
+        "--format",
+        choices=REPORT_FORMATS,
+        default="text",
+        help="what to print on standard output: the report as text, Markdown or JSON (default: text)",
+    )
+    add_to_argparse(parser, options.JSON_REPORT, CLI)
+    add_to_argparse(parser, options.MARKDOWN, CLI)
 
 
 def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSettings]:
@@ -381,8 +527,9 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
     from perfgate.references import resolve_references
 
     configs = parse_configs(args.configs)
-    if args.json is not None:
-        check_writable(args.json, "--json")
+    for path, option in ((getattr(args, "json", None), "--json"), (getattr(args, "markdown", None), "--markdown")):
+        if path is not None:  # a file that cannot be written is refused before anything is measured
+            check_writable(path, option)
     references = resolve_references(args.workloads)
     device = select_device(args.device)
     nproc = args.nproc or load_project_config().nproc
@@ -393,16 +540,24 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
         device=device.type,
         threads=args.threads or default_threads(device.type, paired=paired, nproc=nproc or 1),
         timeout_s=args.timeout,
-        profile_dir=args.profile_dir if args.profile else None,
+        profile_dir=args.profile_dir if getattr(args, "profile", False) else None,
         nproc=nproc,
     )
     return references, settings
 
 
-def _progress(args: argparse.Namespace) -> ProgressCallback | None:
+def _progress(args: argparse.Namespace, gate: GateSettings | None = None, judged: int = 0) -> ProgressCallback | None:
+    """The progress display; for a check (`gate`, judging `judged` workload configs), bounded by its budget."""
     from perfgate.report.progress import Progress
 
-    return None if args.quiet else Progress(args.trials)
+    if args.quiet:
+        return None
+    if gate is None:
+        return Progress(args.trials)
+    paired = getattr(args, "against", None) is not None
+    return Progress(
+        gate.trials, most=gate.max_trials, budget_s=gate.budget_s(judged), unit="pair" if paired else "trial"
+    )
 
 
 def _write_json(result: RunResult, path: Path | None) -> None:
@@ -419,14 +574,20 @@ def _measured(result: RunResult) -> bool:
 
 
 def command_run(args: argparse.Namespace) -> int:
+    """Run the lab and print its table (--json, --markdown: also to files); exit 4 when nothing was measured."""
     from perfgate.measure.lab import run_lab
+    from perfgate.records.results import write_text_atomic
+    from perfgate.report.markdown import format_lab_markdown
     from perfgate.report.text import format_run
 
     references, settings = _run_settings(args)
     result = run_lab(references, settings, _progress(args))
     sys.stdout.write(format_run(result))
     _write_json(result, args.json)
-    return 0 if _measured(result) else EXIT_NO_MEASUREMENT
+    if args.markdown is not None:
+        details = str(args.json) if args.json else None
+        write_text_atomic(args.markdown, format_lab_markdown(result, details=details))
+    return EXIT_OK if _measured(result) else EXIT_WORKLOAD_FAILED
 
 
 def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool = False) -> GateSettings:
@@ -444,7 +605,8 @@ def _gate_settings(args: argparse.Namespace, trials: int, *, single_look: bool =
         alpha=args.alpha,
         max_trials=trials if single_look else max_trials,
         time_budget_s=getattr(args, "time_budget", None),
-        fail_on_inconclusive=args.fail_on_inconclusive,
+        fail_on_inconclusive=getattr(args, "fail_on_inconclusive", False),
+        accepted=_acceptances(args),
     )
 
 
@@ -469,6 +631,7 @@ def command_check(args: argparse.Namespace) -> int:
         resolve_ref(open_repository(Path.cwd()), args.against)  # a bad ref fails at once, before torch loads
     references, run_settings = _run_settings(args)
     gate_settings = _gate_settings(args, run_settings.trials)
+    progress = _progress(args, gate_settings, len(references) * len(run_settings.configs))
     if args.markdown is not None:
         check_writable(args.markdown, "--markdown")
     history = _history_store(args)  # a bad [tool.perfgate] history fails before any trial
@@ -487,7 +650,7 @@ def command_check(args: argparse.Namespace) -> int:
             parallel=args.parallel_pairs,
             fork=args.fork_trials,
             interleaved=args.interleaved_pairs,
-            progress=_progress(args),
+            progress=progress,
             notify=_notify(args),
         )
     else:
@@ -499,7 +662,13 @@ def command_check(args: argparse.Namespace) -> int:
             if given:
                 raise UsageError(f"{option} needs --against", hint="add --against REF, e.g. --against main")
         result = run_check(
-            references, run_settings, gate_settings, BaselineStore(args.baseline_dir), _progress(args), _notify(args)
+            references,
+            run_settings,
+            gate_settings,
+            BaselineStore(args.baseline_dir),
+            progress,
+            _notify(args),
+            measure_unjudged=args.record,  # the history keeps a run that has no baseline yet, without a verdict
         )
     if result.run is not None:
         run = replace(result.run, gate=gate_record(result, args.baseline_dir))
@@ -507,7 +676,7 @@ def command_check(args: argparse.Namespace) -> int:
         sys.stdout.write(format_run(run) + "\n")
         _write_json(run, args.json)
         if not _measured(run) and not result.verdicts:  # nothing measured, and nothing had a baseline
-            return EXIT_NO_MEASUREMENT
+            return EXIT_WORKLOAD_FAILED
     from perfgate.judge.diagnosis import diagnose
 
     diagnoses = diagnose(result, every_config=args.diagnose)
@@ -522,7 +691,7 @@ def command_check(args: argparse.Namespace) -> int:
             sys.stderr.write(f"warning: no trend in the report: {error.one_line()}\n")
         trends = trends_of(result, history.load())
     if args.record:
-        from perfgate.report.history import record_of_check
+        from perfgate.report.history import record_of_check, unjudged_note
 
         record = record_of_check(result)
         if record is None:
@@ -530,6 +699,9 @@ def command_check(args: argparse.Namespace) -> int:
         else:
             path = history.append(record)
             sys.stdout.write(f"recorded in the history: {path}\n")
+            note = unjudged_note(result, record)
+            if note:
+                sys.stdout.write(note + "\n")
             if args.history_branch is not None:
                 from perfgate.records.history_branch import push_record
 
@@ -542,10 +714,11 @@ def command_check(args: argparse.Namespace) -> int:
 
         details = str(args.json) if args.json else None
         write_text_atomic(args.markdown, format_markdown(result, details=details, diagnoses=diagnoses, trends=trends))
-    return _report_gate(result, diagnoses)
+    return _report_gate(result, diagnoses, command="perfgate check")
 
 
 def command_calibrate(args: argparse.Namespace) -> int:
+    """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
     from perfgate.check.calibrate import format_calibration, run_calibration
     from perfgate.report.text import format_gate
 
@@ -567,9 +740,9 @@ def command_calibrate(args: argparse.Namespace) -> int:
     if calibration.planted.run is not None:
         _write_json(calibration.planted.run, args.json)
     if not args.quiet:
-        sys.stdout.write("A/A " + format_gate(calibration.aa) + "\n")
+        _print_report("A/A " + format_gate(calibration.aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
     sys.stdout.write(format_calibration(calibration))
-    return 0
+    return EXIT_OK
 
 
 def command_update(args: argparse.Namespace) -> int:
@@ -586,16 +759,21 @@ def command_update(args: argparse.Namespace) -> int:
     sys.stdout.write(format_run(result) + "\n")
     _write_json(result, args.json)
     if not _measured(result):
-        return EXIT_NO_MEASUREMENT
+        return EXIT_WORKLOAD_FAILED
     sys.stdout.write(format_updates(store.write_run(result), store))
-    return 0
+    return EXIT_OK
 
 
 def command_compare(args: argparse.Namespace) -> int:
+    """Judge a results file against the baselines or another file; print the report (--format), write --json and
+    --markdown; exit with the verdict's code."""
+    from perfgate.judge.diagnosis import diagnose
     from perfgate.judge.verdict import compare_results
     from perfgate.records.baselines import BaselineStore
     from perfgate.records.results import load_results
+    from perfgate.report.render import render_gate
 
+    _check_outputs(args)
     if len(args.results) > 2:
         raise UsageError(
             "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
@@ -615,21 +793,50 @@ def command_compare(args: argparse.Namespace) -> int:
     # compare runs nothing, so it decides once: one look, with the whole alpha.
     settings = _gate_settings(args, 1, single_look=True)
     result = compare_results(candidate, settings, store=BaselineStore(args.baseline_dir), baseline=baseline)
-    if args.format == "text":
-        return _report_gate(result)
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.report.render import render_gate
-
-    sys.stdout.write(render_gate(result, args.format, diagnoses=diagnose(result), details=str(args.results[-1])))
+    diagnoses = diagnose(result)
+    details = str(args.results[-1])
+    _write_outputs(
+        args,
+        lambda form: render_gate(result, form, command="perfgate compare", diagnoses=diagnoses, details=details),
+    )
     return _warn_open(result)
 
 
-def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = ()) -> int:
-    """Print the gate's report and any diagnosis; inconclusive verdicts that pass also get a warning on stderr."""
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse at once a file output (--json, --markdown, --png) that cannot be written."""
+    from perfgate.records.results import check_writable
+
+    for option in ("json", "markdown", "png"):
+        path = getattr(args, option, None)
+        if path is not None:
+            check_writable(path, f"--{option}")
+
+
+def _write_outputs(args: argparse.Namespace, render: Callable[[str], str]) -> None:
+    """Print the report in the form --format asks for, and write the files --json and --markdown name;
+    `render(form)` is the report in one form (text, markdown, json)."""
+    from perfgate.records.results import write_text_atomic
+
+    _print_report(render(args.format), coloured=args.format == "text")
+    for form, path in (("json", args.json), ("markdown", args.markdown)):
+        if path is not None:
+            write_text_atomic(path, render(form))
+
+
+def _report_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = (), *, command: str) -> int:
+    """Print the gate's report and any diagnosis, its summary line naming `command`; inconclusive verdicts that
+    pass also get a warning on stderr."""
     from perfgate.report.text import format_gate
 
-    sys.stdout.write(format_gate(result, diagnoses))
+    _print_report(format_gate(result, diagnoses, command=command))
     return _warn_open(result)
+
+
+def _print_report(text: str, *, coloured: bool = True) -> None:
+    """A report on standard output: its verdicts coloured on a terminal (never with NO_COLOR, nor in a file)."""
+    from perfgate.report.colour import for_stream
+
+    sys.stdout.write(for_stream(text, sys.stdout) if coloured else text)
 
 
 def _warn_open(result: GateResult) -> int:
@@ -639,51 +846,61 @@ def _warn_open(result: GateResult) -> int:
     open_verdicts = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == Status.INCONCLUSIVE]
     if open_verdicts and result.exit_code == 0:
         sys.stderr.write(f"warning: inconclusive, not failing the build: {', '.join(open_verdicts)}\n")
+    for line in result.unused_acceptances:
+        sys.stderr.write(f"warning: {line}\n")
     return result.exit_code
 
 
 def command_report(args: argparse.Namespace) -> int:
-    """Render a check's results file; exits 0 once written (the check's own exit code is the verdict)."""
+    """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exits 0 once
+    written (the check's own exit code is its verdict's)."""
+    from perfgate.judge.diagnosis import diagnose
     from perfgate.judge.verdict import judge_saved
     from perfgate.project import load_project_config
-    from perfgate.records.results import check_writable, load_results, write_text_atomic
+    from perfgate.records.results import load_results
     from perfgate.report.markdown import COMMENT_LIMIT
-    from perfgate.report.render import render_gate
+    from perfgate.report.render import is_lab_run, render_gate, render_lab
     from perfgate.report.text import format_run
 
-    if args.output is not None:
-        check_writable(args.output, "--output")
-    elif args.format == "png":
-        raise UsageError("--format png needs --output", hint="add --output chart.png")
+    _check_outputs(args)
     run = load_results(args.results)
+    details, limit = str(args.results), args.max_chars or COMMENT_LIMIT
+    if is_lab_run(run):
+        if args.png is not None:
+            raise UsageError(
+                "--png charts a check's verdicts, and this is a lab run that no check judged",
+                where=str(args.results),
+                hint="chart the results of perfgate check --json, or leave out --png",
+            )
+        _write_outputs(args, lambda form: render_lab(run, form, details=details, limit=limit))
+        return EXIT_OK
     result = judge_saved(run, load_project_config(), args.baseline_dir)
-    from perfgate.judge.diagnosis import diagnose
-
     diagnoses = diagnose(result)
-    if args.format == "png":
+    if args.png is not None:
         from perfgate.report.chart import write_chart
 
-        write_chart(result, args.output)
-        return 0
-    text = render_gate(
-        result,
-        args.format,
-        diagnoses=diagnoses,
-        micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
-        details=str(args.results),
-        limit=args.limit or COMMENT_LIMIT,
-    )
-    if args.format == "text":
-        text = (format_run(run) + "\n" if run.workloads else "") + text
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text_atomic(args.output, text)
-    return 0
+        write_chart(result, args.png)
+
+    def render(form: str) -> str:
+        text = render_gate(
+            result,
+            form,
+            command="perfgate report",
+            exits=False,
+            diagnoses=diagnoses,
+            micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
+            details=details,
+            limit=limit,
+        )
+        return (format_run(run) + "\n" if form == "text" and run.workloads else "") + text
+
+    _write_outputs(args, render)
+    return EXIT_OK
 
 
 def command_history(args: argparse.Namespace) -> int:
-    """Print the recorded runs, their change points and creep; exit 0 (it judges nothing)."""
+    """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
+    nothing is recorded (it judges nothing)."""
     from perfgate.judge.stats import DEFAULT_ALPHA
     from perfgate.project import DEFAULT_THRESHOLD, load_project_config
     from perfgate.report.history import format_history, series_of
@@ -693,6 +910,13 @@ def command_history(args: argparse.Namespace) -> int:
     if fetched is not None:
         sys.stderr.write(f"fetched {fetched} record(s) from the history branch {args.history_branch}\n")
     history = store.load()
+    for line in history.skipped:
+        sys.stderr.write(f"warning: {line}\n")
+    if not history.records:
+        raise NothingToCompareError(
+            f"no recorded run in {store.directory}",
+            hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
+        )
     project = load_project_config()
     threshold = next(v for v in (args.threshold, project.threshold, DEFAULT_THRESHOLD) if v is not None)
     alpha = next(v for v in (args.alpha, project.alpha, DEFAULT_ALPHA) if v is not None)
@@ -705,22 +929,14 @@ def command_history(args: argparse.Namespace) -> int:
         page = args.html / "index.html"
         write_text_atomic(page, render_dashboard(series, skipped=history.skipped))
         sys.stdout.write(f"dashboard written to {page}\n")
-    for line in history.skipped:
-        sys.stderr.write(f"warning: {line}\n")
-    return 0
+    return EXIT_OK
 
 
 def command_bisect(args: argparse.Namespace) -> int:
-    """Bisect GOOD..BAD with paired checks; print each step and the first bad commit."""
+    """Bisect GOOD..BAD with paired checks; print each step and what it found; exit 0 once it ran, whatever
+    it found (a first bad commit, nothing, or a history that is not monotonic)."""
     from perfgate.check.bisect import commits_between, format_bisect, run_bisect
 
-    for given, option in (
-        (args.json, "--json"),
-        (args.profile, "--profile"),
-        (args.fail_on_inconclusive, "--fail-on-inconclusive"),
-    ):
-        if given:
-            raise UsageError(f"{option} does nothing in bisect", hint="drop it; bisect prints each step it measures")
     commits_between(args.good, args.bad)  # bad refs fail at once, before torch loads
     args.against = args.good  # paired defaults: one thread, the pairs' budget
     references, run_settings = _run_settings(args)
@@ -729,18 +945,18 @@ def command_bisect(args: argparse.Namespace) -> int:
         references, run_settings, gate_settings, args.good, args.bad, progress=_progress(args), notify=_notify(args)
     )
     sys.stdout.write(format_bisect(result))
-    return result.exit_code
+    return EXIT_OK
 
 
 def command_export(args: argparse.Namespace) -> int:
-    """Write one recorded run in another tool's format; exit 0 once written."""
+    """Print one recorded run in another tool's JSON format (--json: also to a file); exit 0 once written, 3
+    when no run is recorded."""
     import json
 
-    from perfgate.records.results import check_writable, write_text_atomic
+    from perfgate.records.results import write_text_atomic
     from perfgate.report.history import export_run
 
-    if args.output is not None:
-        check_writable(args.output, "--output")
+    _check_outputs(args)
     store = _history_store(args)
     _fetch_history_branch(args, store)
     history = store.load()
@@ -749,16 +965,22 @@ def command_export(args: argparse.Namespace) -> int:
     records = [r for r in history.records if args.commit is None or (r.commit or "").startswith(args.commit)]
     if not records:
         which = f" of commit {args.commit}" if args.commit else ""
-        raise UsageError(
+        raise NothingToCompareError(
             f"no recorded run{which} in {store.directory}",
             hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
         )
     text = json.dumps(export_run(records[-1], args.format), indent=2, allow_nan=False) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text_atomic(args.output, text)
-    return 0
+    sys.stdout.write(text)
+    if args.json is not None:
+        write_text_atomic(args.json, text)
+    return EXIT_OK
+
+
+def command_demo(args: argparse.Namespace) -> int:
+    """Check two demo pull requests in a throwaway repository; exit 0 once both checks ran."""
+    from perfgate.demo import DEFAULT_BUDGET_S, run_demo
+
+    return run_demo(args.dir, budget_s=args.time_budget or DEFAULT_BUDGET_S)
 
 
 def command_init(args: argparse.Namespace) -> int:
@@ -784,6 +1006,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "history": command_history,
     "export": command_export,
     "bisect": command_bisect,
+    "demo": command_demo,
     "init": command_init,
 }
 
@@ -801,7 +1024,7 @@ def _stop_on_sigterm() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 2 usage or input error, 4 nothing measured)."""
+    """Run the CLI; returns the exit code, one of `errors.EXIT_CODES`."""
     if argv is None:
         _stop_on_sigterm()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -823,6 +1046,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("interrupted: trials stopped; every file perfgate writes is replaced whole or not at all\n")
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug in perfgate itself: one line, the traceback with --debug
+        missing = missing_dependency(exc)  # ... unless it is a package that is not installed
+        if missing is not None:
+            if debug:
+                traceback.print_exc()
+            sys.stderr.write(f"error: {missing.one_line()}\n")
+            return missing.exit_code
         if debug:
             raise
         sys.stderr.write(f"error: internal error {type(exc).__name__}: {exc}; rerun with --debug and report it\n")

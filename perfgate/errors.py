@@ -2,11 +2,74 @@
 
 from __future__ import annotations
 
-EXIT_OK = 0  # every verdict passed
-EXIT_REGRESSION = 1  # a supported regression, a failed config (or, when asked, an open verdict)
-EXIT_USAGE = 2  # a usage or input error
-EXIT_NO_BASELINE = 3  # nothing comparable to judge against
-EXIT_MEANINGS = {EXIT_OK: "pass", EXIT_REGRESSION: "fail", EXIT_NO_BASELINE: "no comparable baseline"}
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# The exit codes of every perfgate command, the one table: `perfgate COMMAND --help` shows each command's
+# rows of it, docs/reference.md shows all of it (tests/test_exit_codes.py holds the two to this table).
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+EXIT_NO_BASELINE = 3
+EXIT_WORKLOAD_FAILED = 4
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    """One row of the table: the code, its name (as the gate's summary line shows it) and what it means."""
+
+    code: int
+    name: str
+    meaning: str
+
+
+EXIT_CODES = (
+    ExitCode(EXIT_OK, "pass", "the command did its work and no verdict fails the build"),
+    ExitCode(
+        EXIT_REGRESSION,
+        "fail",
+        "a supported regression fails the build (or, with --fail-on-inconclusive, a verdict that stayed open)",
+    ),
+    ExitCode(EXIT_USAGE, "usage error", "a bad option, argument, file or configuration"),
+    ExitCode(
+        EXIT_NO_BASELINE,
+        "nothing to compare",
+        "no comparable baseline (none for this machine, or the workload's amount of work changed), or no recorded run",
+    ),
+    ExitCode(
+        EXIT_WORKLOAD_FAILED,
+        "workload failed",
+        "the workload raised, hung or produced no measurement (in a check: a config that was measured before "
+        "and now fails)",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED, "interrupted", "stopped by Ctrl-C or SIGTERM (trials stopped; no file is left half-written)"
+    ),
+)
+EXIT_MEANINGS = {row.code: row.name for row in EXIT_CODES}
+SEVERITY = (EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, EXIT_NO_BASELINE)  # when several apply, the first wins
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    """The one code for several findings: a regression (1) wins over a failed workload (4), which wins over
+    nothing to compare (3); else 0."""
+    found = set(codes)
+    return next((code for code in SEVERITY if code in found), EXIT_OK)
+
+
+def exit_code_help(codes: Iterable[int] | None = None) -> str:
+    """The table's rows for `codes` (default: all), as a command's `--help` ends with them."""
+    wanted = None if codes is None else set(codes)
+    rows = [row for row in EXIT_CODES if wanted is None or row.code in wanted]
+    return "exit codes:\n" + "\n".join(f"  {row.code:<4} {row.name}: {row.meaning}" for row in rows)
+
+
+def exit_code_markdown() -> str:
+    """The whole table as docs/reference.md shows it."""
+    rows = ["| code | name | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{row.code}` | {row.name} | {row.meaning} |" for row in EXIT_CODES]
+    return "\n".join(rows) + "\n"
 
 
 class PerfgateError(Exception):
@@ -46,6 +109,14 @@ class WorkloadReferenceError(PerfgateError):
 
 class WorkloadError(PerfgateError):
     """The user's workload is invalid or its code failed while being measured."""
+
+    exit_code = EXIT_WORKLOAD_FAILED
+
+
+class NothingToCompareError(PerfgateError):
+    """Nothing to judge or show: no comparable baseline, or no recorded run."""
+
+    exit_code = EXIT_NO_BASELINE
 
 
 class ResultsError(PerfgateError):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import PerfgateError
+from perfgate.judge.acceptance import Acceptance, parse_acceptance, parse_label
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.judge.stats import DEFAULT_ALPHA
 from perfgate.naming import FrontEnd
@@ -27,13 +28,15 @@ Parse = Callable[[Any, str], Any]  # (value, where) -> parsed value; a PerfgateE
 
 @dataclass(frozen=True)
 class Option:
-    """One option: a `flag` takes no value; the others are parsed by `parse` (None: kept as text)."""
+    """One option: a `flag` takes no value; the others are parsed by `parse` (None: kept as text); a `repeat`
+    option may be given more than once, each value kept (a list)."""
 
     name: str
     help: str  # `{default}`: the default of the command that renders it
     metavar: str | None = None
     parse: Parse | None = None
     flag: bool = False
+    repeat: bool = False
 
     def help_for(self, **values: Any) -> str:
         return self.help.format(**values)
@@ -53,6 +56,14 @@ def argparse_type(parse: Parse, where: str) -> Callable[[str], Any]:
 
 def _path(value: Any, where: str) -> Path:
     return Path(str(value))
+
+
+def _acceptance(value: Any, where: str) -> Acceptance:
+    return parse_acceptance(str(value), "option", where)
+
+
+def _label(value: Any, where: str) -> Acceptance:
+    return parse_label(str(value))
 
 
 CONFIGS = Option("configs", f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)", "LIST")
@@ -88,10 +99,27 @@ ALPHA = Option(
     "P",
     parse_fraction,
 )
+# The file outputs: `--json PATH`, `--markdown PATH`, `--html DIR`, `--png PATH`, each the same name wherever
+# it applies; `--format` only chooses what a command prints on standard output.
 JSON = Option("json", "write the results (schema_version 2) to PATH", "PATH", _path)
+JSON_REPORT = Option("json", "also write the report as JSON (what --format json prints) to PATH", "PATH", _path)
+JSON_EXPORT = Option("json", "also write the exported JSON document to PATH", "PATH", _path)
 MARKDOWN = Option(
     "markdown",
     "also write the report as Markdown to PATH (for a job summary or a pull-request comment)",
+    "PATH",
+    _path,
+)
+HTML = Option(
+    "html",
+    "also write the dashboard, DIR/index.html: one static page, a chart per series (for GitHub Pages)",
+    "DIR",
+    _path,
+)
+PNG = Option(
+    "png",
+    "also write a chart of each config's ratio and its interval to PATH (needs matplotlib: "
+    "pip install 'perfgate[chart]')",
     "PATH",
     _path,
 )
@@ -100,6 +128,27 @@ AGAINST = Option(
     "measure the working tree against this git ref (branch, tag, commit) in pairs, side by side, "
     "instead of comparing with stored baselines",
     "REF",
+)
+ACCEPT = Option(
+    "accept",
+    "accept a slowdown on purpose: 'WORKLOAD/CONFIG PCT' (WORKLOAD alone: all its configs; * for every workload), "
+    "e.g. 'lm-small/fp32 15%': within it the config passes as accepted, beyond it still fails (repeatable)",
+    "'TARGET PCT'",
+    _acceptance,
+    repeat=True,
+)
+ACCEPT_LABEL = Option(
+    "accept-label",
+    "the same from a pull-request label named 'perf-accept: TARGET PCT' (the Action passes them; repeatable)",
+    "LABEL",
+    _label,
+    repeat=True,
+)
+ACCEPT_FROM = Option(
+    "accept-from",
+    "read the Perf-Accept: TARGET PCT trailers of this commit's message (a pull request's head commit) "
+    "(default: {head})",
+    "COMMIT",
 )
 FAIL_ON_INCONCLUSIVE = Option("fail-on-inconclusive", "fail the build when a verdict stays inconclusive", flag=True)
 ALLOW_DIRTY = Option(
@@ -123,6 +172,8 @@ def add_to_argparse(
         parser.add_argument(front_end.option(option.name), action="store_true", help=text)
         return
     kwargs: dict[str, Any] = {"default": default, "metavar": option.metavar, "help": text}
+    if option.repeat:
+        kwargs.update(action="append", default=list(default or []))
     if option.parse is not None:
         kwargs["type"] = argparse_type(option.parse, front_end.option(option.name))
     parser.add_argument(front_end.option(option.name), **kwargs)

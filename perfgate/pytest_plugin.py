@@ -34,6 +34,7 @@ import pytest
 
 from perfgate import options
 from perfgate.check.micro import inner_session
+from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError
 from perfgate.formatting import format_signed_pct
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS
@@ -140,6 +141,7 @@ class PluginSettings:
         )
 
 
+@dependencies_required()
 def read_settings(config: pytest.Config) -> PluginSettings:
     """Parse options and ini keys (an option wins over its ini key); PerfgateError on a bad value."""
     from perfgate.project import load_project_config
@@ -378,6 +380,7 @@ class PerfgateSession:
                         outcomes[(verdict.workload, verdict.config)] = verdict
         return outcomes
 
+    @dependencies_required()  # a package that is not installed: a PerfgateError, one line, as the CLI says it
     def _check(self, references: Sequence[Reference], configs: Sequence[str] | None = None) -> GateResult:
         from perfgate.check.paired import run_paired_check
         from perfgate.check.stored import run_check
@@ -397,6 +400,7 @@ class PerfgateSession:
             self.runs.append(result.run)
         return result
 
+    @dependencies_required()
     def _update(
         self, references: Sequence[Reference], configs: Sequence[str] | None = None
     ) -> dict[tuple[str, str], ConfigVerdict | str | None]:
@@ -515,7 +519,7 @@ class PerfgateSession:
             if not names:
                 return
             gate = self.settings.gate_settings()
-            with self._terminal() as (_, notify):
+            with self._terminal() as (_, notify), dependencies_required():
                 self.micro_paired = run_paired_micro(
                     self.settings.against,
                     names,
@@ -690,6 +694,7 @@ class _JsonTarget(os.PathLike[str]):
         self._handle.close()
 
 
+@dependencies_required()
 def _environment() -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
 

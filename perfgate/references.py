@@ -61,8 +61,8 @@ class Reference:
                 where=self.text,
                 hint="fix the workload function (run with --debug for the traceback)",
             ) from exc
-        if not isinstance(workload, Workload):
-            raise WorkloadError(
+        if not isinstance(workload, Workload):  # the reference names some other function: a bad argument
+            raise WorkloadReferenceError(
                 f"{function_name}() returned {type(workload).__name__}, not perfgate.Workload",
                 where=self.text,
                 hint="return perfgate.Workload(name=..., model=..., dataset=..., loss=..., batch_size=...)",

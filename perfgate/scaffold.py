@@ -344,7 +344,7 @@ def format_dry_run(plan: Plan) -> str:
 
 
 def format_written(plan: Plan, cwd: Path) -> str:
-    """The files written and the next steps, in three lines."""
+    """The files written and the next steps, in four lines."""
     names = [plan.relative(p.path) + (" ([tool.perfgate] appended)" if p.append else "") for p in plan.files]
     there = "" if cwd.resolve() == plan.root else f"cd {shlex.quote(str(plan.root))} && "
     workload = plan.relative(plan.files[0].path)
@@ -357,6 +357,9 @@ def format_written(plan: Plan, cwd: Path) -> str:
         f"next: {there}perfgate run --configs fp32  (the lab on the stand-in workload; then put your own model, "
         f"data and loss where {workload} says)\n"
         f"then: {commit}; from then on each pull request into {plan.branch} is checked against its base branch\n"
+        f"before that, by hand: {there}perfgate calibrate  (can this runner see 5%?), then, on a branch, "
+        f"perfgate check --against {shlex.quote(plan.branch)} --configs fp32  "
+        f"(your working tree against {plan.branch}, side by side)\n"
     )
 
 
@@ -430,7 +433,7 @@ jobs:
       - name: perfgate
         uses: {action}
         with:
-          against: ${{{{ github.event.pull_request.base.sha }}}} # the pull request's base commit
+          against: merge-base # the commit the pull request branched from, measured side by side
           configs: fp32 # on a CPU; the bf16 configs need a GPU or a CPU with bfloat16 instructions
           # A fork's token is read-only: its pull requests get the job summary, not a comment.
           comment: ${{{{ github.event.pull_request.head.repo.full_name == github.repository }}}}

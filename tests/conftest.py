@@ -28,6 +28,13 @@ def _no_job_summary_of_the_runner(monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _plain_output(monkeypatch):
+    """The tests read perfgate's plain text: a FORCE_COLOR of the machine that runs them must not colour it.
+    A test of colour sets its own."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
     """(sdist, wheel, the copy they were built from) of this checkout, built once a session."""

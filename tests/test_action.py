@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from perfgate.action import accept_label_options, may_post_new_comment
+from perfgate.judge.settings import GateSettings
+from perfgate.records.baselines import BaselineStore
+from perfgate.records.results import load_results
 from perfgate.report.markdown import MARKER
-from tests.helpers.git import git
-from tests.helpers.workloads import GATED
+from tests.helpers.git import commit, git, new_repository
+from tests.helpers.results import results_document
+from tests.helpers.workloads import GATED, TINY_FILE
 
 ROOT = Path(__file__).parent.parent
 ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
@@ -176,6 +181,21 @@ def test_a_perfgate_error_still_writes_the_summary(gated_project, tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_workload_that_raises_is_the_workload_failed_verdict(tmp_path):
+    """Exit 4 (the workload failed) has its own verdict output, apart from a usage error's `error`."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "broken.py").write_text("def broken():\n    raise RuntimeError('the dataset is not downloaded')\n")
+    code, summary, outputs, stdout = run_action(project, tmp_path, {"args": "broken.py:broken --quiet"})
+    assert code == 4 and outputs["verdict"] == "workload-failed" and outputs["exit-code"] == "4"
+    assert summary.startswith("### perfgate check: exit 4")
+    (error,) = commands(stdout)
+    assert error.startswith(
+        "::error title=perfgate check failed (exit 4)::error: broken() raised RuntimeError: the dataset is not"
+    )
+
+
+@pytest.mark.e2e
 def test_the_nproc_input_reaches_perfgate(gated_project, tmp_path):
     code, summary, outputs, _ = run_action(gated_project, tmp_path, {"args": CHECK_ARGS, "nproc": "0"})
     assert code == 2 and outputs["verdict"] == "error"
@@ -302,6 +322,107 @@ def test_no_baseline_for_the_runner_fails_or_warns(gated_project, tmp_path, poli
     assert (passed in commands(stdout)) == (policy == "warn")
 
 
+PARENT = next(step for step in STEPS if step.get("id") == "parent")
+TINY_ARGS = "perf/tiny.py:tiny --threads 1 --max-trials 1 --quiet"
+
+
+def pushed(tmp_path: Path, commits: int) -> tuple[Path, list[str]]:
+    """A push to main of `commits` commits (the tiny workload, no baselines) to a bare origin, and the clone
+    actions/checkout makes of it (one commit deep); returns (clone, the commits' SHAs, oldest first)."""
+    work = new_repository(tmp_path / "work")
+    files = {"perf/tiny.py": TINY_FILE.read_text(encoding="utf-8"), ".gitignore": ".perfgate/\n"}
+    shas = [commit(work, files if n == 0 else {"README.md": f"{n}\n"}, f"commit {n}") for n in range(commits)]
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(work, "push", "-q", str(origin), "main")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "main", origin.as_uri(), str(clone))
+    return clone, shas
+
+
+def find_parent(clone: Path, tmp_path: Path) -> tuple[int, str, dict[str, str]]:
+    """The parent step in `clone` (a push with `record: true`): its code, stdout and outputs."""
+    output = tmp_path / "parent-output.txt"
+    output.write_text("")
+    env = dict(os.environ, GITHUB_OUTPUT=str(output))
+    step = subprocess.run(
+        ["bash", "-c", PARENT["run"]], cwd=clone, env=env, capture_output=True, text=True, timeout=120
+    )
+    return step.returncode, step.stdout, outputs_of(output)
+
+
+def recorded_on_the_branch(clone: Path) -> dict:
+    """The one record the run pushed to the history branch of the clone's origin."""
+    origin = Path(git(clone, "remote", "get-url", "origin").removeprefix("file://"))
+    (record,) = git(origin, "ls-tree", "--name-only", "perfgate-history", "history/").splitlines()
+    return json.loads(git(origin, "show", f"perfgate-history:{record}"))
+
+
+def test_the_parent_step_runs_only_for_a_recorded_check_on_a_push_with_against_auto():
+    condition = " ".join(PARENT["if"].split())
+    assert condition == (
+        "${{ inputs.mode == 'check' && inputs.against == 'auto' && inputs.record == 'true' "
+        "&& github.event_name == 'push' }}"
+    )
+    assert PARENT["working-directory"] == "${{ inputs.working-directory }}"
+    assert GATE["env"]["PERFGATE_PARENT"] == "${{ steps.parent.outputs.commit }}"
+    assert GATE["env"]["PERFGATE_FIRST_COMMIT"] == "${{ steps.parent.outputs.first }}"
+
+
+@pytest.mark.e2e
+def test_a_recorded_push_is_measured_against_its_parent_fetched_into_a_shallow_clone(tmp_path):
+    clone, (parent, head) = pushed(tmp_path, 2)
+    code, stdout, found = find_parent(clone, tmp_path)
+    assert code == 0, stdout
+    assert found == {"commit": parent} and f"measuring against {parent}, the parent of {head}" in stdout
+    inputs = {"args": TINY_ARGS, "configs": "fp32", "trials": "1", "record": "true"}
+    finished, summary, outputs, stdout = run_action(
+        clone, tmp_path, inputs, context={"steps.parent.outputs.commit": parent}
+    )
+    assert finished in (0, 1) and outputs["exit-code"] == str(finished), summary
+    assert f"against {parent[:10]}" in summary  # the report names the paired mode and its base
+    record = recorded_on_the_branch(clone)
+    assert (record["commit"], record["base"]) == (head, {"ref": parent, "commit": parent})
+    assert list(record["verdicts"]) == ["tiny/fp32"] and record["mode"].startswith("paired: ")
+
+
+@pytest.mark.e2e
+def test_the_first_commit_is_recorded_without_a_verdict_and_passes(tmp_path):
+    clone, (first,) = pushed(tmp_path, 1)
+    code, stdout, found = find_parent(clone, tmp_path)
+    assert code == 0, stdout
+    assert found == {"first": "true"} and f"{first} is the first commit: " in stdout
+    inputs = {"args": TINY_ARGS, "configs": "fp32", "trials": "1", "record": "true"}
+    finished, summary, outputs, stdout = run_action(
+        clone, tmp_path, inputs, context={"steps.parent.outputs.first": "true"}
+    )
+    assert finished == 0, summary
+    assert (outputs["exit-code"], outputs["job-exit-code"], outputs["verdict"]) == ("3", "0", "no-baseline")
+    assert not [c for c in commands(stdout) if c.startswith(("::error", "::warning"))], stdout
+    (notice,) = [c for c in commands(stdout) if c.startswith("::notice")]
+    assert notice.startswith("::notice title=perfgate::the first commit has no parent to measure against and no ")
+    assert "recorded in the history without a verdict" in notice
+    record = recorded_on_the_branch(clone)
+    assert (record["commit"], record["base"], record["verdicts"], record["mode"]) == (
+        first,
+        None,
+        {},
+        "no stored baseline",
+    )
+
+
+@pytest.mark.e2e
+def test_the_parent_step_fails_in_one_line_when_the_parent_cannot_be_fetched(tmp_path):
+    clone, (_, head) = pushed(tmp_path, 2)
+    git(clone, "remote", "set-url", "origin", (tmp_path / "gone").as_uri())
+    code, stdout, found = find_parent(clone, tmp_path)
+    assert code == 1 and found == {}
+    assert commands(stdout) == [
+        f"::error title=perfgate::cannot fetch the parent of {head} to measure it against; give actions/checkout "
+        "fetch-depth: 2"
+    ]
+
+
 def run_prepare(tmp_path: Path, inputs: dict[str, str], cwd: Path | None = None) -> tuple[int, str, dict[str, str]]:
     base = runner_env(tmp_path)
     context = {"github.action_path": str(ROOT), "runner.os": "Linux", "runner.arch": "X64"}
@@ -329,8 +450,9 @@ def run_prepare(tmp_path: Path, inputs: dict[str, str], cwd: Path | None = None)
             {"working-directory": "nowhere"},
             "::error title=perfgate::working-directory 'nowhere' is not a folder of the workspace",
         ),
+        ({"comment": "sometimes"}, "::error title=perfgate::comment must be true, false or on-change, got 'sometimes'"),
     ],
-    ids=["unknown", "newline", "missing-folder"],
+    ids=["unknown", "newline", "missing-folder", "comment"],
 )
 def test_bad_inputs_stop_the_action_first_in_one_line(tmp_path, inputs, message):
     code, stdout, outputs = run_prepare(tmp_path, inputs)
@@ -614,3 +736,101 @@ def test_the_fork_relay_posts_only_what_the_run_measured(tmp_path):
         ["warning", "perfgate-other-1: pull request #8 is not the one this run measured"],
     ]  # perfgate-gate-0: an earlier attempt's, left alone
     assert after["comments"][0] == planted and after["comments"][1]["body"] == made["comment.md"]
+
+
+# --- Accepting a slowdown on purpose: labels, the pull request's head commit; comment: on-change --------
+
+
+def test_perf_accept_labels_become_accept_label_options_and_other_labels_are_left_alone():
+    labels = [
+        {"name": "perf-accept: lm-small/fp32 15%", "color": "ededed"},
+        {"name": "bug"},
+        {"name": "Perf-Accept: vision 10%"},
+        {"name": "perf-acceptance-needed"},  # another word: not an acceptance
+        {"name": "perf-accept"},  # malformed: passed on, so perfgate refuses it in one line
+    ]
+    assert accept_label_options(json.dumps(labels)) == [
+        "--accept-label=perf-accept: lm-small/fp32 15%",
+        "--accept-label=Perf-Accept: vision 10%",
+        "--accept-label=perf-accept",
+    ]
+    for outside_a_pull_request in ("null", "", "{}", "not json"):
+        assert accept_label_options(outside_a_pull_request) == []
+    # The gate step reads them as NUL-separated words: a label's spaces (or a newline) never split one.
+    printed = subprocess.run(
+        [sys.executable, "-m", "perfgate.action", "accept-labels", json.dumps([{"name": "perf-accept: a\nb 5%"}])],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert printed == b"--accept-label=perf-accept: a\nb 5%\0"
+
+
+def saved_check(folder: Path, slower: float) -> Path:
+    """A check's results file of workload w against stored baselines of the same trials, its head's samples/s
+    divided by `slower` (1: no change)."""
+    folder.mkdir()
+    document = results_document()
+    (folder / "measured.json").write_text(json.dumps(document))
+    BaselineStore(folder / "baselines").write_run(load_results(folder / "measured.json"))
+    for trial in document["workloads"][0]["configs"]["fp32"]["trials"]:
+        trial["samples_per_sec"] /= slower
+    document["gate"] = json.loads(json.dumps(GateSettings(trials=4, max_trials=4).record(folder / "baselines")))
+    (folder / "results.json").write_text(json.dumps(document))
+    return folder / "results.json"
+
+
+@pytest.mark.skipif(NODE is None, reason="node runs the comment step's script (actions/github-script)")
+def test_comment_on_change_posts_only_news_but_keeps_an_earlier_comment_fresh(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no [tool.perfgate] here: the default thresholds
+    calm, slower = saved_check(tmp_path / "calm", 1.0), saved_check(tmp_path / "slower", 1.5)
+    assert [may_post_new_comment("on-change", r) for r in (calm, slower)] == [False, True]
+    assert [may_post_new_comment("true", r) for r in (calm, slower)] == [True, True]
+    assert may_post_new_comment("on-change", tmp_path / "missing.json")  # perfgate failed: that is news
+    assert COMMENT["if"].count("inputs.comment == 'on-change'") == 1
+    assert COMMENT["env"]["PERFGATE_COMMENT_NEW"] == "${{ steps.gate.outputs.comment-new }}"
+
+    names = {"leg": "gate", "marker": "<!-- perfgate-report perfgate/gate -->"}
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    (folder / "report.md").write_text("### perfgate: pass\n")
+    write_comment(names["marker"], folder)
+    env = {"PERFGATE_COMMENT": str(folder / "comment.md"), "PERFGATE_MARKER": names["marker"]}
+    script = COMMENT["with"]["script"]
+    state = {"comments": [], "issue": 7, "writer": "github-actions[bot]", "login": None, "pulls": {}}
+    quiet = run_script(tmp_path, script, state, dict(env, PERFGATE_COMMENT_NEW="false"))
+    assert quiet["comments"] == [] and quiet["calls"] == [
+        ["info", "every verdict is no change: no new comment (comment: on-change)"]
+    ]
+    posted = run_script(tmp_path, script, state, dict(env, PERFGATE_COMMENT_NEW="true"))  # a regression, say
+    assert posted["calls"] == [["create", 100]]
+    fresh = run_script(tmp_path, script, posted, dict(env, PERFGATE_COMMENT_NEW="false"))  # back to no change
+    assert fresh["calls"] == [["update", 100]] and len(fresh["comments"]) == 1
+
+
+@pytest.mark.e2e
+def test_a_malformed_label_or_head_trailer_fails_the_check_in_one_line(tmp_path):
+    """On a pull request the gate step passes the perf-accept labels (accept-labels: true) and the head
+    commit (github.event.pull_request.head.sha, under the merge commit actions/checkout makes) to perfgate."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "start")
+    git(repo, "checkout", "-q", "-b", "feature")
+    trailer = "Slower\n\nPerf-Accept: gated/fp64 15%"
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", trailer)
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "merge", "-q", "--no-ff", "-m", "merge", head)
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "against": "", "accept-labels": "true"}
+    labels = json.dumps([{"name": "perf-accept: gated"}, {"name": "documentation"}])
+    context = {"toJSON(github.event.pull_request.labels)": labels}
+    code, summary, outputs, stdout = run_action(repo, tmp_path, inputs, context=context)
+    assert code == 2 and outputs["verdict"] == "error"
+    assert "error: argument --accept-label: malformed perf-accept label 'perf-accept: gated': expected a " in summary
+    code, summary, outputs, stdout = run_action(
+        repo, tmp_path, dict(inputs, **{"accept-labels": "false"}), context={"github.event.pull_request.head.sha": head}
+    )
+    assert code == 2
+    assert "error: malformed Perf-Accept trailer 'Perf-Accept: gated/fp64 15%': unknown config 'fp64'" in summary
+    assert f"(commit {head[:7]})" in summary

@@ -41,6 +41,7 @@ from perfgate.measure.paired import base_checkout
 from perfgate.project import ProjectConfig
 from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgate
 from tests.helpers.git import git
+from tests.helpers.packaging import venv_seeing_this_environment
 from tests.helpers.results import validate_results
 
 WORKLOAD = "perf/bench.py:bench"
@@ -215,8 +216,7 @@ def packaged(tmp_path_factory):
     base_commit = git(repo, "rev-parse", "HEAD")
     head_commit = commit(repo, packages(HEAD_VALUES), "the packages change")
     venv = top / "venv"  # beside the repository, as a CI job's environment would be
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = str(venv_seeing_this_environment(venv))
     install = ["-m", "pip", "install", "-q", "-e", str(repo / "edlib"), "--no-deps", "--no-build-isolation"]
     subprocess.run([python, *install, "--no-index"], check=True, capture_output=True)
     assert git(repo, "status", "--porcelain") == ""  # the install left the checkout clean

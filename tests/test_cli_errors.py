@@ -1,4 +1,5 @@
-"""Every bad input ends in one clear line on stderr, exit code 2, and no traceback.
+"""Every bad input ends in one clear line on stderr, exit code 2, and no traceback; a workload whose own code
+fails ends the same way with exit code 4 (the workload failed).
 
 Every error is checked in this process, through the CLI's entry point (`perfgate.cli.main`, in the test's
 temporary folder): those only a trial can find start real trial processes from there, as `python -m perfgate`
@@ -14,8 +15,8 @@ from tests.helpers.cli import console_script, run_console_script, run_main
 from tests.helpers.workloads import TINY_FILE as TINY
 
 
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.returncode == 2, result.stderr
+def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
+    assert result.returncode == code, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
@@ -161,13 +162,15 @@ def test_the_installed_command_prints_one_line_errors_and_exits_2(tmp_path):
 @pytest.mark.e2e
 def test_model_factory_that_raises(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:model_raises")
-    assert_one_line_error(result, "model() raised RuntimeError: weights file missing", "workload 'tiny', config fp32")
+    assert_one_line_error(
+        result, "model() raised RuntimeError: weights file missing", "workload 'tiny', config fp32", code=4
+    )
 
 
 @pytest.mark.e2e
 def test_loss_that_raises(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
-    assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss")
+    assert_one_line_error(result, "loss(model, batch) raised ValueError: shape mismatch in my loss", code=4)
 
 
 @pytest.mark.e2e
@@ -181,33 +184,33 @@ def test_nan_loss_fails_the_config_with_the_step(cli):
 @pytest.mark.e2e
 def test_loss_that_is_not_a_scalar(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:vector_loss")
-    assert_one_line_error(result, "returned a tensor of shape (8, 1) at step 0, not a scalar", ".mean()")
+    assert_one_line_error(result, "returned a tensor of shape (8, 1) at step 0, not a scalar", ".mean()", code=4)
 
 
 @pytest.mark.e2e
 def test_loss_that_is_not_a_tensor(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:loss_not_tensor")
-    assert_one_line_error(result, "loss(model, batch) returned float at step 0, not a tensor")
+    assert_one_line_error(result, "loss(model, batch) returned float at step 0, not a tensor", code=4)
 
 
 @pytest.mark.e2e
 def test_dataset_shorter_than_the_slice(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:short_dataset")
     assert_one_line_error(
-        result, "dataset has 10 samples but the slice needs 40", "(warmup_steps 1 + steps 4) x batch_size 8"
+        result, "dataset has 10 samples but the slice needs 40", "(warmup_steps 1 + steps 4) x batch_size 8", code=4
     )
 
 
 @pytest.mark.e2e
 def test_iterable_dataset_is_refused(cli):
     result = cli("run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:iterable_dataset")
-    assert_one_line_error(result, "which has no len(); return a map-style torch Dataset")
+    assert_one_line_error(result, "which has no len(); return a map-style torch Dataset", code=4)
 
 
 @pytest.mark.e2e
 def test_debug_shows_the_traceback(cli):
     result = cli("--debug", "run", "--quiet", "--configs", "fp32", "--threads", "1", f"{TINY}:forward_raises")
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert "Traceback" in result.stderr
     assert "shape mismatch in my loss" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")

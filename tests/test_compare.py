@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from perfgate.judge.settings import GateSettings
 from perfgate.records.results import MicroSection, load_results
 from perfgate.report.markdown import MARKER
 from tests.helpers.cli import run_main
@@ -65,13 +68,41 @@ def test_compare_renders_markdown_and_json_as_report_does_with_the_verdict_as_ex
         markdown.stdout
     )
     assert "samples/s -20.0% (0.800x" in text.stdout and "### perfgate" not in text.stdout
+    assert text.stdout.rstrip().endswith("perfgate compare: 1 regression (w fp32). Exit 1 (fail).")  # its own name
     as_json = run_main(capsys, "compare", "base.json", "head.json", "--format", "json")
     assert as_json.returncode == 1
     document = json.loads(as_json.stdout)
+    assert document["kind"] == "check"
     assert document["exit_code"] == 1 and "micro" not in document
     (config,) = document["workloads"][0]["configs"]
     assert (config["config"], config["status"]) == ("fp32", "regression")
     assert config["throughput"]["ratio"] == pytest.approx(0.8)
+
+
+def test_compare_and_report_write_json_and_markdown_files_and_print_the_format_asked_for(tmp_path, monkeypatch, capsys):
+    """One way for every command: --format chooses standard output, --json PATH and --markdown PATH write files."""
+    monkeypatch.chdir(tmp_path)
+    _files(tmp_path)
+    printed = {form: run_main(capsys, "compare", "base.json", "head.json", "--format", form).stdout for form in FORMS}
+    files = run_main(capsys, "compare", "base.json", "head.json", "--json", "c.json", "--markdown", "c.md")
+    assert files.returncode == 1 and files.stdout == printed["text"]
+    assert (tmp_path / "c.md").read_text() == printed["markdown"]
+    assert json.loads((tmp_path / "c.json").read_text()) == json.loads(printed["json"])
+    # a check's results file keeps the check's settings, so report judges it as the check did
+    gate = GateSettings(trials=4, max_trials=4).record(Path("baselines"))
+    replace(load_results(tmp_path / "head.json"), gate=gate).write_json(tmp_path / "r.json")
+    (tmp_path / "baselines").mkdir()
+    reported = run_main(capsys, "report", "r.json", "--format", "json", "--json", "r-out.json", "--markdown", "r.md")
+    assert reported.returncode == 0, reported.stderr  # a report renders; it exits 0 whatever the verdict
+    assert json.loads(reported.stdout) == json.loads((tmp_path / "r-out.json").read_text())
+    assert json.loads(reported.stdout)["exit_code"] == 3  # the check's verdict: no baseline in baselines/
+    assert (tmp_path / "r.md").read_text().startswith(MARKER + "\n### perfgate: nothing to compare\n")
+    text = run_main(capsys, "report", "r.json").stdout
+    assert text.rstrip().endswith("The check's verdict: nothing to compare (its exit code 3).")
+    assert "Exit 3" not in text  # report exits 0: it names the check's code, it does not claim it
+
+
+FORMS = ("text", "markdown", "json")
 
 
 MICRO = MicroSection(
@@ -101,8 +132,8 @@ def test_report_shows_the_pytest_benchmark_verdicts_of_a_results_file(tmp_path, 
     (row,) = [line for line in text.stdout.splitlines() if line.startswith("  test_micro.py::test_augmentation ")]
     assert row.split()[1:] == ["480", "120", "0.250x", "(0.200-0.300)", "1.01x", "REGRESSION"]
     assert "  ! test_micro.py::test_augmentation: calls/s -75.0% (0.250x" in text.stdout
-    assert text.stdout.rstrip().endswith(
-        "perfgate check: 1 regression (test_micro.py::test_augmentation). Exit 1 (fail)."
+    assert text.stdout.rstrip().endswith(  # report exits 0: it names the check's verdict, not its own exit code
+        "perfgate report: 1 regression (test_micro.py::test_augmentation). The check's verdict: fail (its exit code 1)."
     )
     markdown = run_main(capsys, "report", "micro.json", "--format", "markdown").stdout
     assert markdown.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (test_micro.py::test_augmentation).")

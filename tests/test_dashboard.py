@@ -74,6 +74,24 @@ def test_the_page_has_a_chart_per_metric_with_every_trial_and_the_change_point(t
     assert "skipped " in (tmp_path / "site" / "index.html").read_text() and "broken.json" in result.stderr
 
 
+def test_a_series_of_one_recorded_run_is_drawn_with_its_commit(tmp_path, monkeypatch, capsys):
+    """The first push's record is a series of one run: drawn (its trials, its commit), not left out."""
+    HistoryStore(tmp_path / "history").append(recorded(commit="f" * 40))
+    monkeypatch.chdir(tmp_path)
+    result = run_main(capsys, "history", "--history-dir", "history", "--html", "site")
+    assert result.returncode == 0 and "; 1 run)\n" in result.stdout
+    text = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    page = Page()
+    page.feed(text)
+    assert page.series == [{"class": "series", "data-workload": "w", "data-config": "fp32"}]
+    assert page.charts == [
+        {"metric": "samples/s", "points": 3, "changes": 0},
+        {"metric": "peak memory", "points": 3, "changes": 0},
+    ]
+    assert text.count(">fffffff</text>") == 2  # the commit under each chart's one run
+    assert "1 run</p>" in text and "(no verdict)" not in text  # a stored-baseline record: its verdict shows
+
+
 def _chromium() -> str | None:
     return next((path for name in ("chromium", "chromium-browser") if (path := shutil.which(name))), None)
 

@@ -46,7 +46,7 @@ def _shrunk_by_a_hair():
 def test_the_tables_show_a_change_that_rounds_to_zero_as_plus_zero():
     result = GateResult([compare_entries(GATE_BASE, _shrunk_by_a_hair(), SETTINGS)], SETTINGS)
     assert result.verdicts[0].memory.change < 0
-    text, markdown = format_gate(result), format_markdown(result)
+    text, markdown = format_gate(result, command="perfgate check"), format_markdown(result)
     summary = format_pytest_summary(gates=[result], runs=[], updates=[], store_dir=Path("baselines"))
     for report in (text, markdown, summary):
         assert "-0.0%" not in report and "-0%" not in report
@@ -101,6 +101,6 @@ def test_the_gate_table_states_the_threshold_in_the_same_unit():
     result = GateResult(
         [compare_entries(GATE_BASE, gate_entry([430, 432, 428], [1000, 1002, 998]), SETTINGS)], SETTINGS
     )
-    text = format_gate(result)
+    text = format_gate(result, command="perfgate check")
     assert "thresholds: 5% on time per sample (samples/s -4.8%), peak memory 5%;" in text
     assert "Threshold: 5% on time per sample (samples/s -4.8%)." in format_markdown(result)

@@ -66,6 +66,7 @@ def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_pat
         "fail_on_inconclusive": False,
         "baseline_dir": "baselines",
         "spending": "even",
+        "accepted": [],  # no slowdown accepted on purpose (no Perf-Accept trailer, no --accept)
         "mode": "stored baselines",
         "looks": {"gated/fp32": [2, 0, True]},  # one look, at 2 trials, the last: the whole alpha
     }
@@ -205,6 +206,6 @@ def test_a_config_that_ran_before_and_now_fails_fails_the_check(tmp_path):
         "--quiet",
         cwd=tmp_path,
     )
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "1 failed (oom bf16)" in result.stdout
+    assert result.returncode == 4, result.stdout + result.stderr  # the workload failed; no regression to report
+    assert "1 failed (oom bf16)" in result.stdout and "Exit 4 (workload failed)." in result.stdout
     assert "! bf16: the config failed: " in result.stdout and "out of memory" in result.stdout

@@ -41,7 +41,7 @@ def test_entries_without_probe_rates_are_compared_raw():
     assert config.adjusted is None and config.status == Status.REGRESSION
 
 
-def test_exit_codes_follow_the_worst_verdict():
+def test_exit_codes_follow_the_worst_verdict_a_regression_before_a_failed_config_before_a_missing_baseline():
     def result(*statuses):
         workloads = compare_entries(GATE_BASE, gate_entry([500, 503, 498], [1000, 1003, 998]), SETTINGS)
         configs = [
@@ -52,11 +52,15 @@ def test_exit_codes_follow_the_worst_verdict():
 
     assert result(Status.NO_CHANGE, Status.INCONCLUSIVE).exit_code == 0
     assert result(Status.NO_CHANGE, Status.REGRESSION, Status.NOT_COMPARABLE).exit_code == 1
-    assert result(Status.FAILED).exit_code == 1
+    assert result(Status.FAILED, Status.REGRESSION).exit_code == 1
+    assert result(Status.FAILED).exit_code == 4  # a config that was measured before and now fails: the workload's
+    assert result(Status.FAILED, Status.NO_BASELINE).exit_code == 4
     assert result(Status.NO_CHANGE, Status.NO_BASELINE).exit_code == 3
     strict = GateSettings(trials=3, max_trials=3, fail_on_inconclusive=True)
     inconclusive = result(Status.INCONCLUSIVE)
     assert GateResult(inconclusive.workloads, strict).exit_code == 1
+    open_and_missing = result(Status.INCONCLUSIVE, Status.NO_BASELINE)
+    assert GateResult(open_and_missing.workloads, strict).exit_code == 1  # a 1 wins over a 3, whatever its cause
 
 
 def test_a_clear_slowdown_is_a_regression_although_one_of_three_baseline_trials_was_disturbed():

@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.judge.verdict import Status
 from perfgate.records.history import HistoryStore
 from perfgate.report.history import format_history, series_of
 from tests.helpers.cli import run_in_process, run_main
+from tests.helpers.git import commit, new_repository
 from tests.helpers.history import recorded
-from tests.helpers.workloads import GATED
+from tests.helpers.workloads import GATED, TINY_FILE
+
+TINY = "perf/tiny.py:tiny"
+ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
 
 
 def test_a_record_reads_back_as_written_with_its_verdicts_and_commit(tmp_path):
@@ -112,11 +117,22 @@ def test_history_shows_each_series_and_names_the_change_point(tmp_path):
     assert "  change point: samples/s -" in text and " at 070707070707 (2026-11-08)" in text
 
 
-def test_history_of_an_empty_folder_says_how_to_record(tmp_path, monkeypatch, capsys):
+def test_history_of_an_empty_folder_exits_3_and_says_how_to_record(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    result = run_main(capsys, "history")
-    assert result.returncode == 0
-    assert result.stdout == "no recorded runs yet: record one with perfgate check --record\n"
+    result = run_main(capsys, "history", "--html", "site")
+    assert result.returncode == 3 and result.stdout == ""
+    assert result.stderr == (
+        f"error: no recorded run in {Path('.perfgate/history')}; record runs with perfgate check --record, "
+        "or give --history-dir or --history-branch\n"
+    )
+    assert not (tmp_path / "site").exists()  # no dashboard of nothing
+
+
+def test_export_of_an_empty_history_exits_3_and_says_how_to_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = run_main(capsys, "export", "--format", "bencher", "--json", "bmf.json")
+    assert result.returncode == 3 and result.stdout == "" and not (tmp_path / "bmf.json").exists()
+    assert result.stderr.startswith(f"error: no recorded run in {Path('.perfgate/history')}; record runs with ")
 
 
 def test_a_bad_history_setting_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
@@ -142,6 +158,61 @@ def test_check_record_appends_a_run_that_history_reads(gated_project, tmp_path, 
     assert record.entries[0].workload == "gated" and record.recorded_at[:4] == str(datetime.now(UTC).year)
 
 
+def tiny_repository(path: Path) -> tuple[Path, str]:
+    """A git repository with one commit, the tiny workload (perf/tiny.py) and no baselines; its SHA."""
+    repo = new_repository(path)
+    files = {"perf/tiny.py": TINY_FILE.read_text(encoding="utf-8"), ".gitignore": ".perfgate/\nsite/\n"}
+    return repo, commit(repo, files, "the first commit")
+
+
+@pytest.mark.e2e
+def test_recorded_checks_without_baselines_fill_the_history_and_the_dashboard_from_the_first_commit(
+    tmp_path, monkeypatch, capsys
+):
+    repo, first = tiny_repository(tmp_path / "repo")
+    checked = run_in_process("check", TINY, *ONE_TRIAL, "--record", cwd=repo)
+    assert checked.returncode == 3, checked.stdout + checked.stderr  # nothing compared: exit 3, as before
+    assert "no stored baseline: recorded without a verdict\n" in checked.stdout
+    assert "samples/s" in checked.stdout  # the run's table: it measured
+    second = commit(repo, {"README.md": "tiny\n"}, "the second commit")
+    assert run_in_process("check", TINY, *ONE_TRIAL, "--record", cwd=repo).returncode == 3
+    unrecorded = run_in_process("check", TINY, *ONE_TRIAL, cwd=repo)  # no --record: nothing measured, as before
+    assert unrecorded.returncode == 3 and "samples/s" not in unrecorded.stdout
+    records = HistoryStore(repo / ".perfgate" / "history").load().records
+    assert [r.commit for r in records] == [first, second]
+    assert [(r.mode, r.verdicts, r.exit_code, r.base_commit) for r in records] == [
+        ("no stored baseline", {}, 3, None)
+    ] * 2
+    monkeypatch.chdir(repo)
+    shown = run_main(capsys, "history", "--html", "site")
+    assert shown.returncode == 0 and shown.stdout.startswith("tiny fp32  (") and "; 2 runs)\n" in shown.stdout
+    assert f"  {first[:12]}  " in shown.stdout and f"  {second[:12]}  " in shown.stdout
+    page = (repo / "site" / "index.html").read_text(encoding="utf-8")
+    assert page.count('<section class="series" data-workload="tiny" data-config="fp32">') == 1
+    for sha in (first, second):  # one trial each, a point on each chart (samples/s, peak memory)
+        assert page.count(f"<title>{sha[:12]} at ") == 2 and f">{sha[:7]}</text>" in page
+
+
+@pytest.mark.e2e
+def test_a_check_against_the_parent_records_the_head_run_with_its_paired_verdict(tmp_path):
+    repo, base = tiny_repository(tmp_path / "repo")
+    head = commit(repo, {"README.md": "tiny\n"}, "the second commit")
+    checked = run_in_process("check", TINY, *ONE_TRIAL, "--against", "HEAD~1", "--record", cwd=repo)
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    assert "recorded without a verdict" not in checked.stdout
+    history = HistoryStore(repo / ".perfgate" / "history").load()
+    (record,) = history.records
+    assert (record.commit, record.base_commit, record.base_ref) == (head, base, "HEAD~1")
+    assert record.mode.startswith(f"paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]})")
+    (verdict,) = record.verdicts.values()
+    assert list(record.verdicts) == ["tiny/fp32"] and verdict["status"] in {s.value for s in Status}
+    assert record.exit_code == checked.returncode
+    for side in (record.entries, record.base_entries):  # the head's trial is the series', the base's kept beside it
+        assert [(e.workload, len(e.configs["fp32"].trials)) for e in side] == [("tiny", 1)]
+    (series,) = series_of(history)
+    assert [(run.commit, run.verdict) for run in series.runs] == [(head, verdict["status"])]
+
+
 def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_formats(tmp_path, monkeypatch, capsys):
     store = HistoryStore(tmp_path / "history")
     store.append(recorded(commit="1" * 40, at="2026-11-01T10:00:00+00:00"))
@@ -160,7 +231,9 @@ def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_for
     assert (row["name"], row["unit"]) == ("w fp32", "samples/s") and row["value"] == latest["value"]
     assert row["extra"].startswith("commit 222222222222; 3 trials; stored baselines")
     missing = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "abc")
-    assert missing.returncode == 2 and missing.stderr.startswith("error: no recorded run of commit abc in history;")
+    assert missing.returncode == 3 and missing.stderr.startswith("error: no recorded run of commit abc in history;")
+    written = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--json", "bmf.json")
+    assert written.returncode == 0 and json.loads((tmp_path / "bmf.json").read_text()) == json.loads(written.stdout)
 
 
 def test_the_markdown_report_charts_each_gated_config_beside_its_recorded_runs(tmp_path):

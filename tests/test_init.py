@@ -9,6 +9,7 @@ through the CLI's entry point; the generated workflow is validated by the real c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from perfgate.project import load_project_config
 from perfgate.references import parse_reference
 from tests.helpers.cli import CliResult, run_main
 from tests.helpers.git import git
+from tests.helpers.packaging import venv_seeing_this_environment
 from tests.helpers.workloads import ROOT
 
 FILES = ("perf/workloads.py", ".github/workflows/perfgate.yml", "pyproject.toml")
@@ -75,11 +77,15 @@ def test_init_in_a_fresh_repository_writes_the_three_files_at_its_top_level(tmp_
     assert result.returncode == 0, result.stderr
     assert sorted(snapshot(repo)) == sorted(["src", "perf", ".github", ".github/workflows", *FILES])
     lines = result.stdout.splitlines()
-    assert len(lines) == 3, result.stdout
+    assert len(lines) == 4, result.stdout
     assert lines[0] == f"perfgate init: wrote {', '.join(FILES)} in {repo.resolve()}"
     assert lines[1].startswith(f"next: cd {repo.resolve()} && perfgate run --configs fp32")
     assert f"git add {' '.join(FILES)} && git commit" in lines[2]
     assert "each pull request into trunk is checked against its base branch" in lines[2]
+    assert lines[3] == (
+        f"before that, by hand: cd {repo.resolve()} && perfgate calibrate  (can this runner see 5%?), then, on a "
+        "branch, perfgate check --against trunk --configs fp32  (your working tree against trunk, side by side)"
+    )
     # The settings read back through perfgate's own loader, and name the workload file.
     project = load_project_config(repo)
     assert project.workloads == ["perf/workloads.py:workload"] and project.source is not None
@@ -165,8 +171,18 @@ def test_outside_git_the_current_folder_is_the_project(tmp_path, init, monkeypat
 def test_the_branch_pull_requests_go_into_is_origins_head_when_set(tmp_path, init):
     repo = make_repo(tmp_path / "repo", branch="feature")
     git(repo, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/develop")
-    assert init(repo).returncode == 0
+    result = init(repo)
+    assert result.returncode == 0
     assert '    branches: ["develop"]' in (repo / WORKFLOW).read_text(encoding="utf-8")
+    assert "perfgate check --against develop --configs fp32  (your working tree against develop" in result.stdout
+
+
+def test_a_fresh_repository_on_gits_default_branch_gets_that_branch_in_the_workflow_and_the_next_steps(tmp_path, init):
+    repo = make_repo(tmp_path / "repo", branch="master")  # what `git init` makes where init.defaultBranch is unset
+    result = init(repo)
+    assert result.returncode == 0
+    assert '    branches: ["master"]' in (repo / WORKFLOW).read_text(encoding="utf-8")
+    assert "perfgate check --against master --configs fp32  (your working tree against master" in result.stdout
 
 
 def test_workload_file_option_places_the_workload_and_names_it_in_the_settings(tmp_path, init):
@@ -303,7 +319,7 @@ def test_the_workflow_checks_pull_requests_against_their_base_with_least_privile
     checkout, _, _, gate = job["steps"]
     assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 0}
     assert gate["uses"] == "@".join(scaffold.action_pin(scaffold._installed_from()))
-    assert gate["with"]["against"] == "${{ github.event.pull_request.base.sha }}"
+    assert gate["with"]["against"] == "merge-base"  # as the README's recipe says
     # On the GitHub-hosted runner forks are measured too; their read-only token cannot comment.
     assert "if" not in job
     assert gate["with"]["comment"] == "${{ github.event.pull_request.head.repo.full_name == github.repository }}"
@@ -339,8 +355,7 @@ PASS = ("--trials", "2", "--max-trials", "2", "--threshold", "25%")
 def installed_wheel(wheel: Path, venv: Path) -> Callable[..., CliResult]:
     """A fresh virtual environment with the built wheel installed, and `perfgate ARGS` run from it. torch and
     the other dependencies come from this environment's site-packages (the CPU build; nothing downloaded)."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = str(venv_seeing_this_environment(venv))
     install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)]
     subprocess.run(install, check=True, capture_output=True)
     fresh = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of this checkout on the path
@@ -368,6 +383,9 @@ def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_
     assert result.returncode == 0, result.stderr
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "perfgate init")
+    lab = run_cli("run", "--configs", "fp32", "--trials", "1", cwd=repo, env=env)  # the README's next command
+    assert lab.returncode == 0, lab.stdout + lab.stderr
+    assert re.search(r"^  fp32 +[\d,.]+ ", lab.stdout, re.M), lab.stdout
     same = run_cli(*CHECK, *PASS, "--against", "HEAD", cwd=repo, env=env)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "compared with: paired: the working tree" in same.stdout
@@ -379,8 +397,23 @@ def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_
         anchor, SLEEP_LINE + anchor
     )
     workloads.write_text(source, encoding="utf-8")
+    git(repo, "checkout", "-q", "-b", "slower-loss")
     git(repo, "commit", "-q", "-am", "a slower loss")
-    slower = run_cli(*CHECK, *DECIDE, "--against", "HEAD~1", cwd=repo, env=env)
+    # The README's check, on a pull request's branch; the options after it bound the test's time.
+    slower = run_cli(
+        "check",
+        "--against",
+        "main",
+        "--configs",
+        "fp32",
+        "--threads",
+        "1",
+        "--time-budget",
+        "90",
+        *DECIDE,
+        cwd=repo,
+        env=env,
+    )
     assert slower.returncode == 1, slower.stdout + slower.stderr
     assert ": a regression beyond the 5% threshold" in slower.stdout
     assert [line for line in slower.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from tests.helpers.cli import run_in_process
+from perfgate.report.markdown import MARKER
+from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import TINY_FILE as TINY
 from tests.helpers.workloads import WORKLOADS
@@ -106,6 +107,17 @@ def test_a_workload_loaded_from_a_file_path(tmp_path):
     assert [t["trial"] for t in workload["configs"]["fp32"]["trials"]] == [0]
     assert workload["warnings"] == []
     assert workload["settings"]["threads"] >= 1
+
+
+def test_run_writes_the_labs_table_as_markdown_and_report_renders_it_again(tmp_path, monkeypatch, capsys):
+    markdown = tmp_path / "lab.md"
+    run_json(tmp_path, f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--quiet", "--markdown", str(markdown))
+    written = markdown.read_text()
+    assert written.startswith(MARKER + "\n### perfgate run: the lab's table\n\n1 workload measured; no verdict")
+    assert "| fp32 | " in written and "baseline" not in written.replace("against the baselines", "")
+    monkeypatch.chdir(tmp_path)
+    again = run_main(capsys, "report", "results.json", "--format", "markdown")
+    assert again.returncode == 0 and again.stdout == written
 
 
 def test_a_dataset_that_changes_between_trials_is_flagged(tmp_path):

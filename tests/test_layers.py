@@ -18,6 +18,7 @@ PACKAGE = Path(perfgate.__file__).parent
 BASE = {
     "perfgate",
     "errors",
+    "dependencies",
     "naming",
     "variants",
     "workload",
@@ -27,7 +28,7 @@ BASE = {
     "references",
     "builtin",
 }
-FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold"}
+FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold", "demo"}
 LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4}
 FRONT = 5
 

@@ -38,7 +38,7 @@ def test_text_from_outside_is_kept_on_one_line_and_its_pipes_escaped():
     problem = WorkloadVerdict("w", [], None, problem="no baseline | for\nw", problem_status=Status.NO_BASELINE)
     text = format_markdown(GateResult([problem], SETTINGS))
     assert "**no baseline**: no baseline \\| for w" in text
-    assert "### perfgate: no comparable baseline" in text
+    assert "### perfgate: nothing to compare" in text
 
 
 def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
@@ -112,7 +112,6 @@ def test_what_changed_is_shown_even_when_the_verdict_is_no_change():
     result = compare_run(changed, {"w": entry_from_workload(base, workload)}, GateSettings(trials=3, max_trials=3))
     (verdict,) = result.verdicts
     assert verdict.status == Status.NO_CHANGE
-    assert "! fp32: " in format_gate(
-        result
-    ) and "the model's numerics changed (first-step losses 1 -> 2)" in format_gate(result)
+    text = format_gate(result, command="perfgate check")
+    assert "! fp32: " in text and "the model's numerics changed (first-step losses 1 -> 2)" in text
     assert "the model's numerics changed (first-step losses 1 -> 2)" in format_markdown(result)

@@ -337,7 +337,9 @@ def test_pytest_benchmark_results_are_gated(pytester, monkeypatch, capsys):
     assert [line.split()[-1] for line in reported.stdout.splitlines() if "::test_augmentation " in line] == [
         "REGRESSION"
     ]
-    assert reported.stdout.rstrip().endswith("1 regression (test_micro.py::test_augmentation). Exit 1 (fail).")
+    assert reported.stdout.rstrip().endswith(  # report exits 0: it gives the session's verdict, not an exit of its own
+        "perfgate report: 1 regression (test_micro.py::test_augmentation). The check's verdict: fail (its exit code 1)."
+    )
     report = (pytester.path / "micro.md").read_text()
     assert report.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (test_micro.py::test_augmentation).")
     assert "| `test_micro.py::test_augmentation` |" in report and "| **regression** |" in report

@@ -334,4 +334,4 @@ def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fail
     assert verdict.trials_failed == 1 and verdict.reason.endswith("(1 trial failed and not counted)")
     assert verdict.throughput is not None and verdict.throughput.n_candidate == 2
     result = compare_run(with_failures(3), BASELINE, settings)
-    assert result.verdicts[0].status == Status.FAILED and result.exit_code == 1
+    assert result.verdicts[0].status == Status.FAILED and result.exit_code == 4  # the workload failed

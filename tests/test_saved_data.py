@@ -117,7 +117,7 @@ def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone(
 
 def test_the_text_and_markdown_reports_of_the_saved_verdict():
     result = judged()
-    text = format_gate(result)
+    text = format_gate(result, command="perfgate check")
     rows = [" ".join(line.split()) for line in text.splitlines() if line.split()[:1] in (["fp32"], ["bf16"])]
     assert rows == [  # config, baseline s/s, current s/s, ratio, CI, p, machine, peak mem, trials, verdict
         "fp32 1,000.0 801.0 0.800x 0.792-0.809 2.9e-10 1.00x +0.0% 5+4 REGRESSION",
@@ -146,7 +146,31 @@ def test_compare_and_report_read_the_saved_files_from_the_command_line(monkeypat
     assert compared.returncode == 1, compared.stdout + compared.stderr
     assert "! fp32: samples/s -20.0% (0.800x, " in compared.stdout
     assert compared.stdout.rstrip().endswith("Exit 1 (fail).") and compared.stderr == ""
-    reported = run_main(capsys, "report", RESULTS.name, "--format", "markdown")
-    assert reported.returncode == 0, reported.stderr  # the report is written; the verdict is the check's exit code
-    assert reported.stdout.startswith(MARKER + "\n### perfgate: fail\n")
-    assert "| fp32 | 1,000.0 | 801.0 | 0.800x (0.792-0.809) |" in reported.stdout
+    assert compared.stdout.rstrip().splitlines()[-1].startswith("perfgate compare: 1 regression (mlp fp32)")
+
+
+def test_report_shows_a_lab_run_as_the_labs_table_in_every_format(monkeypatch, capsys, tmp_path):
+    """The saved file is a lab run (`perfgate run --json`): no check judged it, so `report` shows the lab's table,
+    never "no comparable baseline"; `compare` is what judges it."""
+    monkeypatch.chdir(DATA)
+    text = run_main(capsys, "report", RESULTS.name)
+    assert text.returncode == 0 and text.stderr == ""
+    assert text.stdout == format_run(load_results(RESULTS))
+    markdown = run_main(capsys, "report", RESULTS.name, "--format", "markdown", "--json", str(tmp_path / "lab.json"))
+    assert markdown.returncode == 0 and markdown.stderr == ""
+    assert markdown.stdout.startswith(MARKER + "\n### perfgate run: the lab's table\n\n1 workload measured; no verdict")
+    header = "| config | samples/s | step p50/p95/p99 ms | data | h2d | fwd | bwd | opt | peak mem | compile | trials |"
+    assert header in markdown.stdout
+    assert "| fp32 | 801.0 ±0.7% | 10.0/10.1/10.1 | 5% | 0% | 35% | 50% | 10% | 50.0 MiB | - | 4/4 |" in markdown.stdout
+    assert "- **bf16 trial 5 failed: trial process was killed by SIGKILL**" in markdown.stdout
+    assert "baseline" not in markdown.stdout.replace("against the baselines", "")
+    document = json.loads((tmp_path / "lab.json").read_text())  # --json: what --format json prints
+    assert document == json.loads(run_main(capsys, "report", RESULTS.name, "--format", "json").stdout)
+    assert document["kind"] == "lab" and "exit_code" not in document
+    (workload,) = document["workloads"]
+    fp32, bf16 = workload["configs"]
+    assert fp32["summary"]["samples_per_sec"]["median"] == 801.0 and bf16["summary"]["trials_failed"] == 1
+    assert workload["failures"] == ["bf16 trial 5 failed: trial process was killed by SIGKILL"]
+    chart = run_main(capsys, "report", RESULTS.name, "--png", str(tmp_path / "chart.png"))
+    assert chart.returncode == 2 and not (tmp_path / "chart.png").exists()
+    assert chart.stderr.startswith("error: --png charts a check's verdicts, and this is a lab run that no check")

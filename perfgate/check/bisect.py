@@ -49,11 +49,6 @@ class BisectResult:
     first_bad: str | None  # None: BAD is not slower than GOOD
     monotonic: bool  # the first bad commit is slower than its own parent too
 
-    @property
-    def exit_code(self) -> int:
-        """0: a first bad commit found (or nothing to find); 1: the history is not monotonic."""
-        return 0 if self.first_bad is None or self.monotonic else 1
-
 
 Check = Callable[[str, str], GateResult]  # (head commit, base commit) -> the paired check's result
 

@@ -95,7 +95,7 @@ def _time_needed(result: GateResult, session: PairedSession) -> list[WorkloadVer
     for workload in result.workloads:
         configs = []
         for verdict in workload.configs:
-            t = verdict.throughput
+            t = verdict.throughput if verdict.accepted is None else verdict.accepted.throughput
             if verdict.status == Status.INCONCLUSIVE and t is not None:
                 pair_s = session.mean_pair_s((verdict.workload, verdict.config))
                 note = pairs_needed_note(t.noise, t.n_candidate, t.threshold, pair_s)

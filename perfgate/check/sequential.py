@@ -6,14 +6,15 @@ import time
 from collections.abc import Callable, Mapping
 
 from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import Verdict, combined_verdict
+from perfgate.judge.stats import Verdict
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status
 
 
 def _throughput_open(verdict: ConfigVerdict) -> bool:
+    """Throughput still undecided (against an accepted slowdown's bound where one applied)."""
     if verdict.throughput is None or verdict.status not in (Status.REGRESSION, Status.INCONCLUSIVE):
         return False
-    return combined_verdict(verdict.throughput, verdict.adjusted) == Verdict.INCONCLUSIVE
+    return verdict.throughput_verdict == Verdict.INCONCLUSIVE
 
 
 def decide_sequentially(

@@ -23,20 +23,30 @@ def run_check(
     store: BaselineStore,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
+    *,
+    measure_unjudged: bool = False,
 ) -> GateResult:
-    """Measure, compare with the stored baselines, and add trials where the verdict is still open."""
+    """Measure, compare with the stored baselines, and add trials where the verdict is still open.
+
+    `measure_unjudged` (`check --record`): the workloads without a baseline are measured too, with the
+    usual trials and none added (there is nothing to decide), so the history keeps them without a verdict;
+    otherwise they are only named, and a check with no baseline at all measures nothing."""
     started = time.monotonic()
     with LabSession(references, run_settings, progress) as session:
         fingerprint = machine_fingerprint(session.environment)
         baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
-        session.keep(list(baselines))
-        if not baselines:
+        if not measure_unjudged:
+            session.keep(list(baselines))
+        if not session.workload_names:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
         session.run_trials(settings.trials)
         tracker = LookTracker(settings)
 
+        def judged() -> dict[tuple[str, str], list[TrialResult]]:
+            return {key: trials for key, trials in session.trials.items() if key[0] in baselines}
+
         def judge(final: bool) -> GateResult:
-            counts = {key: sum(t.ok for t in trials) for key, trials in session.trials.items()}
+            counts = {key: sum(t.ok for t in trials) for key, trials in judged().items()}
             return compare_run(session.result(), baselines, settings, problems, tracker.look(counts, final))
 
         def round_s(pending: Sequence[tuple[str, str]]) -> float:
@@ -44,7 +54,7 @@ def run_check(
 
         result, stopped = decide_sequentially(
             judge,
-            lambda: {key: len(trials) for key, trials in session.trials.items()},
+            lambda: {key: len(trials) for key, trials in judged().items()},
             session.run_more,
             round_s,
             settings,

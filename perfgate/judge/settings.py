@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import UsageError
+from perfgate.judge.acceptance import Acceptance, strongest
 from perfgate.judge.stats import DEFAULT_ALPHA, DEFAULT_SPENDING, PASS_ERROR, LookLevels, look_levels, looks
 from perfgate.naming import CLI, FrontEnd
 from perfgate.project import Limits, ProjectConfig
@@ -35,6 +36,7 @@ class GateSettings:
     fail_on_inconclusive: bool = False
     front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
     spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
+    accepted: tuple[Acceptance, ...] = ()  # slowdowns accepted on purpose (`judge.acceptance`)
 
     @property
     def update_command(self) -> str:
@@ -74,6 +76,10 @@ class GateSettings:
     def limits(self, workload: str, config: str) -> Limits:
         return self.project.limits(workload, config, threshold=self.threshold)
 
+    def acceptance(self, workload: str, config: str) -> Acceptance | None:
+        """The slowdown accepted for one config, if any: the most specific target, then the largest."""
+        return strongest(self.accepted, workload, config)
+
     def record(self, baseline_dir: Path) -> dict[str, object]:
         """What a results file keeps of these settings, so a later report judges the run the same way."""
         return {
@@ -84,6 +90,7 @@ class GateSettings:
             "fail_on_inconclusive": self.fail_on_inconclusive,
             "baseline_dir": str(baseline_dir),
             "spending": self.spending,
+            "accepted": [a.to_record() for a in self.accepted],
         }
 
     @classmethod
@@ -97,6 +104,7 @@ class GateSettings:
             max_trials=int(record.get("max_trials", 1)),
             fail_on_inconclusive=bool(record.get("fail_on_inconclusive", False)),
             spending=str(record.get("spending", DEFAULT_SPENDING)),
+            accepted=tuple(Acceptance.from_record(a) for a in record.get("accepted") or ()),
         )
 
     @classmethod
@@ -111,6 +119,7 @@ class GateSettings:
         time_budget_s: float | None = None,
         fail_on_inconclusive: bool = False,
         front_end: FrontEnd = CLI,
+        accepted: Sequence[Acceptance] = (),
     ) -> GateSettings:
         """Settings from a front end's options (None: not given) over the project's."""
         if max_trials is not None and max_trials < trials:
@@ -132,6 +141,7 @@ class GateSettings:
             time_budget_s=time_budget_s,
             fail_on_inconclusive=fail_on_inconclusive,
             front_end=front_end,
+            accepted=tuple(accepted),
         )
 
 

@@ -2,7 +2,8 @@
 
 `compare_run` judges a run against stored baselines, `compare_pairs` a paired check's head against
 its base; `fails_build` and `build_exit_code` are the one rule that turns verdicts into the build's
-answer. Measuring until the verdicts are decided is `perfgate.check`'s work.
+answer. A slowdown accepted on purpose (`judge.acceptance`) is judged against its own bound and, within
+it, is `accepted`, which passes. Measuring until the verdicts are decided is `perfgate.check`'s work.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION
+from perfgate.errors import EXIT_NO_BASELINE, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, worst_exit_code
+from perfgate.judge.acceptance import Acceptance, unused
 from perfgate.judge.settings import GateSettings, Look, Looks
 from perfgate.judge.stats import (
     LookLevels,
@@ -25,7 +27,7 @@ from perfgate.judge.stats import (
     compare_paired,
     compare_probed,
 )
-from perfgate.judge.wording import memory_reason, throughput_reason
+from perfgate.judge.wording import accepted_reason, memory_reason, throughput_reason
 from perfgate.project import Limits, ProjectConfig
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
@@ -35,9 +37,11 @@ LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean th
 
 
 class Status(StrEnum):
-    """A config's outcome: the four statistical verdicts, and the reasons there is none."""
+    """A config's outcome: the four statistical verdicts, a slowdown accepted on purpose and within its
+    bound, and the reasons there is none."""
 
     REGRESSION = "regression"
+    ACCEPTED = "accepted"
     IMPROVEMENT = "improvement"
     NO_CHANGE = "no change"
     INCONCLUSIVE = "inconclusive"
@@ -75,16 +79,35 @@ def fails_build(status: Status, *, fail_on_inconclusive: bool = False, new_is_ok
 
 
 def build_exit_code(statuses: Iterable[Status], *, problems: bool = False, fail_on_inconclusive: bool = False) -> int:
-    """The build's answer: a failing verdict exits 1, nothing to compare with (a workload's `problems`
-    included) 3, else 0 (an open verdict exits 1 with `fail_on_inconclusive`)."""
+    """The build's answer (`errors.EXIT_CODES`): a regression exits 1 (an open verdict too, with
+    `fail_on_inconclusive`), a config that failed 4, nothing to compare with (a workload's `problems` included)
+    3, else 0; where several apply, 1 wins over 4, and 4 over 3."""
     found = set(statuses)
-    if found & {Status.REGRESSION, Status.FAILED}:
-        return EXIT_REGRESSION
-    if found & {Status.NOT_COMPARABLE, Status.NO_BASELINE} or problems:
-        return EXIT_NO_BASELINE
-    if Status.INCONCLUSIVE in found and fail_on_inconclusive:
-        return EXIT_REGRESSION
-    return EXIT_OK
+    applies = {
+        EXIT_REGRESSION: Status.REGRESSION in found or (fail_on_inconclusive and Status.INCONCLUSIVE in found),
+        EXIT_WORKLOAD_FAILED: Status.FAILED in found,
+        EXIT_NO_BASELINE: bool(found & {Status.NOT_COMPARABLE, Status.NO_BASELINE}) or problems,
+    }
+    return worst_exit_code(code for code, applied in applies.items() if applied)
+
+
+@dataclass(frozen=True)
+class AcceptedSlowdown:
+    """A slowdown accepted on purpose, and the throughput judged against its bound instead of the threshold
+    (raw and, against stored baselines, machine-adjusted)."""
+
+    acceptance: Acceptance
+    throughput: ThroughputComparison
+    adjusted: ThroughputComparison | None = None
+
+    @property
+    def verdict(self) -> Verdict:
+        return combined_verdict(self.throughput, self.adjusted)
+
+    @property
+    def within(self) -> bool:
+        """The data rule out a slowdown beyond the accepted one."""
+        return self.verdict in (Verdict.NO_CHANGE, Verdict.IMPROVEMENT)
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,14 @@ class ConfigVerdict:
     adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
     machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
     evidence: tuple[str, ...] = ()  # what else changed: the model's numerics, the data pipeline's output
+    accepted: AcceptedSlowdown | None = None  # where a slowdown was accepted and the threshold alone did not pass
+
+    @property
+    def throughput_verdict(self) -> Verdict | None:
+        """The throughput verdict that decides: against the accepted bound where one applied."""
+        if self.accepted is not None:
+            return self.accepted.verdict
+        return None if self.throughput is None else combined_verdict(self.throughput, self.adjusted)
 
     @property
     def slower(self) -> bool:
@@ -139,6 +170,11 @@ class GateResult:
     @property
     def verdicts(self) -> list[ConfigVerdict]:
         return [c for w in self.workloads for c in w.configs]
+
+    @property
+    def unused_acceptances(self) -> list[str]:
+        """A warning for each accepted slowdown whose target this check did not measure."""
+        return unused(self.settings.accepted, {w.workload: [v.config for v in w.configs] for w in self.workloads})
 
     @property
     def exit_code(self) -> int:
@@ -396,32 +432,60 @@ def _compare_config(
     if measured is None:
         reason = "the config failed: no trial produced a measurement"
         return ConfigVerdict(workload, config, Status.FAILED, reason, limits)
-    adjusted = machine = None
-    if paired:
-        throughput = compare_paired(
-            base.samples_per_sec, measured.samples_per_sec, threshold=limits.throughput, levels=levels
-        )
-    else:
-        probed = compare_probed(
-            base.samples_per_sec,
-            measured.samples_per_sec,
-            base.probe_steps_per_sec,
-            measured.probe_steps_per_sec,
-            threshold=limits.throughput,
-            levels=levels,
-        )
-        throughput, adjusted, machine = probed.raw, probed.adjusted, probed.machine
+    throughput, adjusted, machine = _throughput(base, measured, limits.throughput, levels, paired)
     memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=levels.alpha, looks=1)
     status = Status.combined((combined_verdict(throughput, adjusted), memory.verdict))
     sample = "pair" if paired else "trial"
-    reason = "; ".join(
-        part
-        for part in (throughput_reason(throughput, adjusted, machine, sample=sample), memory_reason(memory))
-        if part
-    )
+    reason = throughput_reason(throughput, adjusted, machine, sample=sample)
+    accepted = None
+    acceptance = settings.acceptance(workload, config)
+    if (
+        acceptance is not None
+        and acceptance.slowdown > limits.throughput
+        and combined_verdict(throughput, adjusted) in (Verdict.REGRESSION, Verdict.INCONCLUSIVE)
+    ):
+        # Judged again against the accepted bound, as the threshold is: within it only when the data rule out more.
+        raw, machine_adjusted, _ = _throughput(base, measured, acceptance.slowdown, levels, paired)
+        accepted = AcceptedSlowdown(acceptance, raw, machine_adjusted)
+        if accepted.within and memory.verdict not in (Verdict.REGRESSION, Verdict.INCONCLUSIVE):
+            status = Status.ACCEPTED
+        else:
+            status = Status.combined((Verdict.NO_CHANGE if accepted.within else accepted.verdict, memory.verdict))
+        reason = accepted_reason(acceptance.describe(), raw, machine_adjusted, machine, reason, sample=sample)
+    reason = "; ".join(part for part in (reason, memory_reason(memory)) if part)
     return ConfigVerdict(
-        workload, config, status, reason, limits, throughput, memory, adjusted=adjusted, machine=machine
+        workload,
+        config,
+        status,
+        reason,
+        limits,
+        throughput,
+        memory,
+        adjusted=adjusted,
+        machine=machine,
+        accepted=accepted,
     )
+
+
+def _throughput(
+    base: ConfigEntry, measured: ConfigEntry, threshold: float, levels: LookLevels, paired: bool
+) -> tuple[ThroughputComparison, ThroughputComparison | None, ThroughputComparison | None]:
+    """Throughput against `threshold`: raw, machine-adjusted and the machine probe's own (those two against
+    stored baselines only; a paired check's pairs need neither)."""
+    if paired:
+        paired_comparison = compare_paired(
+            base.samples_per_sec, measured.samples_per_sec, threshold=threshold, levels=levels
+        )
+        return paired_comparison, None, None
+    probed = compare_probed(
+        base.samples_per_sec,
+        measured.samples_per_sec,
+        base.probe_steps_per_sec,
+        measured.probe_steps_per_sec,
+        threshold=threshold,
+        levels=levels,
+    )
+    return probed.raw, probed.adjusted, probed.machine
 
 
 def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:

@@ -41,6 +41,28 @@ def throughput_reason(
     )
 
 
+def accepted_reason(
+    accepted: str,
+    t: ThroughputComparison,
+    adjusted: ThroughputComparison | None,
+    machine: ThroughputComparison | None,
+    without: str,
+    sample: str = "trial",
+) -> str:
+    """One line on a throughput judged against an accepted slowdown (`t`, `adjusted`: against its bound;
+    `accepted`: `the 15% accepted in commit abc1234`; `without`: the line against the threshold alone)."""
+    verdict = combined_verdict(t, adjusted)
+    if verdict in (Verdict.NO_CHANGE, Verdict.IMPROVEMENT):
+        return (
+            f"accepted: {t.ratio:.3f}x, within {accepted} (the interval stays above samples/s "
+            f"{_bound(t.threshold)}); without it, {without}"
+        )
+    against = throughput_reason(t, adjusted, machine, sample=sample)
+    if verdict == Verdict.REGRESSION:
+        return f"slower than accepted, beyond {accepted}: {against}"
+    return f"not yet shown within {accepted}: {against}"
+
+
 def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
     if sample == "pair":
         n = t.outliers[0]

@@ -16,6 +16,7 @@ from perfgate.judge.verdict import GateResult, Status
 
 COLOURS = {
     Status.REGRESSION: "#c62828",
+    Status.ACCEPTED: "#ef6c00",
     Status.FAILED: "#c62828",
     Status.IMPROVEMENT: "#2e7d32",
     Status.NO_CHANGE: "#1565c0",

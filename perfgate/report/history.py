@@ -16,9 +16,11 @@ from typing import Any
 
 from perfgate.formatting import format_bytes, format_signed_pct
 from perfgate.judge.trends import ChangePoint, Creep, change_points, creep
-from perfgate.judge.verdict import GateResult
+from perfgate.judge.verdict import GateResult, Status
 from perfgate.records.baselines import entries_from_results
 from perfgate.records.history import EXPORT_FORMATS, History, HistoryRecord
+
+NO_STORED_BASELINE = "no stored baseline"  # the mode of a record measured with nothing to judge it against
 
 
 def record_of_check(result: GateResult, now: datetime | None = None) -> HistoryRecord | None:
@@ -38,7 +40,7 @@ def record_of_check(result: GateResult, now: datetime | None = None) -> HistoryR
     against = result.against
     return HistoryRecord(
         recorded_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
-        mode=result.mode,
+        mode=result.mode if verdicts or against else NO_STORED_BASELINE,
         entries=entries,
         verdicts=verdicts,
         exit_code=result.exit_code,
@@ -46,6 +48,22 @@ def record_of_check(result: GateResult, now: datetime | None = None) -> HistoryR
         base_ref=against.ref if against else None,
         base_entries=[e for e in entries_from_results(against.base) if e.configs] if against else [],
     )
+
+
+def unjudged_note(result: GateResult, record: HistoryRecord) -> str | None:
+    """The line that says the recorded workloads a check had no stored baseline for went in without a
+    verdict; None when it judged every one (or was paired: a base that lacks a workload says so itself)."""
+    if result.against is not None:
+        return None
+    recorded = {e.workload for e in record.entries}
+    missing = [
+        w.workload for w in result.workloads if w.problem_status == Status.NO_BASELINE and w.workload in recorded
+    ]
+    if not missing:
+        return None
+    if not record.verdicts:
+        return f"{NO_STORED_BASELINE}: recorded without a verdict"
+    return f"{NO_STORED_BASELINE} for {', '.join(missing)}: recorded without a verdict"
 
 
 @dataclass(frozen=True)

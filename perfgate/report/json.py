@@ -100,6 +100,14 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     "throughput": comparison(v.throughput),
                     "adjusted": comparison(v.adjusted),
                     "machine_ratio": None if v.machine is None else v.machine.ratio,
+                    "accepted": None
+                    if v.accepted is None
+                    else {
+                        **v.accepted.acceptance.to_record(),
+                        "verdict": v.accepted.verdict.value,
+                        "throughput": comparison(v.accepted.throughput),
+                        "adjusted": comparison(v.accepted.adjusted),
+                    },
                     "peak_memory": None
                     if m is None
                     else {"baseline_bytes": m.baseline_bytes, "current_bytes": m.candidate_bytes, "change": m.change},
@@ -123,7 +131,15 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
             }
         )
     machine = None if result.run is None else fingerprint_key(machine_fingerprint(result.run.environment))
-    document = {"exit_code": result.exit_code, "mode": result.mode, "machine": machine, "workloads": workloads}
+    document = {
+        "kind": "check",  # a lab run's document (`report.render.lab_to_dict`) says "lab"
+        "exit_code": result.exit_code,
+        "mode": result.mode,
+        "machine": machine,
+        "accepted": [a.to_record() for a in result.settings.accepted],  # slowdowns accepted on purpose
+        "warnings": result.unused_acceptances,
+        "workloads": workloads,
+    }
     if micro is not None:
         document["exit_code"] = overall_exit_code(result, micro)
         document["micro"] = micro.to_dict()

@@ -19,17 +19,30 @@ from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-from perfgate.records.results import MicroSection, merge_runs
+from perfgate.records.results import MicroSection, RunResult, WorkloadResult, merge_runs
 from perfgate.records.summary import PHASES
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code
-from perfgate.report.text import confidence_text, limits_text, phase_cells, rank_cells, ranked_jobs, verdict_counts
+from perfgate.report.text import (
+    LAB_HEADER,
+    confidence_text,
+    lab_cells,
+    lab_failures,
+    lab_footnote,
+    lab_settings_text,
+    limits_text,
+    phase_cells,
+    rank_cells,
+    ranked_jobs,
+    verdict_counts,
+)
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary
 MARKER = "<!-- perfgate-report -->"  # finds perfgate's earlier comment on a pull request
 _LABELS = {
     Status.REGRESSION: "**regression**",
+    Status.ACCEPTED: "accepted",
     Status.FAILED: "**failed**",
     Status.IMPROVEMENT: "improvement",
     Status.NO_CHANGE: "no change",
@@ -59,11 +72,44 @@ def format_markdown(
     sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in trends]
     sections += [_reasons(w) for w in result.workloads]
     sections += [_ranks(result), _lab_reading(result), _machine(result)]
+    return _fit(sections, limit, details)
+
+
+def format_lab_markdown(run: RunResult, *, limit: int = COMMENT_LIMIT, details: str | None = None) -> str:
+    """A lab run's report (`perfgate run`: measured, judged by nothing): per workload the lab's table, its
+    footnote, failures and reading, then the machine; at most `limit` characters, as `format_markdown`."""
+    measured = f"{len(run.workloads)} workload{'s' * (len(run.workloads) != 1)} measured"
+    sections = [
+        f"### perfgate run: the lab's table\n\n{measured}; no verdict (`perfgate compare` judges a lab run "
+        "against the baselines)."
+    ]
+    sections += [_lab_table(workload) for workload in run.workloads]
+    sections.append(_ranks_of(run))
+    sections.append(f"Machine: `{fingerprint_key(machine_fingerprint(run.environment))}`.")
+    return _fit(sections, limit, details)
+
+
+def _lab_table(workload: WorkloadResult) -> str:
+    rows = ["| " + " | ".join(LAB_HEADER) + " |", "| --- |" + " ---: |" * (len(LAB_HEADER) - 1)]
+    for name, config in workload.configs.items():
+        cells = lab_cells(config)
+        shown = ["**failed**", *["-"] * (len(LAB_HEADER) - 2)] if cells is None else cells
+        rows.append("| " + " | ".join([name, *shown]) + " |")
+    reading = read_lab({name: config.summary for name, config in workload.configs.items()})
+    notes = [f"- {_cell(line)}" for line in reading.lines]
+    notes += [f"- **{_cell(message)}**" for message in lab_failures(workload) + workload.warnings]
+    text = f"#### {workload.name}\n\n{_cell(lab_settings_text(workload))}.\n\n" + "\n".join(rows)
+    text += f"\n\n{_cell(lab_footnote(workload))}."
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def _fit(sections: Sequence[str], limit: int, details: str | None) -> str:
+    """The sections after the marker, as many as fit in `limit` characters (and bytes), whole, in order; a
+    note says how many were left out."""
     sections = [s for s in sections if s]
     text = MARKER + "\n"
     for index, section in enumerate(sections):
-        left = len(sections) - index
-        note = _truncation_note(left, details)
+        note = _truncation_note(len(sections) - index, details)
         candidate = text + section + "\n\n"
         if len((candidate + note).encode()) > limit:
             return text + note
@@ -86,7 +132,10 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
     if code == 0 and Status.INCONCLUSIVE in statuses:
         line += " Inconclusive verdicts do not fail the build."
     line += "".join(f"\n\n**Problem**: {_cell(problem)}" for problem in problems)
+    line += "".join(f"\n\n**Warning**: {_cell(text)}" for text in result.unused_acceptances)
     compared = [f"Compared with: {_cell(result.mode)}."] if result.workloads or not micro else []
+    if result.settings.accepted:
+        compared.append(f"Slowdowns accepted: {_cell('; '.join(a.shown for a in result.settings.accepted))}.")
     if micro is not None and micro.benchmarks:
         compared.append(f"pytest-benchmark tests compared with: {_cell(micro.mode)}.")
     return line + "\n\n" + " ".join(compared)
@@ -208,11 +257,13 @@ def _reasons(workload: WorkloadVerdict) -> str:
 
 
 def _ranks(result: GateResult) -> str:
+    return "" if result.run is None else _ranks_of(result.run)
+
+
+def _ranks_of(run: RunResult) -> str:
     """Each data-parallel config's ranks, folded: ms per timed step, the all-reduce and what backward waited."""
-    if result.run is None:
-        return ""
     blocks = []
-    for workload in result.run.workloads:
+    for workload in run.workloads:
         for name, config in workload.configs.items():
             jobs, ranks = ranked_jobs(config.trials)
             if not ranks:

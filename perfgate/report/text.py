@@ -17,7 +17,7 @@ from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVe
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
-from perfgate.records.results import MicroSection, RunResult, TrialResult, WorkloadResult
+from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
 from perfgate.records.shapes import Distributed
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
 from perfgate.report.json import micro_section, overall_exit_code
@@ -39,62 +39,73 @@ def format_run(result: RunResult) -> str:
 
 def format_workload(workload: WorkloadResult) -> str:
     """One workload's table, the lab reading and any warnings."""
-    s = workload.settings
-    lines = [
-        f"{workload.name}  ({workload.reference}; batch {s['batch_size']}, {s['steps']} timed steps after "
-        f"{s['warmup_steps']} warm-up, {s['trials']} trials, {s['threads']} threads, {s['device']}"
-        + (f", {s['nproc']} ranks" if s.get("nproc") else "")
-        + ")"
-    ]
-    header = [
-        "config",
-        "samples/s",
-        "step p50/p95/p99 ms",
-        *(PHASE_HEADERS[p] for p in PHASES),
-        "peak mem",
-        "compile",
-        "trials",
-    ]
-    rows = [header]
-    memory_kinds: set[str] = set()
-    failures = []
+    lines = [f"{workload.name}  ({lab_settings_text(workload)})"]
+    rows = [LAB_HEADER]
     for name, config in workload.configs.items():
-        summary = config.summary
-        if summary is None:
-            rows.append([name, _FAILED])
-            failures.append(f"{name} failed: {config.failure_reason}")
-            continue
-        memory_kinds.update(str(t.memory.kind if t.memory else None) for t in config.trials if t.ok)
-        sps = summary.samples_per_sec
-        peak = format_bytes(summary.peak_bytes)
-        if summary.reserved_bytes is not None:
-            peak += f" ({format_bytes(summary.reserved_bytes)})"
-        rows.append(
-            [
-                name,
-                f"{sps.median:,.1f} ±{sps.spread_pct:.1f}%" if sps.n > 1 else f"{sps.median:,.1f}",
-                "/".join(f"{1000 * v:.1f}" for v in (summary.step_p50_s, summary.step_p95_s, summary.step_p99_s)),
-                *(f"{100 * summary.phase_share[p]:.0f}%" for p in PHASES),
-                peak,
-                "-" if summary.compile_s is None else f"{summary.compile_s:.1f} s",
-                f"{summary.trials_ok}/{summary.trials_ok + summary.trials_failed}",
-            ]
-        )
-        failures.extend(f"{name} trial {t.trial + 1} failed: {t.failure}" for t in config.trials if not t.ok)
+        cells = lab_cells(config)
+        rows.append([name, _FAILED] if cells is None else [name, *cells])
     lines.extend(_table(rows))
-    lines.append(
-        "  samples/s: median over trials ± half their range; phases: share of step time; "
-        + "; ".join(sorted(MEMORY_NOTES[k] for k in memory_kinds if k in MEMORY_NOTES))
-    )
+    lines.append(f"  {lab_footnote(workload)}")
     for name, config in workload.configs.items():
         lines.extend(format_ranks(name, config.trials))
     reading = read_lab({name: config.summary for name, config in workload.configs.items()})
     lines.extend(f"  {line}" for line in reading.lines)
-    lines.extend(f"  ! {message}" for message in failures + workload.warnings)
+    lines.extend(f"  ! {message}" for message in lab_failures(workload) + workload.warnings)
     return "\n".join(lines)
 
 
 _FAILED = "failed (reason below)"
+LAB_HEADER = ["config", "samples/s", "step p50/p95/p99 ms", *(PHASE_HEADERS[p] for p in PHASES)]
+LAB_HEADER += ["peak mem", "compile", "trials"]
+
+
+def lab_settings_text(workload: WorkloadResult) -> str:
+    """How the workload was measured, in one line: `lm.py:lm; batch 8, 20 timed steps after 3 warm-up, ...`."""
+    s = workload.settings
+    return (
+        f"{workload.reference}; batch {s['batch_size']}, {s['steps']} timed steps after {s['warmup_steps']} warm-up, "
+        f"{s['trials']} trials, {s['threads']} threads, {s['device']}"
+        + (f", {s['nproc']} ranks" if s.get("nproc") else "")
+    )
+
+
+def lab_cells(config: ConfigResult) -> list[str] | None:
+    """One config's row of the lab's table after its name (`LAB_HEADER`), as both reports show it; None when
+    no trial produced a measurement."""
+    summary = config.summary
+    if summary is None:
+        return None
+    sps = summary.samples_per_sec
+    peak = format_bytes(summary.peak_bytes)
+    if summary.reserved_bytes is not None:
+        peak += f" ({format_bytes(summary.reserved_bytes)})"
+    return [
+        f"{sps.median:,.1f} ±{sps.spread_pct:.1f}%" if sps.n > 1 else f"{sps.median:,.1f}",
+        "/".join(f"{1000 * v:.1f}" for v in (summary.step_p50_s, summary.step_p95_s, summary.step_p99_s)),
+        *(f"{100 * summary.phase_share[p]:.0f}%" for p in PHASES),
+        peak,
+        "-" if summary.compile_s is None else f"{summary.compile_s:.1f} s",
+        f"{summary.trials_ok}/{summary.trials_ok + summary.trials_failed}",
+    ]
+
+
+def lab_footnote(workload: WorkloadResult) -> str:
+    """What the lab's columns mean, peak memory as this workload's trials measured it."""
+    kinds = {str(t.memory.kind if t.memory else None) for c in workload.configs.values() for t in c.trials if t.ok}
+    return "samples/s: median over trials ± half their range; phases: share of step time; " + "; ".join(
+        sorted(MEMORY_NOTES[k] for k in kinds if k in MEMORY_NOTES)
+    )
+
+
+def lab_failures(workload: WorkloadResult) -> list[str]:
+    """Each config that produced no measurement, and each failed trial of the others, with the reason."""
+    failures = []
+    for name, config in workload.configs.items():
+        if config.summary is None:
+            failures.append(f"{name} failed: {config.failure_reason}")
+        else:
+            failures.extend(f"{name} trial {t.trial + 1} failed: {t.failure}" for t in config.trials if not t.ok)
+    return failures
 
 
 def ranked_jobs(trials: Sequence[TrialResult]) -> tuple[list[Distributed], list[RankSummary]]:
@@ -169,6 +180,7 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 _STATUS_LABELS = {
     "regression": "REGRESSION",
+    "accepted": "accepted",
     "failed": "FAILED",
     "improvement": "improvement",
     "no change": "no change",
@@ -178,16 +190,26 @@ _STATUS_LABELS = {
 }
 
 
-def format_gate(result: GateResult, diagnoses: Sequence[Diagnosis] = (), micro: MicroSection | None = None) -> str:
+def format_gate(
+    result: GateResult,
+    diagnoses: Sequence[Diagnosis] = (),
+    micro: MicroSection | None = None,
+    *,
+    command: str,
+    exits: bool = True,
+) -> str:
     """The gate's report: per workload a table of baseline against current, any diagnosis, the
-    pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line."""
+    pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line, which names
+    `command` (`perfgate compare`) and, when the command `exits` with the verdict's code, that code."""
     blocks = [f"compared with: {result.mode}"]
+    if result.settings.accepted:
+        blocks[0] += f"\nslowdowns accepted: {'; '.join(a.shown for a in result.settings.accepted)}"
     blocks += [_format_gate_workload(w, result) for w in result.workloads]
     if diagnoses:
         blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
     if micro is not None and micro.benchmarks:
         blocks.append(f"pytest-benchmark tests, compared with: {micro.mode}\n" + "\n".join(format_micro(micro)))
-    return "\n\n".join(blocks + [format_gate_summary(result, micro)]) + "\n"
+    return "\n\n".join(blocks + [format_gate_summary(result, micro, command=command, exits=exits)]) + "\n"
 
 
 def verdict_counts(result: GateResult, micro: MicroSection | None = None) -> list[str]:
@@ -203,12 +225,16 @@ def verdict_counts(result: GateResult, micro: MicroSection | None = None) -> lis
     return parts
 
 
-def format_gate_summary(result: GateResult, micro: MicroSection | None = None) -> str:
-    """One line for the build log: what failed or stayed open, and the exit code."""
+def format_gate_summary(
+    result: GateResult, micro: MicroSection | None = None, *, command: str, exits: bool = True
+) -> str:
+    """One line for the build log, from `command`: what failed or stayed open, and the exit code; a command
+    that does not exit with it (`perfgate report`) gives it as the check's verdict."""
     parts = verdict_counts(result, micro)
     code = overall_exit_code(result, micro)
     meaning = EXIT_MEANINGS[code]
-    line = f"perfgate check: {'; '.join(parts) or 'nothing compared'}. Exit {code} ({meaning})."
+    outcome = f"Exit {code} ({meaning})." if exits else f"The check's verdict: {meaning} (its exit code {code})."
+    line = f"{command}: {'; '.join(parts) or 'nothing compared'}. {outcome}"
     if (
         code == 0
         and any(v.status == Status.INCONCLUSIVE for v in result.verdicts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,23 @@ def build_distributions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     assert check.stdout.count("PASSED") == 2, check.stdout
     assert (leftovers(), git_status()) == before, "the build wrote into the checkout"
     return sdist, wheel, source
+
+
+def venv_seeing_this_environment(venv: Path) -> Path:
+    """A new virtual environment at `venv` that imports what this interpreter imports (torch, setuptools, the
+    checkout's perfgate), with its own installs first; its python.
+
+    `--system-site-packages` alone shows the *base* interpreter's packages: when the tests themselves run in
+    a virtual environment, that is not where torch and the rest are. So a `.pth` file in the new environment
+    adds this environment's site-packages after its own, each as a site directory (its `.pth` files, such as
+    an editable install's, are processed too); the base's follow, as `--system-site-packages` puts them.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:  # in a virtual environment (outside one, the base's packages are these)
+        ours = [Path(folder) for folder in site.getsitepackages([sys.prefix]) if Path(folder).is_dir()]
+        probe = [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
+        site_packages = Path(subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip())
+        lines = [f"import site; site.addsitedir({str(folder)!r})\n" for folder in ours]
+        (site_packages / "_outer_environment.pth").write_text("".join(lines), encoding="utf-8")
+    return python
