@@ -621,7 +621,7 @@ def command_check(args: argparse.Namespace) -> int:
 
     from perfgate.check.stored import run_check
     from perfgate.records.baselines import BaselineStore
-    from perfgate.records.results import check_writable, write_text_atomic
+    from perfgate.records.results import write_text_atomic
     from perfgate.report.json import gate_record
     from perfgate.report.text import format_run
 
@@ -632,8 +632,6 @@ def command_check(args: argparse.Namespace) -> int:
     references, run_settings = _run_settings(args)
     gate_settings = _gate_settings(args, run_settings.trials)
     progress = _progress(args, gate_settings, len(references) * len(run_settings.configs))
-    if args.markdown is not None:
-        check_writable(args.markdown, "--markdown")
     history = _history_store(args)  # a bad [tool.perfgate] history fails before any trial
     if args.history_branch is not None:
         from perfgate.records.history_branch import check_branch

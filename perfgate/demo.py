@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 import perfgate
-from perfgate.errors import PerfgateError, UsageError
+from perfgate.errors import EXIT_INTERRUPTED, PerfgateError, UsageError
 
 # Both checks together stay within 3 minutes of trials on a 2-core CPU: the first check may take about half
 # of DEFAULT_BUDGET_S, the second what the first left (a check's budget stops it adding pairs to a verdict
@@ -260,10 +260,11 @@ def summary(outcomes: Sequence[Outcome], repo: Path) -> str:
     lines.append("  pull-request comments (Markdown, as the Action posts them):")
     lines.extend(f"    {outcome.markdown}" for outcome in outcomes if outcome.markdown.is_file())
     lines.append(f"  the demo's repository: {repo} (yours to look at; delete it when done)")
-    missed = [o for o in outcomes if not o.as_expected]
-    if missed:
+    undecided = [o for o in outcomes if not o.as_expected and o.status == "inconclusive"]
+    wrong = [o for o in outcomes if not o.as_expected and o.status != "inconclusive"]
+    if undecided:
         lines.append("")
-        for outcome in missed:
+        for outcome in undecided:
             expected = "a regression" if outcome.pull_request.expected == "fail" else "no change"
             lines.append(
                 f"  This machine was too noisy to decide {outcome.pull_request.title!r} within the time budget: "
@@ -273,6 +274,14 @@ def summary(outcomes: Sequence[Outcome], repo: Path) -> str:
             "  perfgate said so instead of guessing. A quieter machine, or a longer --time-budget, decides; "
             "perfgate calibrate measures what a runner can see."
         )
+    if wrong:
+        lines.append("")
+        for outcome in wrong:
+            expected = "a regression" if outcome.pull_request.expected == "fail" else "no change"
+            lines.append(
+                f"  The check of {outcome.pull_request.title!r} said {outcome.status} where the demo expected "
+                f"{expected}: this machine's trials misled it (perfgate calibrate measures what it can see)."
+            )
     lines += [
         "",
         "Next, on your own project:",
@@ -308,14 +317,15 @@ def run_demo(folder: Path | None = None, *, budget_s: float = DEFAULT_BUDGET_S, 
     for pull_request in PULL_REQUESTS:
         # The regression is usually decided in a few pairs; the unchanged commit needs more to rule one out.
         share_s = budget_s * FIRST_SHARE if not outcomes else max(budget_s - outcomes[0].seconds, budget_s / 3)
-        outcome = run_check(repo, pull_request, folder, round(share_s), out)
+        outcome = run_check(repo, pull_request, folder, max(1, round(share_s)), out)
         if outcome.exit_code not in (0, 1):  # the check itself failed: its error is above, and its code stands
             error = PerfgateError(
                 f"the check of {pull_request.branch!r} exited {outcome.exit_code}",
                 where=str(repo),
                 hint="see its error above",
             )
-            error.exit_code = outcome.exit_code
+            # A check ended by a signal (a negative code) was interrupted, as far as the table of codes goes.
+            error.exit_code = outcome.exit_code if outcome.exit_code > 0 else EXIT_INTERRUPTED
             raise error
         outcomes.append(outcome)
     _git(repo, "checkout", "--quiet", "main")

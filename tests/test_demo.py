@@ -65,6 +65,10 @@ def test_the_summary_says_plainly_when_the_machine_was_too_noisy_to_decide(tmp_p
     assert comment.title not in text.split("too noisy", 1)[1]  # the comment-only change was decided
     decided = [demo.Outcome(deeper, 1, "regression", 0.8, "model compute", tmp_path / "a.md", 60.0), outcomes[1]]
     assert "too noisy" not in demo.summary(decided, tmp_path)
+    false_alarm = [decided[0], demo.Outcome(comment, 1, "regression", 0.9, None, tmp_path / "b.md", 50.0)]
+    text = demo.summary(false_alarm, tmp_path)
+    assert "too noisy" not in text  # a wrong verdict is no undecided one, and is not called so
+    assert f"The check of {comment.title!r} said regression where the demo expected no change" in text
 
 
 @pytest.mark.e2e
