@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="the two checks' time: the first may take about half, the second what is left; each stops adding "
-        "pairs once its share is spent (default: 170)",
+        "pairs once its share is spent (default: 160)",
     )
     init = _add_command(
         commands,
