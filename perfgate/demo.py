@@ -111,6 +111,10 @@ class PullRequest:
     old: str
     new: str
 
+    @property
+    def expected_verdict(self) -> str:
+        return "a regression" if self.expected == "fail" else "no change"
+
 
 PULL_REQUESTS = (
     PullRequest(
@@ -265,10 +269,9 @@ def summary(outcomes: Sequence[Outcome], repo: Path) -> str:
     if undecided:
         lines.append("")
         for outcome in undecided:
-            expected = "a regression" if outcome.pull_request.expected == "fail" else "no change"
             lines.append(
                 f"  This machine was too noisy to decide {outcome.pull_request.title!r} within the time budget: "
-                f"it expected {expected}, the check said {outcome.status}."
+                f"it expected {outcome.pull_request.expected_verdict}, the check said {outcome.status}."
             )
         lines.append(
             "  perfgate said so instead of guessing. A quieter machine, or a longer --time-budget, decides; "
@@ -277,10 +280,10 @@ def summary(outcomes: Sequence[Outcome], repo: Path) -> str:
     if wrong:
         lines.append("")
         for outcome in wrong:
-            expected = "a regression" if outcome.pull_request.expected == "fail" else "no change"
             lines.append(
                 f"  The check of {outcome.pull_request.title!r} said {outcome.status} where the demo expected "
-                f"{expected}: this machine's trials misled it (perfgate calibrate measures what it can see)."
+                f"{outcome.pull_request.expected_verdict}: this machine's trials misled it (perfgate calibrate "
+                "measures what it can see)."
             )
     lines += [
         "",
