@@ -27,7 +27,7 @@ from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
 from tests.helpers.cli import run_in_process, run_main
-from tests.helpers.git import git
+from tests.helpers.git import commit, git, new_repository
 from tests.helpers.results import results_document, validate_results
 from tests.helpers.workloads import TINY_FILE, paced_source
 
@@ -223,28 +223,14 @@ def test_a_label_says_the_same_as_a_trailer_and_a_malformed_one_is_named():
         parse_label("perf-accept lm-small 15%")
 
 
-def repository(path: Path) -> Path:
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "ci@example.com")
-    git(path, "config", "user.name", "CI")
-    return path
-
-
-def commit(repo: Path, message: str, files: dict[str, str] | None = None) -> str:
-    for name, text in (files or {}).items():
-        (repo / name).write_text(text, encoding="utf-8")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "--allow-empty", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
-
-
 def test_the_head_commits_trailers_are_read_as_git_reads_them(tmp_path):
-    repo = repository(tmp_path / "repo")
+    repo = new_repository(tmp_path / "repo")
     head = commit(
         repo,
+        {},
         "A bigger model\n\nTwice the layers, on purpose.\n\n"
         "Perf-Accept: lm-small/fp32 15%\nSigned-off-by: CI <ci@example.com>\nperf-accept:  vision 10%",
+        allow_empty=True,
     )
     accepted, warnings = head_acceptances(repo)
     assert [(a.target, a.slowdown, a.origin, a.source) for a in accepted] == [
@@ -255,9 +241,9 @@ def test_the_head_commits_trailers_are_read_as_git_reads_them(tmp_path):
 
 
 def test_a_trailer_on_an_older_commit_does_not_count(tmp_path):
-    repo = repository(tmp_path / "repo")
-    older = commit(repo, "Slower on purpose\n\nPerf-Accept: lm-small/fp32 15%")
-    commit(repo, "The next change")
+    repo = new_repository(tmp_path / "repo")
+    older = commit(repo, {}, "Slower on purpose\n\nPerf-Accept: lm-small/fp32 15%", allow_empty=True)
+    commit(repo, {}, "The next change", allow_empty=True)
     assert head_acceptances(repo) == ([], [])
     (accepted,), _ = commit_acceptances(older, repo)  # only when that commit is named
     assert accepted.source == older
@@ -265,12 +251,12 @@ def test_a_trailer_on_an_older_commit_does_not_count(tmp_path):
 
 def test_accept_from_reads_the_pull_requests_head_under_a_merge_commit(tmp_path):
     """What actions/checkout checks out for a pull request: a merge commit, whose message has no trailers."""
-    repo = repository(tmp_path / "repo")
-    commit(repo, "start")
+    repo = new_repository(tmp_path / "repo")
+    commit(repo, {}, "start", allow_empty=True)
     git(repo, "checkout", "-q", "-b", "feature")
-    pull_head = commit(repo, "Costlier augmentation\n\nPerf-Accept: vision/bf16 12%", {"a.txt": "a"})
+    pull_head = commit(repo, {"a.txt": "a"}, "Costlier augmentation\n\nPerf-Accept: vision/bf16 12%", allow_empty=True)
     git(repo, "checkout", "-q", "main")
-    commit(repo, "main moves on", {"b.txt": "b"})
+    commit(repo, {"b.txt": "b"}, "main moves on", allow_empty=True)
     git(repo, "merge", "-q", "--no-ff", "-m", f"Merge {pull_head} into main", "feature")
     assert head_acceptances(repo) == ([], [])
     (accepted,), _ = commit_acceptances(pull_head, repo)
@@ -278,8 +264,10 @@ def test_accept_from_reads_the_pull_requests_head_under_a_merge_commit(tmp_path)
 
 
 def test_a_perf_accept_line_outside_the_trailer_block_is_ignored_with_a_warning(tmp_path):
-    repo = repository(tmp_path / "repo")
-    head = commit(repo, "Slower\n\nPerf-Accept: lm-small/fp32 15%\n\nand then a paragraph of prose, last")
+    repo = new_repository(tmp_path / "repo")
+    head = commit(
+        repo, {}, "Slower\n\nPerf-Accept: lm-small/fp32 15%\n\nand then a paragraph of prose, last", allow_empty=True
+    )
     accepted, warnings = head_acceptances(repo)
     assert accepted == []
     assert warnings == [
@@ -290,13 +278,13 @@ def test_a_perf_accept_line_outside_the_trailer_block_is_ignored_with_a_warning(
 
 def test_outside_git_or_before_the_first_commit_the_head_accepts_nothing(tmp_path):
     assert head_acceptances(tmp_path) == ([], [])
-    assert head_acceptances(repository(tmp_path / "empty")) == ([], [])
+    assert head_acceptances(new_repository(tmp_path / "empty")) == ([], [])
 
 
 @pytest.fixture
 def tiny_repo(tmp_path, monkeypatch):
-    repo = repository(tmp_path / "repo")
-    commit(repo, "start", {"tiny.py": TINY_FILE.read_text(encoding="utf-8")})
+    repo = new_repository(tmp_path / "repo")
+    commit(repo, {"tiny.py": TINY_FILE.read_text(encoding="utf-8")}, "start", allow_empty=True)
     monkeypatch.chdir(repo)
     return repo
 
@@ -336,7 +324,7 @@ def tiny_repo(tmp_path, monkeypatch):
 def test_a_malformed_acceptance_stops_the_check_in_one_line_before_any_trial(
     tiny_repo, capsys, message, options, error
 ):
-    sha = commit(tiny_repo, message)
+    sha = commit(tiny_repo, {}, message, allow_empty=True)
     result = run_main(capsys, "check", "tiny.py:tiny", "--configs", "fp32", "--against", "HEAD~1", *options)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [error.format(sha=sha[:7])]
@@ -351,12 +339,13 @@ def test_a_malformed_acceptance_stops_the_check_in_one_line_before_any_trial(
 def test_a_planted_slowdown_passes_as_accepted_with_a_trailer_in_the_head_commit(tmp_path, capsys, monkeypatch):
     """Every step of head waits 30 ms where base waits 20: 50% more time per sample, accepted up to 80%
     (samples/s 0.67x against a bound of 0.56x: a margin no runner's noise closes)."""
-    repo = repository(tmp_path / "repo")
-    commit(repo, "base", {"paced.py": paced_source(0.02, samples=64, steps=4)})
+    repo = new_repository(tmp_path / "repo")
+    commit(repo, {"paced.py": paced_source(0.02, samples=64, steps=4)}, "base", allow_empty=True)
     head = commit(
         repo,
-        "A slower step, on purpose\n\nPerf-Accept: paced/fp32 80%",
         {"paced.py": paced_source(0.03, samples=64, steps=4)},
+        "A slower step, on purpose\n\nPerf-Accept: paced/fp32 80%",
+        allow_empty=True,
     )
     results, report = tmp_path / "results.json", tmp_path / "report.md"
     (tmp_path / "tmp").mkdir()

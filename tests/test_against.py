@@ -40,7 +40,7 @@ from perfgate.judge.stats import (
 from perfgate.measure.paired import base_checkout
 from perfgate.project import ProjectConfig
 from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgate
-from tests.helpers.git import git
+from tests.helpers.git import commit, git, new_repository
 from tests.helpers.packaging import venv_seeing_this_environment
 from tests.helpers.results import validate_results
 
@@ -121,21 +121,9 @@ def bench(*, sleep: float = 0.0, tag: str = "committed", comment: str = "", acti
     return WORKLOAD_SOURCE.format(header=header).replace("torch.nn.ReLU()", f"torch.nn.{activation}()")
 
 
-def commit(path: Path, files: dict[str, str], message: str) -> str:
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text, encoding="utf-8")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", message)
-    return git(path, "rev-parse", "HEAD")
-
-
 def make_repo(path: Path, *versions: dict[str, str]) -> Path:
     """A git repository with one commit per version (each: the files it writes)."""
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "ci@example.com")
-    git(path, "config", "user.name", "CI")
+    new_repository(path)
     for n, files in enumerate(versions, 1):
         commit(path, files, f"version {n}")
     return path

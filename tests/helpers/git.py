@@ -20,11 +20,12 @@ def new_repository(path: Path) -> Path:
     return path
 
 
-def commit(repo: Path, files: dict[str, str], message: str) -> str:
-    """Write `files` (path relative to `repo` -> text) and commit everything; the new commit's SHA."""
+def commit(repo: Path, files: dict[str, str], message: str, *, allow_empty: bool = False) -> str:
+    """Write `files` (path relative to `repo` -> text) and commit everything; the new commit's SHA.
+    `allow_empty`: a commit that changes no file (a message alone, as a trailer test needs)."""
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text, encoding="utf-8")
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
+    git(repo, "commit", "-q", *(["--allow-empty"] if allow_empty else []), "-m", message)
     return git(repo, "rev-parse", "HEAD")
