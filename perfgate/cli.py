@@ -33,6 +33,7 @@ from perfgate.options import add_to_argparse, argparse_type
 from perfgate.project import parse_count, parse_fraction
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
 from perfgate.records.history import EXPORT_FORMATS
+from perfgate.report import FORMATS as REPORT_FORMATS
 from perfgate.variants import CONFIG_NAMES, parse_configs
 
 if TYPE_CHECKING:
@@ -501,9 +502,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge a check's results against the baselines in DIR (default: the folder the check used)",
     )
     return parser
-
-
-REPORT_FORMATS = ("text", "markdown", "json")
 
 
 def _add_report_outputs(parser: argparse.ArgumentParser) -> None:

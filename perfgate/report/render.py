@@ -14,11 +14,10 @@ from perfgate.judge.reading import read_lab
 from perfgate.judge.verdict import GateResult
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult
+from perfgate.report import FORMATS
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import COMMENT_LIMIT, format_lab_markdown, format_markdown
 from perfgate.report.text import format_gate, format_run, lab_failures
-
-FORMATS = ("text", "markdown", "json")
 
 
 def is_lab_run(run: RunResult) -> bool:
