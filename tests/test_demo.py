@@ -3,7 +3,6 @@ to end as a new user runs it (real git, real paired checks, real trials)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
@@ -12,22 +11,9 @@ import pytest
 from perfgate import demo
 from tests.helpers.cli import run_cli, run_main
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-
-
-def first_run_command() -> str:
-    """The command README.md marks with <!-- first-run -->, as .ci/run reads it."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("<!-- first-run -->", 1)[1]
-    return re.search(r"```sh\n(.+?)\n```", block, re.S).group(1).strip()
-
-
-def test_the_readmes_first_run_is_the_install_and_the_demo():
-    assert first_run_command() == "python -m pip install -e . && perfgate demo"
 
 
 @pytest.mark.e2e

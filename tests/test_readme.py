@@ -78,6 +78,10 @@ def test_every_command_the_readme_shows_is_run_by_a_test_or_by_ci():
     assert unrun == []
 
 
+def test_the_readmes_first_run_is_the_install_and_the_demo():
+    assert marked("<!-- first-run -->") == "python -m pip install -e . && perfgate demo"
+
+
 def test_ci_runs_both_marked_blocks():
     assert "<!-- first-run -->" in CI and "<!-- test-command -->" in CI
 
