@@ -100,25 +100,24 @@ def instrumentation_cost(name: str, repeats: int = 5000) -> tuple[float, float]:
     from perfgate import builtin
     from perfgate.measure.device import Device
     from perfgate.measure.trial import _check_loss_type, _hash_batch
-    from perfgate.records.summary import PHASES
 
     workload = builtin.load(name, "small")
     batch = next(iter(torch.utils.data.DataLoader(workload.dataset(), batch_size=workload.batch_size)))
     loss = (torch.ones(1, requires_grad=True) * 2).sum()
-    device = Device()
-    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    clock = Device().step_clock()  # the trial's step clock: a mark per phase, the step's times kept at its end
+    clock.start_timing()
     started = time.perf_counter()
     for _ in range(repeats):
-        t0 = device.now()
-        t1 = device.now()
-        t2 = device.now()
+        clock.begin_step()
+        clock.mark()
+        clock.mark()
         _check_loss_type(loss, 1)
-        t3 = device.now()
-        t4 = device.now()
-        t5 = device.now()
-        for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
-            phases[phase].append(duration)
+        clock.mark()
+        clock.mark()
+        clock.mark()
+        clock.end_step()
     inside = (time.perf_counter() - started) / repeats
+    assert len(clock.times().step_s) == repeats
     hasher = hashlib.sha256()
     started = time.perf_counter()
     for _ in range(200):

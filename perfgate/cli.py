@@ -103,8 +103,9 @@ FORK_HELP = (
 )
 INTERLEAVE_HELP = (
     "start each pair's two trials together and let them take turns at the training steps, the waiting side "
-    "stopped (POSIX only): a busy neighbour hits both sides alike (default, but for --parallel-pairs); "
-    "--no-interleaved-pairs runs them one after the other"
+    "stopped (POSIX only): a busy neighbour hits both sides alike (default, but for --parallel-pairs and on "
+    "CUDA, where a stopped side's queued kernels would run in the other's turn); --no-interleaved-pairs runs them "
+    "one after the other"
 )
 
 
@@ -142,6 +143,7 @@ def add_run_options(
         "--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available, else cpu"
     )
     add_to_argparse(group, options.THREADS, CLI)
+    add_to_argparse(group, options.ROUNDS, CLI)
     add_to_argparse(group, options.NPROC, CLI)
     group.add_argument(
         "--timeout",
@@ -531,12 +533,12 @@ def _run_settings(args: argparse.Namespace) -> tuple[list[Reference], RunSetting
     references = resolve_references(args.workloads)
     device = select_device(args.device)
     nproc = args.nproc or load_project_config().nproc
-    paired = getattr(args, "against", None) is not None
     settings = RunSettings(
         configs=configs,
         trials=args.trials,
         device=device.type,
-        threads=args.threads or default_threads(device.type, paired=paired, nproc=nproc or 1),
+        threads=args.threads or default_threads(nproc or 1),
+        rounds=args.rounds,
         timeout_s=args.timeout,
         profile_dir=args.profile_dir if getattr(args, "profile", False) else None,
         nproc=nproc,

@@ -1,4 +1,4 @@
-"""How numbers read in reports and messages: bytes, p-values, signed percentages.
+"""How numbers read in reports and messages: bytes, p-values, signed percentages (and long lists of names).
 
 A change that rounds to zero prints as `+0.0%` (`+0.00` ms), never `-0.0%`: every signed figure goes
 through `format_signed`, every unsigned percentage of a value that can be negative through `format_pct`.
@@ -41,3 +41,10 @@ def format_pct(fraction: float, digits: int = 0) -> str:
     if text.startswith("-") and float(text) == 0:
         text = text[1:]
     return text + "%"
+
+
+def format_names(names: list[str], shown: int = 4) -> str:
+    """The first `shown` of `names` and how many more: `a, b, c, d and 9 more`."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"

@@ -66,6 +66,13 @@ def _label(value: Any, where: str) -> Acceptance:
     return parse_label(str(value))
 
 
+def _rounds(value: Any, where: str) -> int | None:
+    """`auto` (None: calibrated, `perfgate.measure.rounds`) or a whole number of at least 1."""
+    if str(value).strip().lower() == "auto":
+        return None
+    return parse_count(value, where)
+
+
 CONFIGS = Option("configs", f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)", "LIST")
 TRIALS = Option("trials", "trials per config, each in a fresh process (default: {default})", "N", parse_count)
 MAX_TRIALS = Option(
@@ -75,7 +82,20 @@ MAX_TRIALS = Option(
     "N",
     parse_count,
 )
-THREADS = Option("threads", "torch threads per trial (default: the CPUs available)", "N", parse_count)
+THREADS = Option(
+    "threads",
+    "torch threads per trial (default: torch's own, as your training gets them; --threads 1 gives quieter trials "
+    "but leaves a DataLoader's workers cores that your training would not)",
+    "N",
+    parse_count,
+)
+ROUNDS = Option(
+    "rounds",
+    "timed rounds over the pinned slice in each trial process: auto (default) calibrates them from the first "
+    "trial so about 65% of the runner's time goes to timed steps; 1 times the slice once",
+    "N|auto",
+    _rounds,
+)
 NPROC = Option(
     "nproc",
     "run each trial as an N-rank data-parallel job under torchrun: DistributedDataParallel, gloo on the CPU, "

@@ -65,6 +65,7 @@ PLUGIN_OPTIONS = (
     options.TRIALS,
     options.MAX_TRIALS,
     options.THREADS,
+    options.ROUNDS,
     options.NPROC,
     options.BASELINE_DIR,
     options.THRESHOLD,
@@ -99,6 +100,7 @@ class PluginSettings:
     trials: int
     max_trials: int | None
     threads: int | None
+    rounds: int | None  # None: calibrated (`perfgate.measure.rounds`)
     nproc: int | None
     baseline_dir: Path
     threshold: float | None
@@ -120,7 +122,8 @@ class PluginSettings:
             configs=tuple(configs or self.configs),
             trials=self.trials,
             device=device,
-            threads=self.threads or default_threads(device, paired=self.against is not None, nproc=nproc or 1),
+            threads=self.threads or default_threads(nproc or 1),
+            rounds=self.rounds,
             nproc=nproc,
         )
 
@@ -214,6 +217,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
         trials=trials or (DEFAULT_UPDATE_TRIALS if mode == "update" else DEFAULT_TRIALS),
         max_trials=parsed(options.MAX_TRIALS),
         threads=parsed(options.THREADS),
+        rounds=parsed(options.ROUNDS),
         nproc=parsed(options.NPROC),
         baseline_dir=parsed(options.BASELINE_DIR) or DEFAULT_BASELINE_DIR,
         threshold=parsed(options.THRESHOLD),

@@ -46,6 +46,8 @@ class Workload:
         seed: Seeds the model initialisation and picks the data slice.
         nproc: Ranks of a data-parallel trial (torchrun, one process per rank); None: the run's `--nproc`
             (or `[tool.perfgate] nproc`), else one process. `batch_size` is per rank.
+        threads: The torch threads your training runs with, where it sets them (`torch.set_num_threads`);
+            None: torch's own default. `--threads` overrides it for a run.
         wrap: `wrap(model)` returns the model the ranks train, in place of perfgate's
             `DistributedDataParallel(model)`: FSDP, or DDP with your own settings. Called in a data-parallel
             trial only, with the process group initialised and the model on the rank's device.
@@ -62,6 +64,7 @@ class Workload:
     warmup_steps: int = 3
     seed: int = 0
     nproc: int | None = None
+    threads: int | None = None
     wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
 
     def __post_init__(self) -> None:
@@ -95,6 +98,10 @@ class Workload:
             isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1
         ):
             raise WorkloadError(f"nproc must be an integer >= 1 or None, got {self.nproc!r}", where=where)
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise WorkloadError(f"threads must be an integer >= 1 or None, got {self.threads!r}", where=where)
         if self.wrap is not None and not callable(self.wrap):
             raise WorkloadError(
                 "wrap must be a callable taking the model and returning the module to train",

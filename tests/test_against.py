@@ -26,6 +26,7 @@ import pytest
 
 from perfgate.check.paired import takes_turns
 from perfgate.cli import build_parser
+from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, Look, LookTracker
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
@@ -363,6 +364,18 @@ def test_an_a_a_pair_of_commits_passes(a_a):
 
 
 @pytest.mark.e2e
+def test_the_first_pair_calibrates_the_rounds_both_sides_of_every_later_pair_run(a_a):
+    document = json.loads(a_a["results"].read_text(encoding="utf-8"))
+    sides = [run["workloads"][0]["configs"]["fp32"]["trials"] for run in (document, document["against"]["base"])]
+    head, base = ([(t["trial"], t["rounds"]) for t in trials] for trials in sides)
+    assert head == base  # pair by pair, the same count on both sides
+    (first, second) = [rounds for _, rounds in sorted(head)]
+    assert first == 1 and second > 1  # 28 ms of timed steps against seconds of process start
+    # A pair needs no machine probe: its two sides start together, and their probes would run at once.
+    assert all(t["probe_steps_per_sec"] == [] for trials in sides for t in trials)
+
+
+@pytest.mark.e2e
 def test_a_dirty_working_tree_is_measured_as_the_head_and_recorded_dirty(a_a):
     result, repo = a_a["result"], a_a["repo"]
     assert result.returncode == 0, result.stdout + result.stderr
@@ -661,3 +674,12 @@ def test_pairs_take_turns_by_default_but_not_when_run_at_the_same_time():
     assert not takes_turns(parallel=True, interleaved=None)
     assert not takes_turns(parallel=False, interleaved=False)
     assert takes_turns(parallel=True, interleaved=True)  # asked for both: PairedSession refuses the pair
+
+
+def test_pairs_on_cuda_run_one_after_the_other_and_asking_for_turns_there_says_why_not():
+    assert not takes_turns(parallel=False, interleaved=None, device="cuda")
+    assert not takes_turns(parallel=False, interleaved=False, device="cuda")
+    with pytest.raises(UsageError) as refused:
+        takes_turns(parallel=False, interleaved=True, device="cuda")
+    line = refused.value.one_line()
+    assert "\n" not in line and "kernels queued on the GPU" in line and "--no-interleaved-pairs" in line

@@ -1,5 +1,6 @@
 """Data-parallel trials (`--nproc`): the job's record from its ranks, the all-reduce's timing, the per-rank
-table, the baseline's ranks, and the rules that name communication, a load imbalance or a straggler.
+table, the baseline's ranks, the rules that name communication, a load imbalance or a straggler, and models
+holding parameters their loss does not use.
 
 The rules' tests build the ranks' records by hand and merge them with the code a trial uses
 (`distributed.merge_ranks`); the end-to-end tests run real 2-rank jobs under torchrun with gloo on the
@@ -24,7 +25,7 @@ from perfgate.measure import distributed
 from perfgate.measure.device import Device
 from perfgate.records.baselines import entry_from_workload, entry_to_dict, parse_baseline, render_baseline
 from perfgate.records.results import ConfigResult, TrialRecord, TrialResult
-from perfgate.records.shapes import PeakMemory, RankResult
+from perfgate.records.shapes import Distributed, PeakMemory, RankResult, UnusedParameters
 from perfgate.records.summary import PHASES
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses, format_run
@@ -377,3 +378,120 @@ def test_a_rank_that_hangs_times_out_and_every_rank_is_stopped(tmp_path):
     assert result.returncode == 4, result.stdout + result.stderr  # no trial produced a measurement
     assert "fp32 failed: timed out after 10 s" in result.stdout
     assert no_process_mentions(str(tmp_path)) == []
+
+
+# -- parameters the loss does not use ------------------------------------------------------------------
+
+
+class Spare(torch.nn.Module):
+    """A layer and a batch norm the loss uses, and a layer, `spare`, it does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.norm, self.spare = torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.norm(self.used(x))
+
+
+def spare_loss(model, batch):
+    return model(batch).square().mean()
+
+
+def test_the_check_before_the_steps_names_the_unused_parameters_and_leaves_model_and_rng_as_they_were():
+    from perfgate.measure import trial
+    from perfgate.variants import CONFIGS
+
+    torch.manual_seed(0)
+    model = Spare()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    workload = Workload(name="w", model=Spare, dataset=list, loss=spare_loss, batch_size=4, steps=2, warmup_steps=1)
+    dataset = [torch.randn(4) for _ in range(16)]
+    state = torch.get_rng_state()
+    found = trial._find_unused_parameters(
+        workload, CONFIGS["fp32"], dataset, model, Device(), distributed.Rank(0, 1, 0, "gloo")
+    )
+    names, nodes = found
+    assert names == ["spare.weight", "spare.bias"] and nodes > 3
+    assert torch.equal(torch.get_rng_state(), state)  # the DataLoader it made drew a seed; put back
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # running stats restored
+    assert all(p.grad is None for p in model.parameters())
+    # The record keeps them only where there are some; a file without them (all files before) reads as before.
+    job = Distributed(2, "gloo", "DistributedDataParallel", [], UnusedParameters(names, True, nodes))
+    assert Distributed.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    assert "unused_parameters" not in dataclasses.replace(job, unused_parameters=None).to_dict()
+    with pytest.raises(ValueError, match="a trial's unused parameters lacks the field 'autograd_nodes'"):
+        Distributed.from_dict({**job.to_dict(), "unused_parameters": {"names": names, "find_unused_parameters": True}})
+
+
+def test_ddps_error_on_an_unused_layer_becomes_one_line_naming_it(gloo_group):
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = Spare()
+    ddp = DistributedDataParallel(model)  # without find_unused_parameters: the second step stops
+    with pytest.raises(RuntimeError, match=distributed.UNREDUCED) as raised:
+        for _ in range(2):
+            spare_loss(ddp, torch.randn(4, 4)).backward()
+    own = distributed.unreduced_failure(raised.value, model, ["spare.weight", "spare.bias"], own_wrap=True)
+    assert own == (
+        "the workload's wrap(model) returns a DistributedDataParallel without find_unused_parameters=True, and the "
+        "model holds 2 parameters the loss does not use (spare.weight, spare.bias), on which DDP stops; pass "
+        "find_unused_parameters=True to DistributedDataParallel in wrap, or remove the unused layer"
+    )
+    # Missed by the check (a loss that uses them on some batches only): named from DDP's parameter indices.
+    missed = distributed.unreduced_failure(raised.value, model, [], own_wrap=False)
+    assert missed.startswith("the model holds 2 parameters the loss does not use (spare.weight, spare.bias) on some")
+    assert distributed.unreduced_failure(RuntimeError("other"), model, [], own_wrap=True) is None
+
+
+def test_the_reports_name_the_unused_parameters_and_what_ddp_does_about_them():
+    unused = UnusedParameters([f"spare.{i}" for i in range(6)], True, 57)
+    (workload,) = BASE.workloads
+    trials = [
+        dataclasses.replace(t, distributed=dataclasses.replace(t.distributed, unused_parameters=unused))
+        for t in workload.configs["fp32"].trials
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    run = dataclasses.replace(BASE, workloads=[dataclasses.replace(workload, configs=configs)])
+    note = (
+        "unused parameters: 6 get no gradient from the loss (spare.0, spare.1, spare.2, spare.3 and 2 more); DDP "
+        "ran with find_unused_parameters=True, as training this model needs: it walks the step's autograd graph "
+        "(57 nodes) from the outputs every step"
+    )
+    assert note in format_run(run)
+    markdown = format_markdown(compare_run(run, {"w": entry_from_workload(BASE, BASE.workloads[0])}, SETTINGS))
+    assert "Unused parameters: 6 get no gradient from the loss (spare.0," in markdown
+    assert "unused parameters" not in format_run(BASE)
+
+
+UNUSED = {"PERFGATE_TEST_PLANT": "unused", "PERFGATE_TEST_WIDTH": "64", "PERFGATE_TEST_STEPS": "4"}
+
+
+@pytest.mark.e2e
+def test_a_model_with_a_layer_its_loss_does_not_use_trains_with_find_unused_parameters(tmp_path):
+    results = tmp_path / "run.json"
+    result = run_in_process("run", WIDE, *QUICK, "--trials", "1", "--json", str(results), cwd=tmp_path, env=UNUSED)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (trial,) = json.loads(results.read_text(encoding="utf-8"))["workloads"][0]["configs"]["fp32"]["trials"]
+    unused = trial["distributed"]["unused_parameters"]
+    assert unused["names"] == ["spare.weight", "spare.bias"] and unused["find_unused_parameters"] is True
+    assert (
+        "unused parameters: 2 get no gradient from the loss (spare.weight, spare.bias); DDP ran with "
+        "find_unused_parameters=True"
+    ) in result.stdout
+    # The all-reduce carries every parameter's gradient, the spare layer's too.
+    every = (64 * 64 + 64) + (64 + 1) + (64 * 4 + 4)
+    assert {r["comm_bytes"] for r in trial["distributed"]["ranks"]} == {4 * every}
+
+
+@pytest.mark.e2e
+def test_a_workloads_own_ddp_without_find_unused_parameters_stops_in_one_line_naming_them(tmp_path):
+    wrapped = f"{WORKLOADS / 'ranks.py'}:wrapped"
+    result = run_in_process("run", wrapped, *QUICK, "--trials", "1", cwd=tmp_path, env=UNUSED)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: rank "), result.stderr
+    assert (
+        "returns a DistributedDataParallel without find_unused_parameters=True, and the model holds 2 parameters "
+        "the loss does not use (spare.weight, spare.bias), on which DDP stops; pass find_unused_parameters=True "
+        "to DistributedDataParallel in wrap, or remove the unused layer (workload 'wrapped', config fp32)"
+    ) in result.stderr

@@ -110,7 +110,7 @@ def run_bisect(
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> BisectResult:
-    """Bisect GOOD..BAD in this repository, each step a paired check (interleaved pairs, the default)."""
+    """Bisect GOOD..BAD in this repository, each step a paired check (interleaved pairs, the default but on CUDA)."""
     good_commit, bad_commit, commits = commits_between(good, bad)
 
     def check(head: str, base: str) -> GateResult:
@@ -123,7 +123,7 @@ def run_bisect(
                 base_side,
                 head_side,
                 base[:12],
-                interleaved=takes_turns(False, None),
+                interleaved=takes_turns(False, None, run_settings.device),
                 progress=progress,
                 repo_root=root,
             ) as session,

@@ -94,7 +94,7 @@ def run_calibration(
             "itself",
             parallel=parallel,
             fork=fork,
-            interleaved=takes_turns(parallel, interleaved),
+            interleaved=takes_turns(parallel, interleaved, run_settings.device),
             progress=progress,
             planted_slowdown=planted,
         )
@@ -140,11 +140,13 @@ def run_calibration(
         )
     how = pairing_text(parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
+    threads = f"{run_settings.torch_threads} torch thread(s) per trial"
+    threads += "" if run_settings.threads else " (torch's default)"
     return Calibration(
         configs=configs,
         slowdown=slowdown,
         threshold_text=", ".join(sorted({f"{100 * v.limits.throughput:g}%" for v in aa_result.verdicts})) or "5%",
-        settings_text=f"{run_settings.threads} torch thread(s) per trial on {run_settings.device}, each pair's trials "
+        settings_text=f"{threads} on {run_settings.device}, each pair's trials "
         f"{how}; time budget {budget_s:g} s, at most {settings.max_trials} pairs per config",
         aa=aa_result,
         planted=planted_result,

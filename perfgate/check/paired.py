@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate.check.sequential import decide_sequentially
+from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, LookTracker
 from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import pairs_needed_note
@@ -47,10 +48,23 @@ def decide_paired(
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
 
 
-def takes_turns(parallel: bool, interleaved: bool | None) -> bool:
+def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu") -> bool:
     """Whether a pair's trials take turns at their steps: unless asked otherwise, yes, but for pairs run at
-    the same time (`parallel`). Measured three times quieter per minute of runner time than trials one
-    after the other, and the only pairing that met the paired check's targets here (docs/performance.md)."""
+    the same time (`parallel`) and on CUDA. Measured three times quieter per minute of runner time than trials
+    one after the other, and the only pairing that met the paired check's targets here (docs/performance.md).
+
+    On CUDA a turn ends at a step boundary on the host while the step's kernels are still queued on the device
+    (nothing synchronises inside the timed steps), so they would run during the other side's turn: pairs run
+    one after the other there, and asking for turns is a UsageError."""
+    if device == "cuda":
+        if interleaved:
+            raise UsageError(
+                "--interleaved-pairs cannot be timed on CUDA: a side stopped at a step boundary still has its "
+                "kernels queued on the GPU, and they run in the other side's turn",
+                where="--device cuda",
+                hint="leave it out or use --no-interleaved-pairs (each pair's trials one after the other, ABBA)",
+            )
+        return False
     return not parallel if interleaved is None else interleaved
 
 
@@ -80,7 +94,7 @@ def run_paired_check(
             ref,
             parallel=parallel,
             fork=fork,
-            interleaved=takes_turns(parallel, interleaved),
+            interleaved=takes_turns(parallel, interleaved, run_settings.device),
             progress=progress,
         ) as session,
     ):

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.formatting import format_bytes
+from perfgate.judge.memory import compared_peaks, grown_parts, of_entry, of_trials, signed_bytes
 from perfgate.judge.verdict import GateResult, Status
 from perfgate.project import DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
@@ -669,6 +670,7 @@ def _data_pipeline(
             f"data pipeline: waiting for data explains {explains:.0%} of the slower step ({was}{share:.0%} of "
             "the step); look at the Dataset, its transforms and the DataLoader settings this change touched"
         )
+    line += f"; {_threads_context(settings, cores)}"  # the verdict on a pipeline depends on what it competes with
     standing = (
         explains < th.explains
         and not grew_with_change
@@ -684,6 +686,17 @@ def _data_pipeline(
         line += " (the step is not measurably slower)"
         standing = True
     return [Finding("data pipeline", line, tuple(evidence), standing)]
+
+
+def _threads_context(settings: Mapping[str, Any], cores: int | None) -> str:
+    """`measured at 2 torch threads, num_workers=2, 2 cores`: what the DataLoader's workers shared the machine with."""
+    threads = settings.get("threads")
+    workers = int((settings.get("loader") or {}).get("num_workers", 0) or 0)
+    parts = [f"measured at {threads} torch thread{'s' if threads != 1 else ''}" if threads else "measured"]
+    parts.append(f"num_workers={workers}")
+    if cores:
+        parts.append(f"{cores} cores")
+    return ", ".join(parts)
 
 
 def _loader_changes(before: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:
@@ -784,12 +797,24 @@ def _memory(
                 )
             )
     if regressed:
-        peaks = [0 if t.memory is None else t.memory.peak_bytes for t in trials]
-        was = f"{format_bytes(int(statistics.median(baseline.peak_bytes)))} -> " if baseline else ""
-        findings.append(
-            Finding("memory", f"peak memory regression: {was}{format_bytes(int(statistics.median(peaks)))}")
-        )
+        findings.append(_peak_memory_regression(trials, baseline))
     return findings
+
+
+def _peak_memory_regression(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> Finding:
+    """`peak memory regression: 1.2 GiB -> 1.6 GiB (+410.0 MiB, loader workers +410.0 MiB: a worker keeps what
+    it loads)`: the medians the verdict compared, and the part of the job that grew."""
+    current = of_trials([t.memory for t in trials])
+    if baseline is None:
+        peak = int(statistics.median(t.peak_bytes for t in current))
+        return Finding("memory", f"peak memory regression: {format_bytes(peak)}")
+    base = of_entry(baseline)
+    peaks = compared_peaks(base, current, "the baseline")
+    was, now = int(statistics.median(peaks.baseline)), int(statistics.median(peaks.candidate))
+    parts = "" if peaks.note else grown_parts(base, current)
+    change = signed_bytes(now - was) + (f", {parts}" if parts else "")
+    line = f"peak memory regression: {format_bytes(was)} -> {format_bytes(now)} ({change})"
+    return Finding("memory", line, (peaks.note,) if peaks.note else ())
 
 
 def _framework(

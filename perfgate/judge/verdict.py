@@ -16,6 +16,7 @@ from pathlib import Path
 
 from perfgate.errors import EXIT_NO_BASELINE, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, worst_exit_code
 from perfgate.judge.acceptance import Acceptance, unused
+from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
 from perfgate.judge.settings import GateSettings, Look, Looks
 from perfgate.judge.stats import (
     LookLevels,
@@ -31,7 +32,7 @@ from perfgate.judge.wording import accepted_reason, memory_reason, throughput_re
 from perfgate.project import Limits, ProjectConfig
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
-from perfgate.records.results import Against, RunResult, WorkloadResult
+from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult
 
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
@@ -198,6 +199,15 @@ def missing_baseline(
     if not entries:
         return f"no baseline for {workload} on this machine ({machine}) in {store.directory}/; run {command}"
     closest = min(entries.values(), key=lambda e: len(fingerprint_differences(dict(fingerprint), e.fingerprint)))
+    gpus = [e.fingerprint.get("device_name") for e in entries.values() if e.fingerprint.get("device_type") == "cuda"]
+    if fingerprint.get("device_type") == "cuda" and gpus and fingerprint.get("device_name") not in gpus:
+        # Only baselines from other GPU models: say so plainly, no list of fields.
+        recorded = " and ".join(sorted({str(name) for name in gpus}))
+        return (
+            f"no baseline for {workload} on this GPU model: the stored baselines were recorded on {recorded}, "
+            f"this machine has {fingerprint.get('device_name')}, and timings on one GPU model say nothing about "
+            f"another; record a baseline on this runner with {command}, or run the check where the baseline was taken"
+        )
     differences = "; ".join(fingerprint_differences(dict(fingerprint), closest.fingerprint))
     return (
         f"no baseline for {workload} on this machine ({machine}); the closest stored one "
@@ -374,6 +384,17 @@ def compare_pairs(
             )
             continue
         head_paired, base_paired = pair_trials(workload, base_workload)
+        models = gpu_models_differ(base_paired, head_paired)
+        if models is not None:
+            problem = (
+                f"not comparable: the base ({against.ref}) ran on {models[1]} and the head on {models[2]} "
+                f"({models[0]}); timings on one GPU model say nothing about another: run both sides on one GPU "
+                "model (make one GPU visible to the check with CUDA_VISIBLE_DEVICES)"
+            )
+            workloads.append(
+                WorkloadVerdict(workload.name, [], None, problem=problem, problem_status=Status.NOT_COMPARABLE)
+            )
+            continue
         failures = {name: c.failure_reason for name, c in workload.configs.items() if not any(t.ok for t in c.trials)}
         verdict = compare_entries(
             entry_from_workload(base, base_paired),
@@ -414,6 +435,24 @@ def pair_trials(head: WorkloadResult, base: WorkloadResult) -> tuple[WorkloadRes
     return replace(head, configs=head_configs), replace(base, configs=base_configs)
 
 
+def gpu_models_differ(base: WorkloadResult, head: WorkloadResult) -> tuple[str, str, str] | None:
+    """The first pair (`pair_trials`' order) whose two trials recorded different GPU models: the pair (`fp32 pair
+    2`), the base's GPU and the head's; None when every pair ran on one model (or NVML named none)."""
+    for name, config in head.configs.items():
+        base_config = base.configs.get(name)
+        if base_config is None:
+            continue
+        for index, (old, new) in enumerate(zip(base_config.trials, config.trials, strict=True)):
+            old_name, new_name = _gpu_name(old), _gpu_name(new)
+            if old_name and new_name and old_name != new_name:
+                return f"{name} pair {index + 1}", old_name, new_name
+    return None
+
+
+def _gpu_name(trial: TrialResult) -> str | None:
+    return None if trial.system is None or trial.system.gpu is None else trial.system.gpu.name
+
+
 def _compare_config(
     workload: str,
     config: str,
@@ -433,7 +472,10 @@ def _compare_config(
         reason = "the config failed: no trial produced a measurement"
         return ConfigVerdict(workload, config, Status.FAILED, reason, limits)
     throughput, adjusted, machine = _throughput(base, measured, limits.throughput, levels, paired)
-    memory = compare_memory(base.peak_bytes, measured.peak_bytes, tolerance=limits.memory, alpha=levels.alpha, looks=1)
+    base_memory, measured_memory = of_entry(base), of_entry(measured)
+    peaks = compared_peaks(base_memory, measured_memory, "the base" if paired else "the baseline")
+    memory = compare_memory(peaks.baseline, peaks.candidate, tolerance=limits.memory, alpha=levels.alpha, looks=1)
+    parts = "" if peaks.note else grown_parts(base_memory, measured_memory)
     status = Status.combined((combined_verdict(throughput, adjusted), memory.verdict))
     sample = "pair" if paired else "trial"
     reason = throughput_reason(throughput, adjusted, machine, sample=sample)
@@ -452,7 +494,7 @@ def _compare_config(
         else:
             status = Status.combined((Verdict.NO_CHANGE if accepted.within else accepted.verdict, memory.verdict))
         reason = accepted_reason(acceptance.describe(), raw, machine_adjusted, machine, reason, sample=sample)
-    reason = "; ".join(part for part in (reason, memory_reason(memory)) if part)
+    reason = "; ".join(part for part in (reason, memory_reason(memory, parts), peaks.note) if part)
     return ConfigVerdict(
         workload,
         config,

@@ -137,18 +137,21 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     )
 
 
-def memory_reason(m: MemoryComparison) -> str:
+def memory_reason(m: MemoryComparison, parts: str = "") -> str:
+    """One line on a peak-memory comparison that is not "no change"; `parts` names the part of the job that moved
+    (`judge.memory.grown_parts`: `loader workers +410 MiB: a worker keeps what it loads`)."""
     if m.verdict == Verdict.NO_CHANGE:
         return ""
     change = format_signed_pct(m.change) if m.change is not None else "from zero"
     text = f"peak memory {format_bytes(m.baseline_bytes)} -> {format_bytes(m.candidate_bytes)} ({change}"
     text += f", tolerance {100 * m.tolerance:g}%"
     p_value = "no estimate of noise" if math.isnan(m.p_value) else f"p={format_p_value(m.p_value)}"
+    which = f" ({parts})" if parts else ""
     if m.verdict == Verdict.REGRESSION:
-        return f"{text}, {p_value}): a memory regression"
+        return f"{text}, {p_value}): a memory regression{which}"
     if m.verdict == Verdict.IMPROVEMENT:
-        return f"{text}, {p_value}): less memory"
-    return f"{text}, {p_value}): inconclusive, trial-to-trial noise could explain it"
+        return f"{text}, {p_value}): less memory{which}"
+    return f"{text}, {p_value}): inconclusive, trial-to-trial noise could explain it{which}"
 
 
 def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:

@@ -1,7 +1,10 @@
 """The one place that knows CPU from CUDA: clocks, synchronisation, transfers and peak memory.
 
 Everything device-specific the trial needs goes through `Device`, so the CUDA path stays small and
-testable wherever CUDA is available.
+testable wherever CUDA is available. The training steps are timed by the step clock a device hands
+out (`Device.step_clock`): the host clock at every phase boundary on the CPU; on CUDA, events on the
+current stream, with one synchronisation before the timed steps and one after them, and nothing in
+between (the host queues work ahead of the device, as in the loop the user runs).
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ import ctypes.util
 import os
 import re
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import torch
 
 from perfgate.errors import UsageError
 from perfgate.records.shapes import PeakMemory
+from perfgate.records.summary import PHASES
 
 _PROC_STATUS = "/proc/self/status"
 _PROC_CLEAR_REFS = "/proc/self/clear_refs"
@@ -33,7 +40,9 @@ class Device:
     def __init__(self) -> None:
         self.torch_device = torch.device(self.type)
         self._setup_bytes = 0
+        self._setup_rss_bytes = 0  # the training process's resident memory after setup
         self._setup_heap: int | None = None
+        self._peak_reset = False
 
     def synchronize(self) -> None:
         """Wait until queued device work is done (a no-op on the CPU)."""
@@ -51,6 +60,11 @@ class Device:
         """Seconds from one `mark` to another; on CUDA only after the device synchronised past both."""
         return float(end - start)
 
+    def step_clock(self, planted_slowdown: float = 0.0, warmup_steps: int = 1) -> HostStepClock:
+        """The clock that times a trial's training steps and their phases (`HostStepClock`), with the planted
+        slowdown of `perfgate calibrate` (a fraction of a step) where asked."""
+        return HostStepClock(planted_slowdown)
+
     def move(self, batch: Any, *, non_blocking: bool) -> Any:
         """Move every tensor in a (nested) batch to this device."""
         if isinstance(batch, torch.Tensor):
@@ -65,7 +79,7 @@ class Device:
 
     def mark_setup_done(self) -> None:
         """Record the memory level after model, optimizer and data are set up."""
-        self._setup_bytes = _current_rss_bytes()
+        self._setup_bytes = self._setup_rss_bytes = _current_rss_bytes()
         self._setup_heap = _heap_in_use_bytes()
 
     def reset_peak_memory(self) -> None:
@@ -86,15 +100,29 @@ class Device:
         heap = _heap_in_use_bytes()
         return None if heap is None or self._setup_heap is None else max(0, heap - self._setup_heap)
 
-    def peak_memory(self) -> PeakMemory:
-        """Peak memory in the window since `reset_peak_memory`."""
-        peak = _peak_rss_bytes()
+    def peak_memory(self, loader_workers_bytes: int | None = None, loader_workers: int | None = None) -> PeakMemory:
+        """Peak memory in the window since `reset_peak_memory`, with the DataLoader workers' peak unique memory
+        (`sampler.workers_unique_bytes`; None: not measured).
+
+        CPU: the job's host memory, the training process's peak resident memory above its level after setup
+        plus the workers' (their peaks need not coincide, so the sum can exceed the job's peak, never fall
+        short of it); the training process alone where the workers' memory was not measured.
+        """
+        process = self._process_peak_bytes()
+        kind = "cpu-rss-above-setup" if loader_workers_bytes is None else "cpu-job-above-setup"
         return PeakMemory(
-            kind="cpu-rss-above-setup" if self._peak_reset else "cpu-rss-above-setup-lifetime-peak",
-            peak_bytes=max(0, peak - self._setup_bytes),
+            kind=kind if self._peak_reset else f"{kind}-lifetime-peak",
+            peak_bytes=process + (loader_workers_bytes or 0),
             reserved_bytes=None,
             setup_bytes=self._setup_bytes,
+            process_bytes=process,
+            loader_workers_bytes=loader_workers_bytes,
+            loader_workers=loader_workers,
         )
+
+    def _process_peak_bytes(self) -> int:
+        """The training process's peak resident memory (VmHWM) above its level after setup."""
+        return max(0, _peak_rss_bytes() - self._setup_rss_bytes)
 
     def describe(self) -> dict[str, Any]:
         """Name, count and driver of the device, for the environment fingerprint."""
@@ -102,7 +130,8 @@ class Device:
 
 
 class CudaDevice(Device):
-    """CUDA: every clock read is preceded by `torch.cuda.synchronize()`."""
+    """CUDA: `now` synchronises before it reads the clock (for timing outside the training steps); `mark` and
+    the step clock (`CudaStepClock`) record events instead."""
 
     type = "cuda"
 
@@ -121,25 +150,40 @@ class CudaDevice(Device):
     def seconds_between(self, start: Any, end: Any) -> float:
         return float(start.elapsed_time(end)) / 1000.0
 
+    def step_clock(self, planted_slowdown: float = 0.0, warmup_steps: int = 1) -> HostStepClock:
+        if planted_slowdown and warmup_steps < 1:
+            raise UsageError(
+                "a planted slowdown on CUDA is sized from the warm-up steps, and this workload has none",
+                hint="give the workload warmup_steps >= 1",
+            )
+        return CudaStepClock(planted_slowdown)
+
     def mark_setup_done(self) -> None:
         self._setup_bytes = torch.cuda.memory_allocated()
+        self._setup_rss_bytes = _current_rss_bytes()
         self._setup_heap = _heap_in_use_bytes()
 
     def reset_peak_memory(self) -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        self._peak_reset = _reset_peak_rss()  # the host parts, recorded beside the device's peak
 
     def memory_now(self) -> int:
         # Device tensors plus the host heap: a kept loss keeps its autograd graph's nodes on the host.
         return int(torch.cuda.memory_allocated()) + (self._host_heap_above_setup() or 0)
 
-    def peak_memory(self) -> PeakMemory:
+    def peak_memory(self, loader_workers_bytes: int | None = None, loader_workers: int | None = None) -> PeakMemory:
+        """The device's peak allocated memory, the figure judged; the job's host memory by part beside it (the
+        training process's part only where its peak could be reset: a lifetime peak would hold setup's)."""
         torch.cuda.synchronize()
         return PeakMemory(
             kind="cuda-max-allocated",
             peak_bytes=int(torch.cuda.max_memory_allocated()),
             reserved_bytes=int(torch.cuda.max_memory_reserved()),
             setup_bytes=self._setup_bytes,
+            process_bytes=self._process_peak_bytes() if self._peak_reset else None,
+            loader_workers_bytes=loader_workers_bytes,
+            loader_workers=loader_workers,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -150,6 +194,201 @@ class CudaDevice(Device):
             "driver": _nvidia_driver_version(),
             "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
         }
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What a step clock measured, read once the timed steps are over."""
+
+    clocking: str  # how: "host-clock" (the CPU) or "cuda-events"
+    phases: dict[str, list[float]]  # per phase, one duration per timed step
+    step_s: list[float]  # per timed step, the sum of its phases
+    warmup_step_s: list[float]
+    timed_elapsed_s: float  # the host's wall time over the timed steps (with turns, the other side's too)
+    samples_s: float  # the seconds samples/sec divides the timed samples by
+    bookkeeping_s: float  # the host's time between one step's end and the next one's start
+    data_wait_host_s: list[float] | None = None  # per timed step, the host's wait for the batch (where phases are not)
+
+
+class HostStepClock:
+    """Times training steps on the host clock, read at every phase boundary: the CPU's clock, where the work
+    is done when the host has done it.
+
+    A step is `begin_step`, then one `mark` after each phase (`PHASES`: data wait, host-to-device copy,
+    forward, backward, optimizer), then `end_step` once perfgate's own bookkeeping after the step is done.
+    `start_timing` and `stop_timing` bracket the timed steps; the steps before them are the warm-up.
+    samples/sec divides by the sum of the timed steps' times.
+    """
+
+    clocking = "host-clock"
+
+    def __init__(self, planted_slowdown: float = 0.0) -> None:
+        self.planted_slowdown = planted_slowdown
+        self._timing = False
+        self._marks: list[float] = []
+        self._phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        self._warmup_step_s: list[float] = []
+        self._bookkeeping_s = 0.0
+        self._timed_started = 0.0
+        self._timed_elapsed_s = 0.0
+
+    def start_timing(self) -> None:
+        """The timed steps start with the next step."""
+        self._timing = True
+        self._timed_started = time.perf_counter()
+
+    def begin_step(self) -> None:
+        self._marks = [time.perf_counter()]
+
+    def mark(self) -> None:
+        """The end of the step's next phase."""
+        self._marks.append(time.perf_counter())
+
+    def slow_down(self) -> None:
+        """The planted slowdown (`perfgate calibrate`): the step so far takes (1 + f) times as long."""
+        time.sleep(self.planted_slowdown * (time.perf_counter() - self._marks[0]))
+
+    def end_step(self) -> None:
+        """The step's bookkeeping is done: its time is counted apart from the step's."""
+        marks = self._marks
+        self._bookkeeping_s += time.perf_counter() - marks[-1]
+        if self._timing:
+            for phase, (start, end) in zip(PHASES, pairwise(marks), strict=True):
+                self._phases[phase].append(end - start)
+        else:
+            self._warmup_step_s.append(marks[-1] - marks[0])
+
+    def stop_timing(self) -> None:
+        """The timed steps are over."""
+        self._timed_elapsed_s = time.perf_counter() - self._timed_started
+
+    def times(self) -> StepTimes:
+        """What the steps measured (after `stop_timing`)."""
+        step_s = [sum(values) for values in zip(*(self._phases[p] for p in PHASES), strict=True)]
+        return StepTimes(
+            clocking=self.clocking,
+            phases=self._phases,
+            step_s=step_s,
+            warmup_step_s=self._warmup_step_s,
+            timed_elapsed_s=self._timed_elapsed_s,
+            samples_s=sum(step_s),
+            bookkeeping_s=self._bookkeeping_s,
+        )
+
+
+# Cycles of the calibration sleep that sizes the planted slowdown on CUDA: a few milliseconds at GPU clocks.
+_CALIBRATION_CYCLES = 10_000_000
+
+
+class CudaStepClock(HostStepClock):
+    """Times training steps with CUDA events recorded on the current stream, never synchronising inside them.
+
+    The device synchronises twice: at `start_timing` (the warm-up's work done, the timed region's host clock
+    starts) and at `stop_timing` (the last timed step done); samples/sec is the timed samples over the host's
+    wall time between the two, as a bare training loop measures it. The events are read after the second.
+
+    Phases are on the device's timeline, so a step's phases sum to its time there: a step runs from the previous
+    step's end event (the first timed step: an event recorded as timing starts) to its own end event; its data
+    wait is the stretch from that start to the event recorded once the host has the batch, which is the time the
+    device sat idle waiting for the input (zero while the host is queuing ahead), and each later phase runs from
+    one boundary event to the next. The host's own wait in `next(batches)` is kept apart (`data_wait_host_s`).
+    """
+
+    clocking = "cuda-events"
+
+    def __init__(self, planted_slowdown: float = 0.0) -> None:
+        super().__init__(planted_slowdown)
+        self._host: list[float] = []
+        self._events: list[Any] = []
+        self._start: Any = None
+        self._previous_end: Any = None
+        self._warmup_steps: list[tuple[Any, Any]] = []
+        self._timed_steps: list[tuple[Any, list[Any]]] = []
+        self._data_wait_host_s: list[float] = []
+        self._calibration: tuple[Any, Any] | None = None
+        self.sleep_s = 0.0  # the planted slowdown per timed step: f x the warm-up's median step
+        self.sleep_cycles = 0  # the same on the device, in cycles of `torch.cuda._sleep`
+
+    @staticmethod
+    def _event() -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()  # on the current stream: after the work queued so far
+        return event
+
+    def start_timing(self) -> None:
+        if self.planted_slowdown:
+            before = self._event()
+            torch.cuda._sleep(_CALIBRATION_CYCLES)
+            self._calibration = (before, self._event())
+        torch.cuda.synchronize()  # the one synchronisation before the timed steps
+        self._warmup_step_s = [_event_seconds(start, end) for start, end in self._warmup_steps]
+        if self.planted_slowdown:
+            self.sleep_s, self.sleep_cycles = self._planted_sleep()
+        self._timing = True
+        self._timed_started = time.perf_counter()
+        self._previous_end = self._event()  # where the first timed step starts on the device
+
+    def _planted_sleep(self) -> tuple[float, int]:
+        """f x the warm-up's median step (the first left out where there are more: it compiles and allocates), in
+        seconds and in cycles of `torch.cuda._sleep`, timed once here against events (`step_clock` refuses a
+        planted slowdown without warm-up)."""
+        assert self._calibration is not None and self._warmup_step_s
+        cycles_per_s = _CALIBRATION_CYCLES / _event_seconds(*self._calibration)
+        sleep_s = self.planted_slowdown * statistics.median(self._warmup_step_s[1:] or self._warmup_step_s)
+        return sleep_s, int(sleep_s * cycles_per_s)
+
+    def begin_step(self) -> None:
+        self._host = [time.perf_counter()]
+        self._events = []
+        self._start = self._previous_end if self._previous_end is not None else self._event()
+
+    def mark(self) -> None:
+        self._host.append(time.perf_counter())
+        self._events.append(self._event())
+
+    def slow_down(self) -> None:
+        # Both sides sleep f x step, neither waits for the other: host and device run a step's work queued one
+        # behind the other, a step takes about max(host, device), and max(host + fT, device + fT) = (1 + f)T
+        # whichever of them sets the pace. Warm-up steps, run before the sleep is sized, are left as they are.
+        if self.sleep_cycles:
+            torch.cuda._sleep(self.sleep_cycles)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+
+    def end_step(self) -> None:
+        self._bookkeeping_s += time.perf_counter() - self._host[-1]
+        end = self._events[-1]
+        if self._timing:
+            self._timed_steps.append((self._start, self._events))
+            self._data_wait_host_s.append(self._host[1] - self._host[0])
+        else:
+            self._warmup_steps.append((self._start, end))
+        self._previous_end = end
+
+    def stop_timing(self) -> None:
+        torch.cuda.synchronize()  # the one synchronisation after the timed steps
+        self._timed_elapsed_s = time.perf_counter() - self._timed_started
+
+    def times(self) -> StepTimes:
+        phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+        for start, events in self._timed_steps:
+            for phase, (begin, end) in zip(PHASES, pairwise([start, *events]), strict=True):
+                phases[phase].append(_event_seconds(begin, end))
+        step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
+        return StepTimes(
+            clocking=self.clocking,
+            phases=phases,
+            step_s=step_s,
+            warmup_step_s=self._warmup_step_s,
+            timed_elapsed_s=self._timed_elapsed_s,
+            samples_s=self._timed_elapsed_s,
+            bookkeeping_s=self._bookkeeping_s,
+            data_wait_host_s=self._data_wait_host_s,
+        )
+
+
+def _event_seconds(start: Any, end: Any) -> float:
+    return float(start.elapsed_time(end)) / 1000.0
 
 
 def select_device(name: str = "auto") -> Device:

@@ -20,12 +20,23 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def default_threads(device_type: str, *, paired: bool = False, nproc: int = 1) -> int:
-    """Torch threads per trial (per rank of a data-parallel trial) when none are given: every CPU available,
-    shared by the ranks, except in a paired check on the CPU, where one thread per trial gave the quietest
-    pairs per minute on a shared runner (the intra-op pool's threads stall when a neighbour takes a core;
-    docs/performance.md, "Quieter trials")."""
-    return 1 if paired and device_type == "cpu" else max(1, available_cpus() // nproc)
+def default_threads(nproc: int = 1) -> int | None:
+    """Torch threads per trial when none are given: None, torch's own default, the thread count the user's
+    training gets (nothing is pinned), on the CPU and CUDA, paired or not: the same rule everywhere. A
+    data-parallel trial's ranks share the CPUs available.
+
+    Pinning one thread made paired CPU trials quieter (docs/performance.md, "Quieter trials"), but it measures
+    another program: a data pipeline's DataLoader workers then compete with one busy core instead of every
+    core, and verdicts about the pipeline flip (docs/performance.md, "Threads: what the user runs").
+    `--threads 1` keeps the quieter setting for whoever chooses it knowing that."""
+    return max(1, available_cpus() // nproc) if nproc > 1 else None
+
+
+def torch_default_threads() -> int:
+    """The intra-op threads torch uses in a process that did not set them (OMP_NUM_THREADS, else its own rule)."""
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def collect_environment(device_type: str, threads: int, cwd: Path | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure import distributed
+from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
 from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
@@ -38,7 +39,8 @@ class RunSettings:
     configs: tuple[str, ...]
     trials: int = DEFAULT_TRIALS
     device: str = "cpu"
-    threads: int = 1
+    threads: int | None = None  # None: torch's own default, not pinned (`environment.default_threads`)
+    rounds: int | None = None  # timed rounds a trial: None calibrates them (`perfgate.measure.rounds`)
     timeout_s: float = DEFAULT_TIMEOUT_S
     profile_dir: Path | None = None  # set: after the trials, one profiling trial per workload and config
     nproc: int | None = None  # ranks per trial (--nproc, else [tool.perfgate] nproc): a workload's own nproc wins
@@ -46,12 +48,21 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise UsageError(f"--trials must be at least 1, got {self.trials}", hint="use --trials 3 or more")
-        if self.threads < 1:
+        if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
+        if self.rounds is not None and self.rounds < 1:
+            raise UsageError(f"--rounds must be at least 1, got {self.rounds}", hint="use --rounds auto or 1")
         if self.timeout_s <= 0:
             raise UsageError(f"--timeout must be positive, got {self.timeout_s}")
         if self.nproc is not None and self.nproc < 1:
             raise UsageError(f"--nproc must be at least 1, got {self.nproc}", hint="use --nproc 2 for two ranks")
+
+    @property
+    def torch_threads(self) -> int:
+        """The torch threads a trial runs with: those asked for, else torch's own default."""
+        from perfgate.measure.environment import torch_default_threads
+
+        return self.threads if self.threads is not None else torch_default_threads()
 
     def nproc_of(self, workload: Workload | None) -> int:
         """Ranks of a trial of `workload`: its own `nproc`, else this run's, else one process."""
@@ -172,7 +183,8 @@ class LabSession:
         self.keep([workload.name for _, workload in self.loaded])
         self.config_failures: dict[tuple[str, str], str] = {}
         self.profiles: dict[tuple[str, str], Profile] = {}
-        self.environment = collect_environment(settings.device, settings.threads)
+        self.rounds: dict[tuple[str, str], int] = {}  # calibrated after each config's first trial
+        self.environment = collect_environment(settings.device, settings.torch_threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
 
     def __enter__(self) -> LabSession:
@@ -225,6 +237,8 @@ class LabSession:
 
     def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
         workload = next(w for r, w in self.loaded if r is reference)
+        nproc = self.settings.nproc_of(workload)
+        rounds = 1 if profile or nproc > 1 else self.settings.rounds or self.rounds.get((workload.name, config), 1)
         return TrialSpec(
             reference_text=reference.text,
             reference_target=reference.target,
@@ -233,7 +247,8 @@ class LabSession:
             device=self.settings.device,
             threads=self.settings.threads,
             profile=profile,
-            nproc=self.settings.nproc_of(workload),
+            nproc=nproc,
+            rounds=rounds,
         )
 
     def _run(self, plan: Sequence[PlannedTrial]) -> None:
@@ -258,6 +273,8 @@ class LabSession:
             if record.failure_kind == "config":
                 self.config_failures[key] = result.failure or "failed"
             self.trials[key].append(result)
+            if self.settings.rounds is None and key not in self.rounds and result.ok and result.wall_s:
+                self.rounds[key] = calibrated_rounds(result.wall_s, sum(result.step_s), result.rounds)
             if self.progress:
                 self.progress(TrialEvent(planned, len(plan), finished=result))
 
@@ -375,7 +392,8 @@ class RunningTrial:
             except json.JSONDecodeError:
                 pass
             else:
-                return TrialRecord.from_dict(document, source=f"trial record {self.out_path.name}")
+                record = TrialRecord.from_dict(document, source=f"trial record {self.out_path.name}")
+                return replace(record, result=replace(record.result, wall_s=time.perf_counter() - self.started))
         return _failed(
             self.spec, f"trial process {_describe_exit(returncode)}; last output: {_tail(self.log_path)}", self.started
         )
@@ -393,10 +411,16 @@ def python_command(place: TrialPlace) -> list[str]:
     return [sys.executable, *(["-P"] if place.safe_path else [])]
 
 
-def start_trial_server(threads: int, place: TrialPlace, scratch: Path) -> TrialServer:
+def start_trial_server(threads: int | None, place: TrialPlace, scratch: Path) -> TrialServer:
     """A fork server for `place`'s trials (`perfgate.measure.trialserver`), started as a trial process would be."""
     log = scratch / f"server-{place.name or 'lab'}.log"
     return TrialServer(python_command(place), trial_environment(threads, place), place.cwd, log)
+
+
+def _threads_run(configs: Mapping[str, Any]) -> int | None:
+    """The torch threads the trials ran with (the workload's own where it declares them), as they recorded it."""
+    counts = [t.threads for config in configs.values() for t in config.trials if t.ok and t.threads]
+    return max(counts, key=counts.count) if counts else None
 
 
 def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None) -> TrialRecord:
@@ -404,10 +428,12 @@ def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float, place: T
     return RunningTrial(spec, scratch, timeout_s, place or TrialPlace()).wait()
 
 
-def trial_environment(threads: int, place: TrialPlace | None = None) -> dict[str, str]:
-    """The trial's environment: pinned thread counts and this perfgate importable (after `place`'s folders)."""
-    threads_text = str(threads)
-    pinned = {"OMP_NUM_THREADS": threads_text, "MKL_NUM_THREADS": threads_text, "PYTHONHASHSEED": "0"}
+def trial_environment(threads: int | None, place: TrialPlace | None = None) -> dict[str, str]:
+    """The trial's environment: thread counts pinned where asked for (None: torch's own default, as the user's
+    training gets it) and this perfgate importable (after `place`'s folders)."""
+    pinned = {"PYTHONHASHSEED": "0"}
+    if threads is not None:
+        pinned.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return side_environment(place or TrialPlace(), pinned)
 
 
@@ -472,7 +498,7 @@ def collect_workload(
             "warmup_steps": identity["warmup_steps"],
             "seed": identity["seed"],
             "trials": max((len(config.trials) for config in configs.values()), default=0),
-            "threads": settings.threads,
+            "threads": _threads_run(configs) or settings.torch_threads,
             "device": settings.device,
             "loader": identity["loader"],
             **({"nproc": identity["nproc"]} if "nproc" in identity else {}),

@@ -46,6 +46,7 @@ from perfgate.measure.lab import (
     load_workloads,
     start_trial_server,
 )
+from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
@@ -289,7 +290,10 @@ class PairedSession:
             self.interleaved = self.fork = False
         self.checkouts = {"base": base, "head": head}
         cpus = _cpu_halves() if parallel else (None, None)
-        if parallel and cpus[0] is not None and settings.threads > len(cpus[0]):
+        if parallel and cpus[0] is not None and settings.threads is None:
+            # Each side runs on half the CPUs: torch's default would count all of them.
+            settings = self.settings = replace(settings, threads=len(cpus[0]))
+        if parallel and cpus[0] is not None and settings.threads is not None and settings.threads > len(cpus[0]):
             raise UsageError(
                 f"--threads {settings.threads} is more than the {len(cpus[0])} CPU(s) each side of a parallel pair "
                 "gets",
@@ -310,7 +314,8 @@ class PairedSession:
             self.sides[side].trials = {(n, c): [] for n in self.names for c in settings.configs}
         self.sides["head"].identities = {w.name: _identity(w, settings.nproc_of(w)) for _, w in self.loaded}
         self.order: list[str] = []
-        self.environment = collect_environment(settings.device, settings.threads)
+        self.rounds: dict[tuple[str, str], int] = {}  # calibrated by each config's first pair (measure.rounds)
+        self.environment = collect_environment(settings.device, settings.torch_threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
 
     def __enter__(self) -> PairedSession:
@@ -353,6 +358,7 @@ class PairedSession:
 
     def _run_pair(self, key: tuple[str, str], pair: int, sides: Sequence[str], index: int, total: int) -> None:
         planned = PlannedTrial(index, key[0], key[1], pair)
+        started = time.perf_counter()
         if self.progress:
             self.progress(TrialEvent(planned, total))
         if self.parallel or self.interleaved:
@@ -374,12 +380,18 @@ class PairedSession:
             records = {side: self._start(side, key, pair).wait() for side in sides}
         for side in sides:
             self._record(side, key, records[side])
+        results = [records[side].result for side in sides]
+        if self.settings.rounds is None and key not in self.rounds and all(r.ok for r in results):
+            # The first pair calibrates the rounds every later pair runs, both sides alike.
+            timed = sum(sum(r.step_s) for r in results)
+            self.rounds[key] = calibrated_rounds(time.perf_counter() - started, timed, results[0].rounds)
         if self.progress:
             head = self.sides["head"].trials[key][-1]
             self.progress(TrialEvent(planned, total, finished=head))
 
     def _start(self, side: str, key: tuple[str, str], pair: int, turns: str | None = None) -> RunningTrial:
         reference = self.references[(side, key[0])]
+        nproc = self.settings.nproc_of(self._workload(key[0]))
         spec = TrialSpec(
             reference_text=reference.text,
             reference_target=reference.target,
@@ -389,7 +401,9 @@ class PairedSession:
             threads=self.settings.threads,
             planted_slowdown=self.planted[side],
             turns=turns,
-            nproc=self.settings.nproc_of(self._workload(key[0])),
+            nproc=nproc,
+            rounds=1 if nproc > 1 else self.settings.rounds or self.rounds.get(key, 1),
+            probe=False,  # pairs need no machine probe (`perfgate.judge.verdict._throughput`)
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]
@@ -470,7 +484,11 @@ class PairedSession:
 
     def mean_pair_s(self, key: tuple[str, str]) -> float:
         """How long one more pair of this config should take, from the pairs so far."""
-        times = [[t.process_s for t in self.sides[side].trials[key] if t.process_s] for side in SIDES]
+        rounds = self.rounds.get(key, 1)  # pairs of the calibrated length, once there are some
+        trials = {side: [t for t in self.sides[side].trials[key] if t.process_s] for side in SIDES}
+        if all(any(t.rounds == rounds for t in trials[side]) for side in SIDES):
+            trials = {side: [t for t in trials[side] if t.rounds == rounds] for side in SIDES}
+        times = [[t.process_s or 0.0 for t in trials[side]] for side in SIDES]
         per_side = [sum(values) / len(values) if values else 10.0 for values in times]
         return max(per_side) if self.parallel or self.interleaved else sum(per_side)
 

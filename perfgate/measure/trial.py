@@ -38,14 +38,13 @@ from typing import TYPE_CHECKING, Any
 from perfgate._bytes import tensor_bytes
 from perfgate.measure import distributed
 from perfgate.measure.profiling import StepProfiler
-from perfgate.measure.sampler import SystemSampler
+from perfgate.measure.sampler import SystemSampler, loader_worker_pids
 from perfgate.measure.turns import TurnTaker
 from perfgate.records.results import FailureKind, TrialRecord, TrialResult
-from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, RankResult
-from perfgate.records.summary import PHASES
+from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, RankResult, UnusedParameters
 
 if TYPE_CHECKING:
-    from perfgate.measure.device import Device
+    from perfgate.measure.device import Device, StepTimes
     from perfgate.measure.distributed import CommTimer, Rank
     from perfgate.variants import Config
     from perfgate.workload import Workload
@@ -62,13 +61,15 @@ class TrialSpec:
     config: str
     trial: int
     device: str
-    threads: int
+    threads: int | None  # None: torch's own default, as the user's training gets it
     profile: str | None = None  # a trace path: profile the timed steps (their times are then not used)
     planted_slowdown: float = 0.0  # `perfgate calibrate`: every step sleeps this fraction of its own time
     turns: str | None = (
         None  # an interleaved pair: take turns at the steps with the other side (`perfgate.measure.turns`)
     )
     nproc: int = 1  # ranks of a data-parallel trial, each a process torchrun started (`perfgate.measure.distributed`)
+    rounds: int = 1  # the timed steps run this many times over the pinned slice (`perfgate.measure.rounds`)
+    probe: bool = True  # time the machine probe before and after (stored baselines use it; paired checks do not)
 
 
 class TrialFailure(Exception):
@@ -126,18 +127,16 @@ class _Setup:
     rank: Rank | None = None  # a data-parallel trial's rank
     comm: CommTimer | None = None  # times the gradient all-reduce (a DDP model)
     warnings: tuple[str, ...] = ()  # noticed while setting up
+    unused: UnusedParameters | None = None  # a data-parallel model's parameters the loss does not use
 
 
 @dataclass(frozen=True)
 class _Steps:
     """What the warm-up and timed steps measured, and what they leave for the reads after them."""
 
-    phases: dict[str, list[float]]  # per phase, one duration per timed step
-    warmup_step_s: list[float]
+    times: StepTimes  # the step clock's: phases, step times, warm-up, wall time (with turns, the other side's too)
     first_losses: list[float]
     memory_step_bytes: list[int]  # after each timed step: a steady rise means something is kept
-    bookkeeping_s: float
-    timed_elapsed_s: float  # with turns, the other side's turns too
     graphs_before_timing: int
     autocast_check: AutocastCheck | None  # the setup's check, with the first step's layer outputs counted
     loss: Any  # the last step's loss and (device) batch
@@ -164,7 +163,7 @@ class _AfterSteps:
     """What is read once the timed steps are over, before the data slice is checksummed."""
 
     final_loss: float
-    memory: PeakMemory  # `Device.peak_memory()`
+    memory: PeakMemory  # `Device.peak_memory()`, with the DataLoader workers' memory the sampler read
     calls: tuple[int, int] | None  # torch calls and host syncs of one eager step
     compile_stats: CompileStats | None
 
@@ -174,16 +173,27 @@ def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
 
     from perfgate.measure.probe import probe_steps_per_sec
 
-    probe_rates = [probe_steps_per_sec(device)]  # before setup: no DataLoader worker is running yet
+    # The machine probe serves stored baselines; a paired check's pairs need none. Its two sides start together,
+    # and two probes at once on shared cores, each with torch's own threads, took 17 s instead of 0.3 s here.
+    probe_rates = [probe_steps_per_sec(device)] if spec.probe else []  # before setup: no DataLoader worker yet
     identity = workload_identity(workload, spec.nproc)
-    setup, batches = _set_up(workload, config, device, rank)
-    steps = _train(spec, setup, batches)
+    # An interleaved pair takes turns from the setup on: two setups at once on shared cores, each with torch's
+    # own threads, took 18 s instead of 3 s (the vision workload here); one side's setup, warm-up, steps and
+    # checksum pass never run beside the other side's.
+    turns = TurnTaker(spec.turns) if spec.turns else None
+    if turns is not None:
+        turns.begin()
+    setup, batches = _set_up(workload, config, device, rank, spec.rounds)
+    steps = _train(spec, setup, batches, turns)
     after = _after_steps(setup, steps)
     del batches
     # Checksumming is its own pass over a fresh, identically seeded loader: nothing but the
     # training step runs between the timed pass's clock reads.
     data_checksum = _checksum_slice(workload, setup.dataset, device.type, rank)
-    probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
+    if turns is not None:
+        turns.finish()  # wait until the other side is done too
+    if spec.probe:
+        probe_rates.append(probe_steps_per_sec(device))  # after every worker of both passes has exited
     record = _record(spec, setup, steps, after, identity, data_checksum, probe_rates)
     if rank is None:
         return record
@@ -193,7 +203,7 @@ def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
     records = [TrialRecord.from_dict(r, source=f"rank {i}'s record") for i, (r, _) in enumerate(gathered)]
     ranks = [RankResult.from_dict(ranked) for _, ranked in gathered]
     wrapper = type(getattr(setup.step_model, "_orig_mod", setup.step_model)).__name__  # under torch.compile too
-    return distributed.merge_ranks(records, ranks, rank.backend, wrapper)
+    return distributed.merge_ranks(records, ranks, rank.backend, wrapper, setup.unused)
 
 
 def _load(spec: TrialSpec, out_path: str = "") -> tuple[Config, Device, Workload, Rank | None]:
@@ -204,18 +214,22 @@ def _load(spec: TrialSpec, out_path: str = "") -> tuple[Config, Device, Workload
     from perfgate.references import Reference
     from perfgate.variants import CONFIGS
 
-    torch.set_num_threads(spec.threads)
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
     config = CONFIGS[spec.config]
     rank = distributed.join(spec.nproc, spec.device, out_path) if spec.nproc > 1 else None
     device = select_device(spec.device)
     workload = Reference(spec.reference_text, spec.reference_target).load()
+    declared = getattr(workload, "threads", None)  # what the user's training sets; --threads overrides it
+    if spec.threads is None and declared is not None:
+        torch.set_num_threads(declared)
     if config.compile and workload.warmup_steps < 1:
         raise TrialFailure("workload", "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times")
     return config, device, workload, rank
 
 
 def _set_up(
-    workload: Workload, config: Config, device: Device, rank: Rank | None = None
+    workload: Workload, config: Config, device: Device, rank: Rank | None = None, rounds: int = 1
 ) -> tuple[_Setup, Iterator[Any]]:
     """Seed, build the dataset, DataLoader, model and optimizer, compile and check autocast: the setup
     that `setup_s` times. Returns the setup and the iterator over the batches (its workers running)."""
@@ -224,7 +238,7 @@ def _set_up(
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
-    loader = _make_loader(workload, dataset, device.type, rank)
+    loader = _make_loader(workload, dataset, device.type, rank, rounds)
     _seed_everything(workload.seed)
     model = _call_user("model()", workload.model)
     if not isinstance(model, torch.nn.Module):
@@ -233,8 +247,13 @@ def _set_up(
     trained: Any = model
     comm: distributed.CommTimer | None = None
     warnings: tuple[str, ...] = ()
+    unused: UnusedParameters | None = None
     if rank is not None:
-        trained = _call_user("wrap(model)", distributed.wrap_model, model, workload, device)
+        names, autograd_nodes = _find_unused_parameters(workload, config, dataset, model, device, rank)
+        names = distributed.agree_on_unused(names, model)
+        wrap = distributed.wrap_model
+        trained = _call_user("wrap(model)", wrap, model, workload, device, find_unused=bool(names))
+        unused = distributed.unused_record(names, autograd_nodes, trained)
         comm = distributed.CommTimer(device)
         not_timed = comm.attach(trained)
         if not_timed is not None:
@@ -265,44 +284,77 @@ def _set_up(
         rank,
         comm,
         warnings,
+        unused,
     )
     return setup, batches
 
 
-def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
-    """The warm-up steps, then the timed steps, in one loop: each step's five phases timed on the device's
-    clock, the system sampled and (with `spec.profile`) profiled over the timed steps only.
+def _find_unused_parameters(
+    workload: Workload, config: Config, dataset: Any, model: Any, device: Device, rank: Rank
+) -> tuple[list[str], int]:
+    """The parameters of the unwrapped model that one forward and backward on this rank's first batch leaves
+    without a gradient, and the step's autograd nodes (`distributed.unused_parameters`). Untimed, before the
+    model is wrapped: the batch comes from a worker-less loader of its own over the same slice (the trial's
+    loader, its workers and its generator untouched), and the RNG states are put back as they were."""
+    import torch
 
-    One loop body for both, with every per-step value in a local: the clock reads see the same work
-    in warm-up and timed steps, and the previous step's batch and loss are let go where they were."""
+    indices = distributed.rank_sampler(_slice_indices(workload, len(dataset), rank.world), rank)
+    collate = {k: v for k, v in workload.loader.items() if k == "collate_fn"}
+    autocast = _autocast_factory(device.type, config.autocast_dtype)
+
+    def step_loss() -> Any:
+        with autocast():
+            loss = workload.loss(model, batch)
+        _check_loss_type(loss, 0)
+        return loss
+
+    with _rng_kept(device):
+        try:
+            first = torch.utils.data.DataLoader(dataset, batch_size=workload.batch_size, sampler=indices, **collate)
+            batch = device.move(next(iter(first)), non_blocking=False)
+            return distributed.unused_parameters(model, step_loss)
+        except TrialFailure:
+            raise
+        except Exception as exc:
+            where = "in the check for parameters the loss does not use, before the steps"
+            if isinstance(exc, torch.OutOfMemoryError):
+                raise TrialFailure("config", f"out of device memory {where}: {_first_line(exc)}") from exc
+            message = f"{type(exc).__name__} {where}: {_first_line(exc)}"
+            raise TrialFailure("workload", message) from exc
+
+
+def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTaker | None = None) -> _Steps:
+    """The warm-up steps, then the timed steps, in one loop: each step's five phases marked on the device's
+    step clock (`Device.step_clock`), the system sampled and (with `spec.profile`) profiled over the timed steps
+    only; in an interleaved pair, the turn handed over between steps (`turns`).
+
+    One loop body for both, with every per-step value in a local: the clock's marks see the same work
+    in warm-up and timed steps, and the previous step's batch and loss are let go where they were. Nothing in
+    the timed steps waits for the device: on CUDA the clock synchronises only at their two edges, and what is
+    read from the device (the first losses, the all-reduce's marks) is read after the last one."""
     import torch
 
     config, device, workload = setup.config, setup.device, setup.workload
     step_model, optimizer, autocast = setup.step_model, setup.optimizer, setup.autocast
     autocast_check = setup.autocast_check
     non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
-    first_losses: list[float] = []
-    warmup_step_s: list[float] = []
-    phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    clock = device.step_clock(spec.planted_slowdown, workload.warmup_steps)
+    losses: list[Any] = []  # the first steps' losses, detached: read once the steps are over
     memory_step_bytes: list[int] = []
-    bookkeeping_s = 0.0
-    total_steps = workload.warmup_steps + workload.steps
+    total_steps = workload.warmup_steps + workload.steps * spec.rounds
     graphs_before_timing = 0
     hooks = _OutputDtypeCounter(setup.model, autocast_check) if autocast_check and not config.compile else None
     current = "the DataLoader"
     loss = None
     batch = None
-    timed_started = 0.0
-    sampler = SystemSampler(torch.cuda.current_device() if device.type == "cuda" else None)
+    cuda_index = torch.cuda.current_device() if device.type == "cuda" else None
+    sampler = SystemSampler(cuda_index, loader_worker_pids=loader_worker_pids(batches))  # the workers' memory too
     # A data-parallel trial's rank 0 profiles; the others would write the same trace.
     profiled = setup.rank is None or setup.rank.rank == 0
     profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile and profiled else None
-    turns = TurnTaker(spec.turns) if spec.turns else None
     comm = setup.comm
-    comm_steps: list[tuple[float, float, int, int]] | None = None if comm is None else []
+    comm_marks: list[Any] = []  # per timed step, the all-reduce's marks (`CommTimer.take_step`)
     try:
-        if turns is not None:
-            turns.begin()
         for step in range(total_steps):
             timed = step >= workload.warmup_steps
             if step == workload.warmup_steps:
@@ -312,55 +364,49 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
                 sampler.start()
                 if profiler is not None:
                     profiler.start()
-                timed_started = device.now()
+                clock.start_timing()  # CUDA: the one synchronisation before the timed steps
             current = "the DataLoader"
-            t0 = device.now()
+            clock.begin_step()
             batch = next(batches)
-            t1 = device.now()
+            clock.mark()  # data_wait
             current = "moving the batch to the device"
             batch = device.move(batch, non_blocking=non_blocking)
-            t2 = device.now()
+            clock.mark()  # h2d
             current = "loss(model, batch)"
             with autocast():
                 loss = workload.loss(step_model, batch)
             _check_loss_type(loss, step)
-            t3 = device.now()
+            clock.mark()  # forward
             current = "loss.backward()"
             if comm is not None:
                 comm.begin_step()
             loss.backward()
-            t4 = device.now()
-            if comm is not None and comm_steps is not None and timed:
-                comm_steps.append(comm.end_step(t4 - t3))
+            clock.mark()  # backward
+            if comm is not None and timed:
+                comm_marks.append(comm.take_step())
             current = "the optimizer step"
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
-                time.sleep(spec.planted_slowdown * (device.now() - t0))
-            t5 = device.now()
+                clock.slow_down()
+            clock.mark()  # optimizer: the step's end
             if hooks is not None:
                 autocast_check = hooks.finish()
                 hooks = None
             if step < FIRST_LOSSES:
-                first_losses.append(_finite_loss(loss, step))
+                losses.append(loss.detach())
             if timed:
                 memory_step_bytes.append(device.memory_now())
                 if profiler is not None:
                     profiler.step()
-            bookkeeping_s += time.perf_counter() - t5
-            if timed:
-                for phase, duration in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
-                    phases[phase].append(duration)
-            else:
-                warmup_step_s.append(t5 - t0)
+            clock.end_step()  # the bookkeeping above is timed apart from the step
             if turns is not None:
                 turns.step_done()
-        timed_elapsed_s = device.now() - timed_started  # with turns, the other side's turns too
-        if turns is not None:
-            turns.finish()
+        clock.stop_timing()  # CUDA: the one synchronisation after the timed steps
         sampler.stop()
         if profiler is not None:
             profiler.stop()
+        first_losses = [_finite_loss(value, step) for step, value in enumerate(losses)]
     except TrialFailure:
         raise
     except StopIteration as exc:
@@ -368,18 +414,22 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
     except Exception as exc:
         if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
             raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
+        if setup.rank is not None and (unused := _unused_parameters_failure(setup, exc)) is not None:
+            raise TrialFailure("workload", unused) from exc  # before compile's: dynamo may wrap DDP's error
         if config.compile and _is_compile_error(exc):
             raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
         raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
     finally:
         sampler.stop()  # whatever ended the steps; stopping twice is harmless
+    times = clock.times()
+    comm_steps = None
+    if comm is not None:
+        backward_s = times.phases["backward"]
+        comm_steps = [comm.step_figures(marks, s) for marks, s in zip(comm_marks, backward_s, strict=True)]
     return _Steps(
-        phases=phases,
-        warmup_step_s=warmup_step_s,
+        times=times,
         first_losses=first_losses,
         memory_step_bytes=memory_step_bytes,
-        bookkeeping_s=bookkeeping_s,
-        timed_elapsed_s=timed_elapsed_s,
         graphs_before_timing=graphs_before_timing,
         autocast_check=autocast_check,
         loss=loss,
@@ -390,13 +440,21 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _Steps:
     )
 
 
+def _unused_parameters_failure(setup: _Setup, exc: BaseException) -> str | None:
+    """DDP's error on parameters that got no gradient, as one line naming them (`distributed.unreduced_failure`)."""
+    names = [] if setup.unused is None else setup.unused.names
+    own_wrap = setup.workload.wrap is not None
+    return distributed.unreduced_failure(exc, setup.model, names, own_wrap)
+
+
 def _after_steps(setup: _Setup, steps: _Steps) -> _AfterSteps:
     """The final loss and peak memory, then the framework overhead, counted after the timed steps: torch
     calls in one more step on the last batch (eager configs; a counting mode would make torch.compile
     recompile), graphs and breaks."""
     config, workload = setup.config, setup.workload
     final_loss = _finite_loss(steps.loss, workload.warmup_steps + workload.steps - 1)
-    memory = setup.device.peak_memory()
+    samples = steps.sampler.samples
+    memory = setup.device.peak_memory(samples.loader_workers_bytes, samples.loader_workers)
     calls = (
         None
         if config.compile
@@ -415,16 +473,18 @@ def _record(
     data_checksum: str,
     probe_rates: list[float],
 ) -> TrialRecord:
-    """The trial's record from what it measured: step times summed from their phases, samples/sec, the
-    compile time (the first warm-up step above a median step) and warnings."""
+    """The trial's record from what it measured: step times summed from their phases, samples/sec (over the
+    step clock's `samples_s`: the step times' sum on the host clock, the wall time between the two
+    synchronisations with CUDA events), the compile time (the first warm-up step above a median step) and
+    warnings."""
     import torch
 
-    config, workload = setup.config, setup.workload
-    step_s = [sum(values) for values in zip(*(steps.phases[p] for p in PHASES), strict=True)]
-    timed_samples = workload.steps * workload.batch_size
+    config, workload, times = setup.config, setup.workload, steps.times
+    step_s = times.step_s
+    timed_samples = len(step_s) * workload.batch_size  # steps x rounds
     compile_s = None
-    if config.compile and steps.warmup_step_s:
-        compile_s = max(0.0, steps.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
+    if config.compile and times.warmup_step_s:
+        compile_s = max(0.0, times.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
     warnings = list(setup.warnings)
     recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
     if recompiled > 0:
@@ -433,12 +493,12 @@ def _record(
         config=spec.config,
         trial=spec.trial,
         status="ok",
-        samples_per_sec=timed_samples / sum(step_s),
+        samples_per_sec=timed_samples / times.samples_s,
         step_s=step_s,
-        phases_s=steps.phases,
-        warmup_step_s=steps.warmup_step_s,
-        timed_elapsed_s=steps.timed_elapsed_s,
-        bookkeeping_s=steps.bookkeeping_s,
+        phases_s=times.phases,
+        warmup_step_s=times.warmup_step_s,
+        timed_elapsed_s=times.timed_elapsed_s,
+        bookkeeping_s=times.bookkeeping_s,
         setup_s=setup.setup_s,
         compile_s=compile_s,
         first_losses=steps.first_losses,
@@ -453,8 +513,11 @@ def _record(
         autocast=steps.autocast_check,
         probe_steps_per_sec=probe_rates,
         threads=torch.get_num_threads(),
+        rounds=spec.rounds,
         warnings=warnings,
         workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset), spec.nproc)},
+        clocking=times.clocking,
+        data_wait_host_s=times.data_wait_host_s,
     )
     profile = None
     if steps.profiler is not None:
@@ -501,14 +564,38 @@ def _seed_everything(seed: int) -> None:
         numpy.random.seed(seed)
 
 
-def _call_user(what: str, function: Any, *args: Any) -> Any:
+@contextlib.contextmanager
+def _rng_kept(device: Device) -> Iterator[None]:
+    """Put Python's, NumPy's, torch's and (on CUDA) the device's random states back as they were on leaving."""
+    import torch
+
+    python_state = random.getstate()
+    numpy_state = None
+    with contextlib.suppress(ImportError):
+        import numpy
+
+        numpy_state = numpy.random.get_state()
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else [], device_type="cuda"):
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            if numpy_state is not None:
+                import numpy
+
+                numpy.random.set_state(numpy_state)
+
+
+def _call_user(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
     try:
-        return function(*args)
+        return function(*args, **kwargs)
     except Exception as exc:
         raise TrialFailure("workload", f"{what} raised {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
-def _make_loader(workload: Any, dataset: Any, device_type: str, rank: Rank | None = None) -> Any:
+def _make_loader(workload: Any, dataset: Any, device_type: str, rank: Rank | None = None, rounds: int = 1) -> Any:
+    """The DataLoader over the pinned slice: its warm-up batches once, then its timed batches `rounds` times."""
     import torch
 
     try:
@@ -531,9 +618,12 @@ def _make_loader(workload: Any, dataset: Any, device_type: str, rank: Rank | Non
             f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}"
             f"{ranks}); make the dataset larger or lower steps/batch_size",
         )
-    indices = _slice_indices(workload, length, world)
+    indices: Any = _slice_indices(workload, length, world)
     if rank is not None:
         indices = distributed.rank_sampler(indices, rank)
+    elif rounds > 1:  # one iterator for every round: no worker starts again inside the timed steps
+        warmup = workload.warmup_steps * workload.batch_size
+        indices = indices[:warmup] + indices[warmup:] * rounds
     options = dict(workload.loader)
     if device_type != "cuda":
         options.pop("pin_memory", None)  # pinning needs an accelerator; torch warns without one

@@ -1,8 +1,10 @@
 """Interleaved pairs: a pair's two trials take turns at their training steps.
 
-Both trial processes of a pair start together and set up at the same time (imports, model, DataLoader
-workers; none of it is timed). From the first step on only one of them runs: a trial runs steps for
-about `TURN_S`, then hands the turn over at a step boundary and waits. The `TurnCoordinator`, in the
+Both trial processes of a pair start together and import at the same time (none of it is timed). From
+the setup on only one of them runs (model, DataLoader workers, warm-up: two setups at once on shared cores
+thrashed each other's threads): a trial runs its setup and then steps for about `TURN_S`, then hands
+the turn over at a step boundary and waits; after its last step it keeps the turn through its checksum
+pass, then finishes. The `TurnCoordinator`, in the
 perfgate process, stops the waiting side's whole process group (`SIGSTOP`: its DataLoader workers
 too, so they cannot prefetch in the other side's time and hide a slow data pipeline) and resumes the
 other side. A busy neighbour or a drifting machine then hits both sides of a pair alike on any
@@ -12,7 +14,7 @@ than a whole trial.
 A trial's step times never include the wait: the clock reads that time a step sit inside it, and the
 hand-over happens between steps. The trial and the coordinator talk over two named pipes a side (a
 fork-server child has no file descriptor of the coordinator's to inherit): the trial writes one byte
-to `<side>.turn` (`r` ready before the first step, `y` yielding, `f` finished its steps) and reads one
+to `<side>.turn` (`r` ready before its setup, `y` yielding, `f` finished its steps and checksum) and reads one
 from `<side>.go`. End of file on `<side>.go` means there are no more turns (the coordinator is done,
 or gone): the trial goes on alone.
 """
@@ -34,7 +36,7 @@ READY, YIELD, FINISHED, GO = b"r", b"y", b"f", b"g"
 
 
 class TurnTaker:
-    """The trial's end: `begin` before the first step, `step_done` after each step, `finish` after the last."""
+    """The trial's end: `begin` before the setup, `step_done` after each step, `finish` after the checksum pass."""
 
     def __init__(self, prefix: str, turn_s: float = TURN_S) -> None:
         self.turn_s = turn_s
@@ -58,8 +60,8 @@ class TurnTaker:
             self._hand_over(YIELD)
 
     def finish(self) -> None:
-        """After the last step: wait until the other side has finished too, so that nothing this trial does
-        afterwards (its checksum pass, the machine probe) runs beside the other side's steps."""
+        """After the last step and the checksum pass: wait until the other side has finished too, so that
+        nothing this trial does afterwards runs beside the other side's steps."""
         self._hand_over(FINISHED)
         self._close()
 

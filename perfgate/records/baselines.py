@@ -61,6 +61,11 @@ class TrialEntry:
     host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
     loader_cpu_s: float | None = None  # CPU seconds of the DataLoader workers over the timed steps (diagnosis)
+    # what peak_bytes is (`PeakMemory.kind`) and the job's host memory by part (`PeakMemory.process_bytes`,
+    # `loader_workers_bytes`); None in files written before they were kept
+    memory_kind: str | None = None
+    process_bytes: int | None = None
+    loader_workers_bytes: int | None = None
     # a data-parallel trial's ranks, in rank order: seconds over the timed steps per phase, `step`, and, where
     # timed, `comm` (a gradient all-reduce in flight), `comm_exposed` (backward waiting for it) and
     # `comm_bytes` (the gradient bytes all-reduced), all summed over the timed steps (diagnosis)
@@ -141,6 +146,9 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 host_syncs_per_step=t.host_syncs_per_step,
                 graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
                 loader_cpu_s=t.system.loader_cpu_s if t.system is not None else None,
+                memory_kind=None if t.memory is None else t.memory.kind,
+                process_bytes=None if t.memory is None else t.memory.process_bytes,
+                loader_workers_bytes=None if t.memory is None else t.memory.loader_workers_bytes,
                 ranks=None if t.distributed is None else [rank_totals(r) for r in t.distributed.ranks],
             )
             for t in config.trials
@@ -318,6 +326,8 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "graph_breaks": t.graph_breaks,
                 # the DataLoader workers' CPU seconds, where measured (files written before leave it out)
                 **({} if t.loader_cpu_s is None else {"loader_cpu_s": round_figure(t.loader_cpu_s)}),
+                # what peak_bytes is and its parts, where known (files written before leave them out)
+                **{k: v for k, v in _memory_parts(t).items() if v is not None},
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
                 # a data-parallel trial's ranks (files of one-process trials leave it out)
                 **({} if t.ranks is None else {"ranks": [{k: round_figure(v) for k, v in r.items()} for r in t.ranks]}),
@@ -395,6 +405,14 @@ class DocumentReader:
             raise self.fail(f"{where}.{key} must be finite and not negative, got {value}")
         return float(value)
 
+    def text(self, mapping: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> str | None:
+        value = mapping.get(key)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"{where}.{key} must be a string, got {_type_name(value)}")
+        return value
+
     def entry(self, workload: str, raw: Any, where: str) -> BaselineEntry:
         raw = self.mapping(raw, where)
         fingerprint = self.mapping(raw.get("fingerprint"), f"{where}.fingerprint")
@@ -466,6 +484,9 @@ class DocumentReader:
                     host_syncs_per_step=_int_or_none(self.number(trial, "host_syncs_per_step", here, optional=True)),
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                     loader_cpu_s=self.number(trial, "loader_cpu_s", here, optional=True),
+                    memory_kind=self.text(trial, "memory_kind", here, optional=True),
+                    process_bytes=_int_or_none(self.number(trial, "process_bytes", here, optional=True)),
+                    loader_workers_bytes=_int_or_none(self.number(trial, "loader_workers_bytes", here, optional=True)),
                     ranks=self.ranks(trial.get("ranks"), f"{here}.ranks"),
                 )
             )
@@ -506,6 +527,14 @@ def _p95(values: list[float]) -> float | None:
 def round_figure(value: float | None, digits: int = 6) -> float | None:
     """Six significant digits: enough for any comparison, short enough for a readable diff."""
     return None if value is None else float(f"{value:.{digits}g}")
+
+
+def _memory_parts(trial: TrialEntry) -> dict[str, Any]:
+    return {
+        "memory_kind": trial.memory_kind,
+        "process_bytes": trial.process_bytes,
+        "loader_workers_bytes": trial.loader_workers_bytes,
+    }
 
 
 def _int_or_none(value: float | None) -> int | None:

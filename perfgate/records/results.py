@@ -50,6 +50,10 @@ class TrialResult:
     compile_s: float | None = None
     setup_s: float | None = None
     process_s: float | None = None
+    # The runner's wall time for the trial process, start to record (interpreter, imports and all), measured
+    # by the process that started it; None where a file left it out.
+    wall_s: float | None = None
+    rounds: int = 1  # times the timed steps ran over the pinned slice (`perfgate.measure.rounds`)
     first_losses: list[float] = field(default_factory=list)
     final_loss: float | None = None
     data_checksum: str | None = None
@@ -65,6 +69,13 @@ class TrialResult:
     warnings: list[str] = field(default_factory=list)
     workload: dict[str, Any] | None = None  # the workload's identity as the trial built it (trial.workload_identity)
     distributed: Distributed | None = None  # a data-parallel trial's ranks (`--nproc`); left out of the files when None
+    # How the steps were timed (CLOCKINGS): the host clock at every phase boundary (the CPU; files without the
+    # field), or CUDA events read after the last timed step, samples/sec over the wall time between the two
+    # synchronisations at the timed steps' edges (`perfgate.measure.device.Device.step_clock`).
+    clocking: str = "host-clock"
+    # With CUDA events, where the data_wait phase is the device's idle wait for the batch: the host's own wait
+    # in next(batches), per timed step; left out of the files when None.
+    data_wait_host_s: list[float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,6 +91,8 @@ class TrialResult:
             del document["distributed"]
         else:
             document["distributed"] = self.distributed.to_dict()
+        if self.data_wait_host_s is None:
+            del document["data_wait_host_s"]
         return copy.deepcopy(document)
 
     @classmethod
@@ -95,10 +108,13 @@ class TrialResult:
             values["autocast"] = AutocastCheck.from_dict(values["autocast"])
         if values.get("distributed") is not None:
             values["distributed"] = Distributed.from_dict(values["distributed"])
+        if values.get("clocking", CLOCKINGS[0]) not in CLOCKINGS:
+            raise ShapeError(f"a trial's result has clocking {values['clocking']!r}; one of {', '.join(CLOCKINGS)}")
         return cls(**values)
 
 
 TRIAL_STATUSES = ("ok", "failed")
+CLOCKINGS = ("host-clock", "cuda-events")  # how a trial's steps were timed (TrialResult.clocking)
 # Why a trial failed, which decides what the runner does: `workload` (the user's code is at fault: stop the
 # run), `config` (this config cannot run here, e.g. torch.compile failed: no more trials of it), `internal`
 # (a bug in perfgate's trial code), `crash` (the trial process died, timed out or wrote no record).
@@ -576,5 +592,5 @@ def _schema_problem(document: dict[str, Any], version: int = SCHEMA_VERSION) -> 
 
 
 _TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)
-_OPTIONAL_TRIAL_FIELDS = frozenset({"distributed"})  # written only where set
+_OPTIONAL_TRIAL_FIELDS = frozenset({"distributed", "data_wait_host_s"})  # written only where set
 _RECORD_FIELDS = frozenset(TrialRecord.__dataclass_fields__)

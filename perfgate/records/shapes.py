@@ -47,20 +47,31 @@ class PeakMemory:
     """A trial's peak memory over its timed steps (`Device.peak_memory`); a trial that measured nothing has none,
     which the files keep as `{}`."""
 
-    kind: str  # cpu-rss-above-setup, cpu-rss-above-setup-lifetime-peak (no peak reset) or cuda-max-allocated
+    # What `peak_bytes` is, the figure the gate compares: on the CPU, cpu-job-above-setup (the training process
+    # above its level after setup plus its DataLoader workers) or, where the workers' memory could not be read,
+    # cpu-rss-above-setup (the training process alone; also every file written before the workers were
+    # counted); either with -lifetime-peak where the peak could not be reset. On CUDA, cuda-max-allocated.
+    kind: str
     peak_bytes: int
     reserved_bytes: int | None  # CUDA's max_memory_reserved; None on the CPU
     setup_bytes: int | None = None  # the level after setup; None where a file left it out
+    # The job's host memory by part (None where not measured, and in files written before they were): the
+    # training process's peak resident memory above its level after setup, and the peak over the timed steps
+    # of its DataLoader workers' unique memory summed over the live workers, with the most workers seen live.
+    process_bytes: int | None = None
+    loader_workers_bytes: int | None = None
+    loader_workers: int | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> PeakMemory:
-        record = _check(data, _PEAK_MEMORY_FIELDS, "a trial's memory", optional=("setup_bytes",))
+        record = _check(data, _PEAK_MEMORY_FIELDS, "a trial's memory", optional=_PEAK_MEMORY_OPTIONAL)
         return cls(**record)
 
     def to_dict(self) -> dict[str, Any]:
         document = asdict(self)
-        if self.setup_bytes is None:
-            del document["setup_bytes"]
+        for name in _PEAK_MEMORY_OPTIONAL:
+            if document[name] is None:
+                del document[name]
         return document
 
 
@@ -95,6 +106,75 @@ class UsageSpread:
         return cls(**_check(data, ("mean", "p95"), what))
 
 
+# NVML's clocks-event reasons (`nvmlClocksEventReason*`, called throttle reasons before driver 535), by the names
+# the files keep; `measure/gpu.py` decodes NVML's bitmask into them.
+CLOCKS_EVENT_REASONS = (
+    "idle",
+    "applications clocks setting",
+    "power cap",
+    "hardware slowdown",
+    "sync boost",
+    "thermal (software)",
+    "thermal (hardware)",
+    "power brake",
+    "display clock setting",
+)
+# Those that mean the GPU ran slower than it could; the others are its own choice (idle) or a setting.
+SLOWING_REASONS = ("power cap", "thermal (software)", "thermal (hardware)", "hardware slowdown", "power brake")
+THROTTLED_SHARE = 0.10  # a trial slowed in at least this share of its GPU samples is flagged as throttled
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """The GPU a trial ran on and how it ran over the timed steps, from the system sampler's NVML readings
+    (`measure/gpu.py`): its name, clocks, power, temperature and the clocks-event reasons seen. A figure NVML
+    could not read (or a trial too short for one reading) is None."""
+
+    name: str
+    samples: int  # NVML readings over the timed steps
+    sm_clock_mean_mhz: float | None
+    sm_clock_min_mhz: float | None
+    sm_clock_max_mhz: float | None
+    memory_clock_mean_mhz: float | None
+    memory_clock_min_mhz: float | None
+    power_mean_w: float | None
+    power_max_w: float | None
+    power_limit_w: float | None
+    temperature_max_c: float | None
+    reasons: dict[str, int]  # each clocks-event reason seen (`CLOCKS_EVENT_REASONS`): in how many readings
+    slowed_samples: int  # readings with at least one of `SLOWING_REASONS`
+
+    @property
+    def slowed_share(self) -> float:
+        """The share of readings in which the GPU ran slower than it could (0 without readings)."""
+        return self.slowed_samples / self.samples if self.samples else 0.0
+
+    @property
+    def throttled(self) -> bool:
+        """Slowed in a meaningful share of the readings (`THROTTLED_SHARE`): noise the report flags."""
+        return self.slowed_samples > 0 and self.slowed_share >= THROTTLED_SHARE
+
+    @property
+    def slowing_reasons(self) -> list[str]:
+        """The slowing reasons seen, in `SLOWING_REASONS` order."""
+        return [reason for reason in SLOWING_REASONS if self.reasons.get(reason)]
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "a trial's GPU facts") -> GpuFacts:
+        record = _check(data, _GPU_FIELDS, what)
+        if not isinstance(record["name"], str):
+            raise ShapeError(f"{what} has a name that is not a string")
+        reasons = record["reasons"]
+        if not isinstance(reasons, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in reasons.items()
+        ):
+            raise ShapeError(f"{what} has reasons that are not a JSON object of reading counts")
+        return cls(**record)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "reasons": dict(self.reasons)}
+
+
 @dataclass(frozen=True)
 class SystemSummary:
     """What the results file keeps of the system sampler's samples (a trial's `system`): how many, and each
@@ -108,24 +188,35 @@ class SystemSummary:
     # CPU seconds the trial's child processes (its DataLoader workers) used over the timed steps; None where
     # not measured (files written before it was)
     loader_cpu_s: float | None = None
+    gpu: GpuFacts | None = None  # None without CUDA and NVML (and in files written before perfgate read it)
 
     @classmethod
     def from_dict(cls, data: Any) -> SystemSummary:
         what = "a trial's system summary"
-        record = _check(data, _SYSTEM_FIELDS, what, optional=("loader_cpu_s",))
+        record = _check(data, _SYSTEM_FIELDS, what, optional=("loader_cpu_s", "gpu"))
         spreads = {
             name: None if record[name] is None else UsageSpread.from_dict(record[name], f"{what}'s {name}")
             for name in _SYSTEM_FIELDS
-            if name not in ("samples", "loader_cpu_s")
+            if name not in ("samples", "loader_cpu_s", "gpu")
         }
-        return cls(samples=record["samples"], loader_cpu_s=record.get("loader_cpu_s"), **spreads)
+        gpu = record.get("gpu")
+        return cls(
+            samples=record["samples"],
+            loader_cpu_s=record.get("loader_cpu_s"),
+            gpu=None if gpu is None else GpuFacts.from_dict(gpu, f"{what}'s gpu"),
+            **spreads,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """As the results file keeps it: `{"samples": n, "cpu_percent": {"mean": m, "p95": p} or null, ...,
-        "loader_cpu_s": s}` (`loader_cpu_s` left out where it was not measured)."""
+        "loader_cpu_s": s, "gpu": {...}}` (`loader_cpu_s` and `gpu` left out where not measured)."""
         document = asdict(self)
         if self.loader_cpu_s is None:
             del document["loader_cpu_s"]
+        if self.gpu is None:
+            del document["gpu"]
+        else:
+            document["gpu"] = self.gpu.to_dict()
         return document
 
 
@@ -152,9 +243,11 @@ class Profile:
 
 
 _PEAK_MEMORY_FIELDS = tuple(PeakMemory.__dataclass_fields__)
+_PEAK_MEMORY_OPTIONAL = ("setup_bytes", "process_bytes", "loader_workers_bytes", "loader_workers")
 _AUTOCAST_FIELDS = tuple(AutocastCheck.__dataclass_fields__)
 _AUTOCAST_COUNTS = frozenset({"bf16_layer_outputs", "checked_layer_outputs"})
 _SYSTEM_FIELDS = tuple(SystemSummary.__dataclass_fields__)
+_GPU_FIELDS = tuple(GpuFacts.__dataclass_fields__)
 
 
 def peak_memory_from_dict(data: Any) -> PeakMemory | None:
@@ -193,6 +286,23 @@ class RankResult:
 
 
 @dataclass(frozen=True)
+class UnusedParameters:
+    """The parameters of a data-parallel trial's model that got no gradient in one forward and backward of the
+    unwrapped model before the steps (any rank's), and what the trained model did about them."""
+
+    names: list[str]  # in the model's order
+    find_unused_parameters: bool | None  # the DDP model's setting (perfgate's or the workload's); None: not DDP
+    autograd_nodes: int  # the step's autograd graph, which DDP walks every step with find_unused_parameters=True
+
+    @classmethod
+    def from_dict(cls, data: Any) -> UnusedParameters:
+        return cls(**_check(data, _UNUSED_FIELDS, "a trial's unused parameters"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Distributed:
     """How a data-parallel trial ran (`--nproc`): ranks, backend, what wrapped the model, and each rank's figures.
     The trial's own figures are the job's: samples/s over the slowest rank's time, that rank's step and phase
@@ -202,17 +312,34 @@ class Distributed:
     backend: str  # gloo (CPU) or nccl (CUDA)
     wrapper: str  # DistributedDataParallel, or the type the workload's `wrap` returned
     ranks: list[RankResult]
+    # the parameters the loss left without a gradient; None where there were none (left out of the files, so a
+    # file written before this field existed reads the same)
+    unused_parameters: UnusedParameters | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> Distributed:
-        record = _check(data, _DISTRIBUTED_FIELDS, "a trial's distributed section")
+        what = "a trial's distributed section"
+        record = _check(data, _DISTRIBUTED_FIELDS, what, optional=("unused_parameters",))
         if not isinstance(record["ranks"], list):
             raise ShapeError("a trial's distributed section has ranks that are not a list")
-        return cls(**{**record, "ranks": [RankResult.from_dict(rank) for rank in record["ranks"]]})
+        unused = record.get("unused_parameters")
+        return cls(
+            **{
+                **record,
+                "ranks": [RankResult.from_dict(rank) for rank in record["ranks"]],
+                "unused_parameters": None if unused is None else UnusedParameters.from_dict(unused),
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ranks": [rank.to_dict() for rank in self.ranks]}
+        document = {**asdict(self), "ranks": [rank.to_dict() for rank in self.ranks]}
+        if self.unused_parameters is None:
+            del document["unused_parameters"]
+        else:
+            document["unused_parameters"] = self.unused_parameters.to_dict()
+        return document
 
 
 _RANK_FIELDS = tuple(RankResult.__dataclass_fields__)
 _DISTRIBUTED_FIELDS = tuple(Distributed.__dataclass_fields__)
+_UNUSED_FIELDS = tuple(UnusedParameters.__dataclass_fields__)

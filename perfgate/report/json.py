@@ -11,7 +11,7 @@ from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.stats import ThroughputComparison
 from perfgate.judge.verdict import GateResult, Status, build_exit_code
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-from perfgate.records.results import MicroResult, MicroSection
+from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
 
 
 def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
@@ -64,6 +64,37 @@ def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> 
     )
 
 
+def throttled_trial_records(config: ConfigResult | None, side: str | None = None) -> list[dict[str, Any]]:
+    """A config's trials whose GPU was throttled (`GpuFacts.throttled`), as data: the side of a paired check
+    (base, head; null otherwise), the trial as the results file numbers it, the GPU, the slowing reasons, the
+    share of samples slowed and the SM clock's range. The trials stay in the verdict's figures."""
+    return [
+        {
+            "side": side,
+            "trial": t.trial,
+            "gpu": t.system.gpu.name,
+            "reasons": t.system.gpu.slowing_reasons,
+            "slowed_share": t.system.gpu.slowed_share,
+            "sm_clock_min_mhz": t.system.gpu.sm_clock_min_mhz,
+            "sm_clock_max_mhz": t.system.gpu.sm_clock_max_mhz,
+        }
+        for t in (config.trials if config is not None else [])
+        if t.ok and t.system is not None and t.system.gpu is not None and t.system.gpu.throttled
+    ]
+
+
+def _gate_throttled(result: GateResult, workload: str, config: str) -> list[dict[str, Any]]:
+    runs: list[tuple[str | None, RunResult]] = [] if result.against is None else [("base", result.against.base)]
+    runs += [] if result.run is None else [("head" if result.against is not None else None, result.run)]
+    return [
+        record
+        for side, run in runs
+        for measured in run.workloads
+        if measured.name == workload
+        for record in throttled_trial_records(measured.configs.get(config), side)
+    ]
+
+
 def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[str, Any]:
     """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; `micro`, the
     pytest-benchmark tests' verdicts of a `pytest --perfgate` session, counts in the exit code."""
@@ -111,6 +142,7 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     "peak_memory": None
                     if m is None
                     else {"baseline_bytes": m.baseline_bytes, "current_bytes": m.candidate_bytes, "change": m.change},
+                    "throttled_trials": _gate_throttled(result, w.workload, v.config),
                 }
             )
         baseline = w.baseline

@@ -26,6 +26,7 @@ from perfgate.report.json import overall_exit_code
 from perfgate.report.text import (
     LAB_HEADER,
     confidence_text,
+    gate_throttled_trials,
     lab_cells,
     lab_failures,
     lab_footnote,
@@ -34,6 +35,8 @@ from perfgate.report.text import (
     phase_cells,
     rank_cells,
     ranked_jobs,
+    throttled_trials,
+    unused_parameters_note,
     verdict_counts,
 )
 
@@ -98,6 +101,7 @@ def _lab_table(workload: WorkloadResult) -> str:
     reading = read_lab({name: config.summary for name, config in workload.configs.items()})
     notes = [f"- {_cell(line)}" for line in reading.lines]
     notes += [f"- **{_cell(message)}**" for message in lab_failures(workload) + workload.warnings]
+    notes += [f"- {_cell(note)}" for note in throttled_trials(workload)]
     text = f"#### {workload.name}\n\n{_cell(lab_settings_text(workload))}.\n\n" + "\n".join(rows)
     text += f"\n\n{_cell(lab_footnote(workload))}."
     return text + ("\n\n" + "\n".join(notes) if notes else "")
@@ -172,6 +176,9 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
     thresholds = sorted({v.limits.throughput for v in workload.configs})
     if thresholds:
         foot += f" Threshold: {', '.join(limits_text(t) for t in thresholds)}."
+    throttled = gate_throttled_trials(workload.workload, result)
+    if throttled:  # kept in the figures, as the runner's noise; said beside the table
+        foot += "\n\n" + "\n".join(f"- {_cell(note)}" for note in throttled)
     return head + "\n".join(rows) + foot
 
 
@@ -276,6 +283,8 @@ def _ranks_of(run: RunResult) -> str:
             ]
             rows += ["| " + " | ".join([*rank_cells(r), format_bytes(r.peak_bytes)]) + " |" for r in ranks]
             summary = f"{workload.name} {name}: {jobs[0].nproc} ranks ({jobs[0].backend})"
+            if (unused := unused_parameters_note(jobs)) is not None:
+                rows += ["", _cell(unused[0].upper() + unused[1:]) + "."]
             blocks.append(f"<details><summary>{summary}</summary>\n\n" + "\n".join(rows) + "\n\n</details>")
     return "\n\n".join(blocks)
 

@@ -15,7 +15,7 @@ from perfgate.judge.verdict import GateResult
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult
 from perfgate.report import FORMATS
-from perfgate.report.json import gate_to_dict
+from perfgate.report.json import gate_to_dict, throttled_trial_records
 from perfgate.report.markdown import COMMENT_LIMIT, format_lab_markdown, format_markdown
 from perfgate.report.text import format_gate, format_run, lab_failures
 
@@ -85,6 +85,7 @@ def lab_to_dict(run: RunResult) -> dict[str, Any]:
                     "config": name,
                     "summary": None if summary is None else finite(asdict(summary)),
                     "failure": None if summary is not None else config.failure_reason,
+                    "throttled_trials": throttled_trial_records(config),
                 }
             )
         reading = read_lab({name: config.summary for name, config in w.configs.items()})

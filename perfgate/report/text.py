@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS
-from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed, format_signed_pct
+from perfgate.formatting import (
+    format_bytes,
+    format_names,
+    format_p_value,
+    format_pct,
+    format_signed,
+    format_signed_pct,
+)
 from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
@@ -18,12 +25,20 @@ from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdat
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Distributed
+from perfgate.records.shapes import Distributed, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
 from perfgate.report.json import micro_section, overall_exit_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
+    "cpu-job-above-setup": (
+        "peak mem = the job's: the training process's peak resident memory above its level after setup, plus its "
+        "DataLoader workers' peak unique memory"
+    ),
+    "cpu-job-above-setup-lifetime-peak": (
+        "peak mem = the job's: the training process's lifetime peak resident memory above its level after setup, "
+        "plus its DataLoader workers' peak unique memory"
+    ),
     "cpu-rss-above-setup": "peak mem = the trial process's peak resident memory above its level after setup",
     "cpu-rss-above-setup-lifetime-peak": (
         "peak mem = the trial process's lifetime peak resident memory above its level after setup"
@@ -51,6 +66,7 @@ def format_workload(workload: WorkloadResult) -> str:
     reading = read_lab({name: config.summary for name, config in workload.configs.items()})
     lines.extend(f"  {line}" for line in reading.lines)
     lines.extend(f"  ! {message}" for message in lab_failures(workload) + workload.warnings)
+    lines.extend(f"  ! {note}" for note in throttled_trials(workload))
     return "\n".join(lines)
 
 
@@ -108,6 +124,48 @@ def lab_failures(workload: WorkloadResult) -> list[str]:
     return failures
 
 
+def throttle_note(gpu: GpuFacts) -> str:
+    """What slowed a throttled trial's GPU, in one line: `throttled (power cap) in 40% of samples; SM clock
+    1410-1980 MHz; up to 83 C, 300 W of 300 W`."""
+    text = f"throttled ({', '.join(gpu.slowing_reasons)}) in {gpu.slowed_share:.0%} of samples"
+    if gpu.sm_clock_min_mhz is not None and gpu.sm_clock_max_mhz is not None:
+        text += f"; SM clock {gpu.sm_clock_min_mhz:.0f}-{gpu.sm_clock_max_mhz:.0f} MHz"
+    heat = [] if gpu.temperature_max_c is None else [f"{gpu.temperature_max_c:.0f} C"]
+    if gpu.power_max_w is not None:
+        limit = "" if gpu.power_limit_w is None else f" of {gpu.power_limit_w:.0f} W"
+        heat.append(f"{gpu.power_max_w:.0f} W{limit}")
+    return text + (f"; up to {', '.join(heat)}" if heat else "")
+
+
+def throttled_trials(workload: WorkloadResult, side: str | None = None) -> list[str]:
+    """Each trial whose GPU ran slower than it could in a meaningful share of its samples (`GpuFacts.throttled`),
+    in one line: `fp32 trial 3: throttled (power cap) in 40% of samples; ...`; `side` (base, head) names the
+    side of a paired check. The trials stay in the figures: throttling is the runner's noise, never dropped."""
+    label = "" if side is None else f" {side}"
+    return [
+        f"{name}{label} trial {t.trial + 1}: {throttle_note(t.system.gpu)}"
+        for name, config in workload.configs.items()
+        for t in config.trials
+        if t.ok and t.system is not None and t.system.gpu is not None and t.system.gpu.throttled
+    ]
+
+
+def gate_throttled_trials(workload: str, result: GateResult) -> list[str]:
+    """`throttled_trials` of `workload` on every side a check measured: base and head in a paired check."""
+    sides: list[tuple[str | None, RunResult]] = []
+    if result.against is not None:
+        sides.append(("base", result.against.base))
+    if result.run is not None:
+        sides.append(("head" if result.against is not None else None, result.run))
+    return [
+        note
+        for side, run in sides
+        for measured in run.workloads
+        if measured.name == workload
+        for note in throttled_trials(measured, side)
+    ]
+
+
 def ranked_jobs(trials: Sequence[TrialResult]) -> tuple[list[Distributed], list[RankSummary]]:
     """A config's data-parallel jobs (its good trials') and each rank's summary over them; empty for one process."""
     jobs = [t.distributed for t in trials if t.ok and t.distributed is not None]
@@ -157,7 +215,28 @@ def format_ranks(config: str, trials: Sequence[TrialResult]) -> list[str]:
         f"{spread:.1%} slower than rank {fastest.rank}{share}; waited: backward waiting for the all-reduce "
         "after its last bucket"
     )
+    if (unused := unused_parameters_note(jobs)) is not None:
+        lines.append(f"    {unused}")
     return lines
+
+
+def unused_parameters_note(jobs: Sequence[Distributed]) -> str | None:
+    """The parameters a data-parallel model's loss does not use, as both reports say it: how many, the first few,
+    and what DDP does about them at what cost; None where there are none."""
+    unused = next((job.unused_parameters for job in jobs if job.unused_parameters is not None), None)
+    if unused is None:
+        return None
+    count = len(unused.names)
+    text = f"unused parameters: {count} get no gradient from the loss ({format_names(unused.names)})"
+    if unused.find_unused_parameters:
+        return (
+            f"{text}; DDP ran with find_unused_parameters=True, as training this model needs: it walks the step's "
+            f"autograd graph ({unused.autograd_nodes} nodes) from the outputs every step to find them, a cost "
+            "inside each step's forward (not timed apart), and the all-reduce still carries their gradients"
+        )
+    if unused.find_unused_parameters is False:
+        return f"{text}; DDP ran without find_unused_parameters (the workload's wrap)"
+    return f"{text}; the model is not DistributedDataParallel (the workload's wrap)"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -296,6 +375,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     for verdict in workload.configs:
         if verdict.status != Status.NO_CHANGE or verdict.evidence:  # what changed is shown whatever the verdict
             lines.append(f"  {'!' if verdict.status != Status.IMPROVEMENT else '+'} {verdict.config}: {verdict.reason}")
+    lines.extend(f"  ! {note}" for note in gate_throttled_trials(workload.workload, result))
     return "\n".join(lines)
 
 

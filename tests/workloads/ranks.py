@@ -8,11 +8,15 @@ workers. The plants:
   the same compute, twice the gradient to all-reduce;
 - `slowdata1`: rank 1's samples each take 3 ms to load (its data wait grows; rank 0 waits for it);
 - `straggler1`: rank 1 is slow as a whole: 3 ms more in loading, in forward and in the optimizer each;
-- `crash1`: rank 1's loss raises at its third step; `hang1`: rank 1 sleeps at its third step, for ever.
+- `crash1`: rank 1's loss raises at its third step; `hang1`: rank 1 sleeps at its third step, for ever;
+- `unused`: the model holds a layer, `spare`, that its loss does not use (DDP's default stops on it).
+
+`wrapped` is `wide` with its own `wrap`: DistributedDataParallel with its defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -61,6 +65,7 @@ class Wide(nn.Module):
         self.second = nn.Linear(WIDTH, 1)
         # `grad`: as many parameters again, in the loss times zero: the losses stay the same
         self.extra = nn.Parameter(torch.zeros(WIDTH * WIDTH + 2 * WIDTH + 1)) if _plant() == "grad" else None
+        self.spare = nn.Linear(WIDTH, 4) if _plant() == "unused" else None  # never called in forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.second(F.relu(self.first(x)))
@@ -105,3 +110,11 @@ def wide() -> perfgate.Workload:
         warmup_steps=2,
         nproc=2,
     )
+
+
+def _plain_ddp(model: nn.Module) -> nn.Module:
+    return nn.parallel.DistributedDataParallel(model)
+
+
+def wrapped() -> perfgate.Workload:
+    return dataclasses.replace(wide(), name="wrapped", wrap=_plain_ddp)

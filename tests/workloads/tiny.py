@@ -162,3 +162,8 @@ def killed() -> perfgate.Workload:
         return mlp()
 
     return _tiny(name="killed", model=model)
+
+
+def tiny_one_thread() -> perfgate.Workload:
+    """A workload whose training sets its own thread count (`torch.set_num_threads(1)`)."""
+    return _tiny(threads=1)

@@ -1,0 +1,35 @@
+"""Timed rounds: how many times a trial runs its pinned slice's timed steps, so the runner's time goes to measuring.
+
+A trial process pays once for starting Python, importing torch, building the dataset, model and DataLoader,
+the warm-up, the machine probe and the checksum pass; its timed steps over the pinned slice take what they
+take. On a small model that was a fifth of the runner's time (docs/performance.md, "Trials that measure"),
+and every second not spent in timed steps is sensitivity a paired check does not get. A trial can instead
+run the slice's timed steps several times over (rounds), one DataLoader iterator feeding them all, so its
+fixed cost is paid once for more measuring.
+
+Like pyperf's loop calibration, the count is calibrated once and then fixed: the first trial of each
+workload and config (the first pair, in a paired check) runs one round, and its wall time and timed
+steps give the count every later trial of that config runs (both sides of a pair alike, so a pair stays
+comparable). samples/sec is per sample, so a trial of several rounds reads the same figure as one round:
+rounds only lengthen the time it is averaged over. The trial process is still the unit of the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+
+TARGET_SHARE = 0.65  # of the runner's time in timed steps (the issue's bar is 60%; a margin for the noise)
+MAX_ROUNDS = 16
+MAX_TIMED_S = 30.0  # a trial's timed steps are not stretched beyond this, so a check still fits several pairs
+
+
+def calibrated_rounds(wall_s: float, timed_s: float, rounds: int = 1) -> int:
+    """The rounds that put TARGET_SHARE of the runner's time into timed steps, from a trial (or pair) that ran
+    `rounds` rounds: `wall_s` of runner time, `timed_s` of it in timed steps (both sides' for a pair)."""
+    if not (math.isfinite(wall_s) and math.isfinite(timed_s)) or timed_s <= 0 or wall_s <= 0 or rounds < 1:
+        return 1
+    per_round = timed_s / rounds
+    overhead = max(0.0, wall_s - timed_s)
+    needed = TARGET_SHARE / (1 - TARGET_SHARE) * overhead / per_round
+    most = max(1, min(MAX_ROUNDS, math.floor(MAX_TIMED_S / per_round)))
+    return max(1, min(most, math.ceil(needed)))

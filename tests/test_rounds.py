@@ -1,0 +1,94 @@
+"""Timed rounds: a trial runs its pinned slice's timed steps `rounds` times, calibrated once per config so the
+runner's time goes to measuring (`perfgate.measure.rounds`), and the same count for every later trial."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.measure.rounds import MAX_ROUNDS, MAX_TIMED_S, TARGET_SHARE, calibrated_rounds
+from perfgate.measure.trial import TrialSpec, run_trial
+from perfgate.references import resolve_references
+from tests.helpers.cli import run_in_process
+
+TINY = Path(__file__).parent / "workloads" / "tiny.py"
+
+
+def test_rounds_put_the_target_share_of_the_runners_time_into_timed_steps():
+    # 2.5 s of timed steps in a 9.5 s trial: 7 s of fixed cost, so 6 rounds (15 s) make 15 / 22 = 68% timed.
+    rounds = calibrated_rounds(9.5, 2.5)
+    assert rounds == 6
+    assert 15 / (7 + 15) >= TARGET_SHARE > 12.5 / (7 + 12.5)  # 5 rounds would fall short
+
+
+def test_a_trial_that_already_measures_most_of_the_time_keeps_one_round():
+    assert calibrated_rounds(10.0, 9.0) == 1
+    assert calibrated_rounds(10.0, 10.5) == 1  # timed steps over the wall time (clocks disagree): one round
+
+
+def test_rounds_are_bounded_by_a_count_and_by_the_timed_seconds_a_trial_may_take():
+    assert calibrated_rounds(10.0, 0.01) == MAX_ROUNDS
+    per_round = MAX_TIMED_S / 3 + 1  # four rounds would pass MAX_TIMED_S
+    assert calibrated_rounds(100 * per_round, per_round) == 2
+    assert calibrated_rounds(1000.0, 2 * MAX_TIMED_S) == 1
+
+
+def test_calibrating_from_a_trial_of_several_rounds_uses_its_time_per_round():
+    assert calibrated_rounds(9.5 + 2.5, 5.0, rounds=2) == calibrated_rounds(9.5, 2.5)
+
+
+@pytest.mark.parametrize(("wall", "timed"), [(0.0, 1.0), (10.0, 0.0), (float("nan"), 1.0), (10.0, float("inf"))])
+def test_nonsense_timings_give_one_round(wall, timed):
+    assert calibrated_rounds(wall, timed) == 1
+
+
+def spec(rounds: int) -> TrialSpec:
+    (reference,) = resolve_references([f"{TINY}:tiny"])
+    return TrialSpec(reference.text, reference.target, "fp32", 0, "cpu", 1, rounds=rounds)
+
+
+def test_a_trial_of_three_rounds_times_the_slice_three_times_over_the_same_data():
+    one, three = run_trial(spec(1)), run_trial(spec(3))
+    assert one is not None and three is not None
+    assert one.result.ok and three.result.ok, (one.result.failure, three.result.failure)
+    assert (one.result.rounds, three.result.rounds) == (1, 3)
+    steps = len(one.result.step_s)
+    assert len(three.result.step_s) == 3 * steps
+    assert all(len(values) == 3 * steps for values in three.result.phases_s.values())
+    batch = 8  # tiny's batch_size
+    assert three.result.samples_per_sec == pytest.approx(3 * steps * batch / sum(three.result.step_s))
+    # The same pinned slice: the same warm-up losses and the same data checksum (one pass over the slice).
+    assert three.result.first_losses == one.result.first_losses
+    assert three.result.data_checksum == one.result.data_checksum
+
+
+@pytest.mark.e2e
+def test_the_first_trial_calibrates_the_rounds_the_later_trials_run(tmp_path):
+    out = tmp_path / "results.json"
+    result = run_in_process(
+        "run", f"{TINY}:tiny", "--configs", "fp32", "--trials", "2", "--quiet", "--json", str(out), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    (trial0, trial1) = json.loads(out.read_text())["workloads"][0]["configs"]["fp32"]["trials"]
+    assert trial0["rounds"] == 1 and trial0["wall_s"] > sum(trial0["step_s"])
+    # tiny's four timed steps take milliseconds against seconds of process start: as many rounds as allowed.
+    assert trial1["rounds"] == MAX_ROUNDS
+    assert len(trial1["step_s"]) == MAX_ROUNDS * len(trial0["step_s"])
+
+
+@pytest.mark.e2e
+def test_rounds_given_on_the_command_line_are_not_calibrated(tmp_path):
+    out = tmp_path / "results.json"
+    args = ("run", f"{TINY}:tiny", "--configs", "fp32", "--trials", "2", "--rounds", "1", "--quiet")
+    result = run_in_process(*args, "--json", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    trials = json.loads(out.read_text())["workloads"][0]["configs"]["fp32"]["trials"]
+    assert [t["rounds"] for t in trials] == [1, 1]
+
+
+def test_rounds_must_be_auto_or_a_count(tmp_path):
+    result = run_in_process("run", f"{TINY}:tiny", "--rounds", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--rounds" in result.stderr and "at least 1" in result.stderr
