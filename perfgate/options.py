@@ -91,8 +91,8 @@ THREADS = Option(
 )
 ROUNDS = Option(
     "rounds",
-    "timed rounds over the pinned slice in each trial process: auto (default) calibrates them from the first "
-    "trial so about 65% of the runner's time goes to timed steps; 1 times the slice once",
+    "timed rounds over the pinned slice in each trial process: auto (default): a paired check calibrates them "
+    "from its first pair so about 65% of the runner's time goes to timed steps, other runs time the slice once",
     "N|auto",
     _rounds,
 )

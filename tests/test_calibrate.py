@@ -9,6 +9,7 @@ import pytest
 
 from perfgate.check.calibrate import detectable_slowdown
 from perfgate.judge.settings import GateSettings
+from perfgate.measure.environment import torch_default_threads
 from tests.helpers.cli import run_in_process
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import TINY_FILE
@@ -28,7 +29,8 @@ def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_pat
     (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("  tiny ")]
     assert row[1] == "fp32" and row[2].endswith("%")  # the pair noise was measured
     assert row[6] in ("regression", "inconclusive") and float(row[-1].rstrip("x")) < 0.8  # head took 1.9x as long
-    assert "settings: 1 torch thread(s) per trial on cpu" in result.stdout
+    threads = torch_default_threads()  # nothing pinned: what the user's training gets
+    assert f"settings: {threads} torch thread(s) per trial (torch's default) on cpu" in result.stdout
     document = json.loads(results.read_text())
     validate_results(document)
     assert document["against"]["ref"] == "itself" and document["against"]["base_commit"] == ""

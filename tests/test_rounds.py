@@ -65,27 +65,20 @@ def test_a_trial_of_three_rounds_times_the_slice_three_times_over_the_same_data(
 
 
 @pytest.mark.e2e
-def test_the_first_trial_calibrates_the_rounds_the_later_trials_run(tmp_path):
-    out = tmp_path / "results.json"
-    result = run_in_process(
-        "run", f"{TINY}:tiny", "--configs", "fp32", "--trials", "2", "--quiet", "--json", str(out), cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr
-    (trial0, trial1) = json.loads(out.read_text())["workloads"][0]["configs"]["fp32"]["trials"]
-    assert trial0["rounds"] == 1 and trial0["wall_s"] > sum(trial0["step_s"])
-    # tiny's four timed steps take milliseconds against seconds of process start: as many rounds as allowed.
-    assert trial1["rounds"] == MAX_ROUNDS
-    assert len(trial1["step_s"]) == MAX_ROUNDS * len(trial0["step_s"])
-
-
-@pytest.mark.e2e
-def test_rounds_given_on_the_command_line_are_not_calibrated(tmp_path):
-    out = tmp_path / "results.json"
-    args = ("run", f"{TINY}:tiny", "--configs", "fp32", "--trials", "2", "--rounds", "1", "--quiet")
-    result = run_in_process(*args, "--json", str(out), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    trials = json.loads(out.read_text())["workloads"][0]["configs"]["fp32"]["trials"]
-    assert [t["rounds"] for t in trials] == [1, 1]
+def test_a_lab_run_times_the_slice_once_unless_asked_for_more_rounds(tmp_path):
+    # Calibrated rounds are a paired check's (tests/test_against.py): a stored baseline and its check are two sessions.
+    counts = {}
+    for rounds in (None, "3"):
+        out = tmp_path / f"results-{rounds}.json"
+        extra = () if rounds is None else ("--rounds", rounds)
+        args = ("run", f"{TINY}:tiny", "--configs", "fp32", "--trials", "2", "--quiet", *extra, "--json", str(out))
+        result = run_in_process(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        trials = json.loads(out.read_text())["workloads"][0]["configs"]["fp32"]["trials"]
+        assert all(t["wall_s"] > sum(t["step_s"]) for t in trials)
+        counts[rounds] = [(t["rounds"], len(t["step_s"])) for t in trials]
+    assert counts[None] == [(1, 4), (1, 4)]  # tiny: 4 timed steps
+    assert counts["3"] == [(3, 12), (3, 12)]
 
 
 def test_rounds_must_be_auto_or_a_count(tmp_path):

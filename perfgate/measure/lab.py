@@ -20,7 +20,6 @@ from typing import Any
 import perfgate
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure import distributed
-from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
 from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
@@ -183,7 +182,6 @@ class LabSession:
         self.keep([workload.name for _, workload in self.loaded])
         self.config_failures: dict[tuple[str, str], str] = {}
         self.profiles: dict[tuple[str, str], Profile] = {}
-        self.rounds: dict[tuple[str, str], int] = {}  # calibrated after each config's first trial
         self.environment = collect_environment(settings.device, settings.torch_threads)
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
 
@@ -238,7 +236,9 @@ class LabSession:
     def _spec(self, reference: Reference, config: str, *, trial: int, profile: str | None = None) -> TrialSpec:
         workload = next(w for r, w in self.loaded if r is reference)
         nproc = self.settings.nproc_of(workload)
-        rounds = 1 if profile or nproc > 1 else self.settings.rounds or self.rounds.get((workload.name, config), 1)
+        # Calibrated rounds are a paired check's (`PairedSession`): a stored baseline and the check that reads it are
+        # measured in two sessions, which would calibrate two counts; here `--rounds N` alone sets them.
+        rounds = 1 if profile or nproc > 1 else self.settings.rounds or 1
         return TrialSpec(
             reference_text=reference.text,
             reference_target=reference.target,
@@ -273,8 +273,6 @@ class LabSession:
             if record.failure_kind == "config":
                 self.config_failures[key] = result.failure or "failed"
             self.trials[key].append(result)
-            if self.settings.rounds is None and key not in self.rounds and result.ok and result.wall_s:
-                self.rounds[key] = calibrated_rounds(result.wall_s, sum(result.step_s), result.rounds)
             if self.progress:
                 self.progress(TrialEvent(planned, len(plan), finished=result))
 
