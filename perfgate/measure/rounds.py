@@ -10,8 +10,9 @@ fixed cost is paid once for more measuring.
 Like pyperf's loop calibration, the count is calibrated once and then fixed: a paired check's first pair of
 each workload and config runs one round, and its wall time and timed steps give the count every later pair
 of that config runs (both sides alike, so a pair stays comparable). Runs without a base time the slice once
-unless asked (`--rounds N`): a stored baseline and its check are two sessions, which would calibrate two counts. samples/sec is per sample, so a trial of several rounds reads the same figure as one round:
-rounds only lengthen the time it is averaged over. The trial process is still the unit of the statistics.
+unless asked (`--rounds N`): a stored baseline and its check are two sessions, which would calibrate two
+counts. samples/sec is per sample, so a trial of several rounds reads the same figure as one round: rounds
+only lengthen the time it is averaged over. The trial process is still the unit of the statistics.
 """
 
 from __future__ import annotations
