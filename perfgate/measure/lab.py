@@ -39,7 +39,7 @@ class RunSettings:
     trials: int = DEFAULT_TRIALS
     device: str = "cpu"
     threads: int | None = None  # None: torch's own default, not pinned (`environment.default_threads`)
-    rounds: int | None = None  # timed rounds a trial: None calibrates them (`perfgate.measure.rounds`)
+    rounds: int | None = None  # timed rounds a trial; None: calibrated in a paired check, else 1 (measure.rounds)
     timeout_s: float = DEFAULT_TIMEOUT_S
     profile_dir: Path | None = None  # set: after the trials, one profiling trial per workload and config
     nproc: int | None = None  # ranks per trial (--nproc, else [tool.perfgate] nproc): a workload's own nproc wins
