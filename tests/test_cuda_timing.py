@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -29,6 +30,13 @@ def _torch_threads_kept():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def set_sync_debug_mode(mode: str) -> None:
+    """torch warns, once a process, that this mode is a prototype; the suite's warnings-as-errors would stop on it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Synchronization debug mode is a prototype", UserWarning)
+        torch.cuda.set_sync_debug_mode(mode)
 
 
 def trial_spec(target: str, device: str, planted_slowdown: float = 0.0) -> TrialSpec:
@@ -116,10 +124,10 @@ def sync_log(monkeypatch):
         log.append("start")
         start_timing(self)
         log.append("timed steps")
-        torch.cuda.set_sync_debug_mode("error")
+        set_sync_debug_mode("error")
 
     def stop(self: CudaStepClock) -> None:
-        torch.cuda.set_sync_debug_mode("default")
+        set_sync_debug_mode("default")
         log.append("stop")
         stop_timing(self)
         log.append("stopped")
@@ -130,7 +138,7 @@ def sync_log(monkeypatch):
     try:
         yield log
     finally:
-        torch.cuda.set_sync_debug_mode("default")
+        set_sync_debug_mode("default")
 
 
 @needs_cuda
@@ -179,7 +187,7 @@ def test_the_cuda_step_clock_times_queued_work_on_the_device_without_waiting_for
     a = torch.randn(2048, 2048, device=device.torch_device)
     clock = device.step_clock()
     clock.start_timing()
-    torch.cuda.set_sync_debug_mode("error")
+    set_sync_debug_mode("error")
     try:
         for _ in range(3):
             clock.begin_step()
@@ -189,7 +197,7 @@ def test_the_cuda_step_clock_times_queued_work_on_the_device_without_waiting_for
                 clock.mark()
             clock.end_step()
     finally:
-        torch.cuda.set_sync_debug_mode("default")
+        set_sync_debug_mode("default")
     clock.stop_timing()
     times = clock.times()
     assert times.clocking == "cuda-events" and len(times.step_s) == 3

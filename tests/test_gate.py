@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -120,7 +121,8 @@ def test_no_baseline_file_at_all_exits_3_before_measuring(tmp_path, monkeypatch,
     result = run_main(capsys, *CHECK)
     assert result.returncode == 3, result.stdout + result.stderr
     (line,) = [line for line in result.stdout.splitlines() if "no baseline for gated" in line]
-    assert "no baseline for gated on this machine (cpu " in line  # the fingerprint it would be filed under
+    # the fingerprint it would be filed under: "cpu ..." or "1x NVIDIA H200, cuda ..."
+    assert re.search(r"no baseline for gated on this machine \((cpu |\d+x )", line), line
     assert line.endswith(") in baselines/; run perfgate update (writes baselines/gated.yaml; commit it)"), line
     assert "step p50/p95/p99" not in result.stdout
 

@@ -10,13 +10,14 @@ from torch.nn import functional as F
 import perfgate
 
 WIDTH = 512
+BATCH, STEPS, WARMUP = 256, 30, 3
 
 
 class Rows(torch.utils.data.Dataset):
     """Regression pairs generated per index."""
 
     def __len__(self) -> int:
-        return 4096
+        return (WARMUP + STEPS) * BATCH  # the pinned slice, once
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         generator = torch.Generator().manual_seed(index)
@@ -59,8 +60,8 @@ def pinned() -> perfgate.Workload:
         dataset=Rows,
         loss=loss,
         optimizer=PlainSGD,
-        batch_size=256,
+        batch_size=BATCH,
         loader={"num_workers": 0, "pin_memory": True},
-        steps=30,
-        warmup_steps=3,
+        steps=STEPS,
+        warmup_steps=WARMUP,
     )
