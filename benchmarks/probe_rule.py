@@ -22,7 +22,8 @@ Designs: 3 baseline trials against 1, 2 and 3 candidate trials (`--trials N --ma
 0.01, threshold 5%, one look. Each cell prints the share of regression / inconclusive / no change /
 improvement verdicts under both rules, from perfgate's own `compare_probed` and `combined_verdict` (the
 old rule is `exception_trials=1`). The new rule only withholds calls the old one made, and only at one
-trial a side, so its false-alarm rate is never higher and nothing changes from two trials on.
+trial a side, so its false-alarm rate is never higher and nothing changes from two trials on. Since
+2026-11-26 there is no exception at all: raw and adjusted must agree (issue 30's audit).
 
     python benchmarks/probe_rule.py [--reps 20000] [--seed 20261124] [--q 0.15] [--session 0.05] \\
         [--machine 0.05]
@@ -81,7 +82,7 @@ def main() -> None:
                 cand, cand_probe = side(rng, n_candidate, rng.normal(0.0, args.session), args, slowdown)
                 compared = compare_probed(base, cand, base_probe, cand_probe, alpha=0.01)
                 counts["before"][combined_verdict(compared.raw, compared.adjusted, exception_trials=1)] += 1
-                counts["now"][combined_verdict(compared.raw, compared.adjusted)] += 1
+                counts["now"][combined_verdict(compared.raw, compared.adjusted, exception_trials=2)] += 1
             cells = [" / ".join(f"{counts[rule][v] / args.reps:.2%}" for v in ORDER) for rule in ("before", "now")]
             print(f"| {n_candidate} | {slowdown:.0%} | {cells[0]} | {cells[1]} |")
 

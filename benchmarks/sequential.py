@@ -75,7 +75,6 @@ from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateS
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_SPENDING,
-    OUTLIER_FACTOR,
     PASS_ERROR,
     SPENDING_SHAPES,
     Verdict,
@@ -90,6 +89,9 @@ from perfgate.measure.lab import DEFAULT_TRIALS
 from perfgate.project import DEFAULT_THRESHOLD
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
+# The outlier rule's factor, as it was before 2026-11-26 (a75baf4's perfgate.judge.stats.OUTLIER_FACTOR: a trial
+# more than 2x off the median was dropped while a minority); the gate drops no trial now, this mirrors the old rule.
+OUTLIER_FACTOR = 2.0
 NOISE_LEVELS = (0.01, 0.02, 0.05, 0.10)
 SLOWDOWNS = (0.0, 0.025, 0.05, 0.075, 0.10, 0.20)
 BASE_THROUGHPUT = 1000.0

@@ -91,7 +91,8 @@ def test_a_real_bisection_in_worktrees_names_the_commit(tmp_path):
     (repo / "paced.py").write_text(paced_source(0.0, samples=64, steps=4))  # the working tree is neither side
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    args = ("--configs", "fp32", "--threads", "1", "--trials", "3", "--max-trials", "3", "--quiet")
+    # four pairs: fewer call nothing
+    args = ("--configs", "fp32", "--threads", "1", "--trials", "4", "--max-trials", "4", "--quiet")
     result = run_in_process("bisect", "HEAD~1", "HEAD", "paced.py:paced", *args, cwd=repo, env={"TMPDIR": str(tmp)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"first bad commit: {bad}\n" in result.stdout

@@ -2,11 +2,11 @@
 peak memory, and the verdict and the diagnosis name the loader workers; the unchanged workload passes.
 
 Real git repositories under the test's temporary folder, real trials with real DataLoader workers (two, fp32,
-one thread, one round), two pairs a check (about 30 s for both checks on a shared 2-core machine, 60 s when
-it is busy): the sizes are chosen so that no noise decides. Each worker of the cached workload keeps 4 MiB
-per sample it loads, 112 samples between the two: 448 MiB in all, against a job of about 20 MiB without the
-cache, a change that neither the 5% tolerance nor the trial-to-trial noise of a few MiB can hide; between two
-cached sides, the same noise stays well inside the 5% of about 470 MiB.
+one thread, one round), four pairs a check, the fewest from which a paired memory verdict with trial noise
+may call a change (`stats.MIN_DECIDING`): the sizes are chosen so that no noise decides. Each worker of the
+cached workload keeps 4 MiB per sample it loads, 112 samples between the two: 448 MiB in all, against a job of
+about 20 MiB without the cache, a change that neither the 5% tolerance nor the trial-to-trial noise of a few MiB
+can hide; between two cached sides, the same noise stays well inside the 5% of about 470 MiB.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from tests.helpers.git import commit, new_repository
 
 WORKLOAD = "perf/bench.py:bench"
 # One round a trial (`--rounds 1`): a worker that keeps what it loads keeps more with every round over the slice.
-TWO_PAIRS = (
+FOUR_PAIRS = (
     "--configs",
     "fp32",
     "--threads",
     "1",
     "--trials",
-    "2",
+    "4",
     "--max-trials",
-    "2",
+    "4",
     "--time-budget",
-    "60",
+    "120",
     "--rounds",
     "1",
 )
@@ -113,7 +113,7 @@ def checks(tmp_path_factory):
     results = {}
     for name, ref in (("grown", "HEAD~2"), ("unchanged", "HEAD~1")):
         out = top / f"{name}.json"
-        check = run_in_process("check", WORKLOAD, "--against", ref, *TWO_PAIRS, "--json", str(out), cwd=repo, env=env)
+        check = run_in_process("check", WORKLOAD, "--against", ref, *FOUR_PAIRS, "--json", str(out), cwd=repo, env=env)
         results[name] = (check, out)
     return results
 

@@ -63,18 +63,28 @@ def test_pairs_alternate_which_side_runs_first():
     assert [pair_sides(i) for i in range(4)] == [("base", "head"), ("head", "base"), ("base", "head"), ("head", "base")]
     sessions = Sessions({"t::a": {"base": 100.0, "head": 50.0}})
     result = decide(sessions, ["t::a"])
-    assert sessions.calls == [(0, "base"), (0, "head"), (1, "head"), (1, "base"), (2, "base"), (2, "head")]
-    assert result.order == ["#0: base, head", "#1: head, base", "#2: base, head"]
+    # four pairs: fewer never call a change (stats.MIN_DECIDING)
+    assert sessions.calls == [
+        (0, "base"),
+        (0, "head"),
+        (1, "head"),
+        (1, "base"),
+        (2, "base"),
+        (2, "head"),
+        (3, "head"),
+        (3, "base"),
+    ]
+    assert result.order == ["#0: base, head", "#1: head, base", "#2: base, head", "#3: head, base"]
 
 
 def test_a_clear_slowdown_and_an_unchanged_benchmark_are_decided_after_the_first_pairs():
     sessions = Sessions({"t::slow": {"base": 100.0, "head": 50.0}, "t::same": {"base": 100.0, "head": 100.0}})
     result = decide(sessions, ["t::slow", "t::same"])
-    assert result.pairs == 3 and result.stopped_because is None
+    assert result.pairs == 4 and result.stopped_because is None  # the first look (3 pairs) cannot call a change
     slow, same = result.verdicts
     assert slow.status == Status.REGRESSION
     assert slow.reason.startswith("calls/s -50.0% (0.500x, ")
-    assert slow.throughput.n_candidate == 3
+    assert slow.throughput.n_candidate == 4
     assert (slow.baseline.name, slow.current.name) == ("t::slow", "t::slow")  # the last pair's sessions
     assert same.status == Status.NO_CHANGE
 
@@ -159,7 +169,7 @@ def worktrees(path):
 def test_a_slower_working_tree_fails_against_head(tmp_path):
     """Each call sleeps 4 ms in the working tree, 2 ms at HEAD: half the calls per second, whatever the
     machine's load does to the sessions in between."""
-    make_repo(tmp_path, pairs=3)
+    make_repo(tmp_path, pairs=4)  # fewer pairs never call a change
     (tmp_path / "pkg" / "__init__.py").write_text(PACKAGE.format(pause_s=0.004))  # uncommitted
     head = git(tmp_path, "rev-parse", "HEAD")
     code, output = run_pytest(tmp_path, "--perfgate", "--perfgate-against", "HEAD")
@@ -169,7 +179,7 @@ def test_a_slower_working_tree_fails_against_head(tmp_path):
     assert "perfgate: pytest-benchmark session pair 2: head, base (" in output
     assert any(line.split()[:1] == ["tests/test_bench.py::test_work"] and "REGRESSION" in line for line in lines)
     assert "! tests/test_bench.py::test_work: calls/s -" in output
-    assert f"pytest-benchmark tests: measured in 3 session pairs against HEAD ({head[:10]}), alternating " in output
+    assert f"pytest-benchmark tests: measured in 4 session pairs against HEAD ({head[:10]}), alternating " in output
     assert "stored baselines" not in output
     assert not (tmp_path / "baselines").exists()
     assert len(worktrees(tmp_path)) == 1  # the base's worktree is gone

@@ -164,9 +164,13 @@ def baseline_with_sessions(seconds_per_session):
 
 def test_with_three_sessions_their_own_spread_sets_the_bar():
     tight = baseline_with_sessions([0.00100, 0.00101, 0.00099])
-    (slow,) = compare_micro(tight, [micro("a", 0.0013, seed=9)], threshold=0.05, alpha=0.01, run_noise=0.5)
+    (few,) = compare_micro(tight, [micro("a", 0.0013, seed=9)], threshold=0.05, alpha=0.01, run_noise=0.5)
+    assert few.status == Status.INCONCLUSIVE  # three sessions against one: 2 degrees of freedom, too few to call
+    assert "cannot call a change" in few.reason
+    four = baseline_with_sessions([0.00100, 0.00101, 0.00099, 0.001005])
+    (slow,) = compare_micro(four, [micro("a", 0.0013, seed=9)], threshold=0.05, alpha=0.01, run_noise=0.5)
     assert slow.status == Status.REGRESSION  # run_noise is not used: the sessions show theirs
-    assert (slow.throughput.n_baseline, slow.throughput.n_candidate) == (3, 1)
+    assert (slow.throughput.n_baseline, slow.throughput.n_candidate) == (4, 1)
     bimodal = baseline_with_sessions([0.001, 0.003, 0.0011])  # a benchmark that jumps between two speeds
     (verdict,) = compare_micro(bimodal, [micro("a", 0.003, seed=9)], threshold=0.05, alpha=0.01)
     assert verdict.status == Status.INCONCLUSIVE

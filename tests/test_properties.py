@@ -102,9 +102,18 @@ RANK = {Verdict.IMPROVEMENT: 0, Verdict.NO_CHANGE: 1, Verdict.INCONCLUSIVE: 2, V
 def test_the_comparison_never_raises_and_its_figures_are_consistent(base, new, threshold, alpha, looks, run_noise):
     result = compare_throughput(base, new, threshold=threshold, alpha=alpha, looks=looks, run_noise=run_noise)
     assert result.ratio > 0 and math.isfinite(result.ratio)
-    assert result.n_baseline + result.outliers[0] == len(base) and result.n_candidate + result.outliers[1] == len(new)
+    assert result.n_baseline == len(base) and result.n_candidate == len(new)  # every trial counts
+    assert 0 <= result.slow[0] <= len(base) and 0 <= result.slow[1] <= len(new)
     if not math.isnan(result.ci_low):
         assert result.ci_low <= result.ratio <= result.ci_high
+        bound = 1 / (1 + threshold)  # the verdict is what its interval says
+        said = {
+            Verdict.REGRESSION: result.ci_high < bound,
+            Verdict.IMPROVEMENT: result.ci_low > 1 / bound,
+            Verdict.NO_CHANGE: bound <= result.ci_low <= 1 / bound,
+            Verdict.INCONCLUSIVE: result.ci_low < bound <= result.ci_high,
+        }
+        assert said[result.verdict], (result.verdict, result.ci_low, result.ci_high)
     assert math.isnan(result.p_slower) or 0 <= result.p_slower <= 1
 
 

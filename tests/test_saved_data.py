@@ -117,8 +117,8 @@ def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone(
     assert fp32.throughput.ci_high < 0.95  # beyond the 5% threshold, whatever the noise
     assert fp32.machine is not None and fp32.machine.ratio == pytest.approx(1.0)  # the same machine, as fast
     assert fp32.reason == (
-        "samples/s -20.0% (0.800x, 95.0% CI 0.792-0.809x, p=2.9e-10): a regression beyond the 5% threshold on time "
-        "per sample (samples/s below -4.8%; p < 0.01)"
+        "samples/s -20.0% (0.800x, 78.0% CI 0.795-0.806x, p=2.9e-10): a regression beyond the 5% threshold on time "
+        "per sample (the whole interval lies below samples/s -4.8%; p < 0.0025)"  # Holm: 4 comparisons
     )
     assert (bf16.config, bf16.status, bf16.trials_failed) == ("bf16", Status.NO_CHANGE, 1)
     assert bf16.throughput is not None and bf16.throughput.n_candidate == 4
@@ -133,8 +133,8 @@ def test_the_text_and_markdown_reports_of_the_saved_verdict():
     text = format_gate(result, command="perfgate check")
     rows = [" ".join(line.split()) for line in text.splitlines() if line.split()[:1] in (["fp32"], ["bf16"])]
     assert rows == [  # config, baseline s/s, current s/s, ratio, CI, p, machine, peak mem, trials, verdict
-        "fp32 1,000.0 801.0 0.800x 0.792-0.809 2.9e-10 1.00x +0.0% 5+4 REGRESSION",
-        "bf16 1,500.0 1,499.5 1.000x 0.992-1.008 0.5 1.00x +0.0% 5+4 no change",
+        "fp32 1,000.0 801.0 0.800x 0.795-0.806 2.9e-10 1.00x +0.0% 5+4 REGRESSION",
+        "bf16 1,500.0 1,499.5 1.000x 0.996-1.004 0.5 1.00x +0.0% 5+4 no change",
     ]
     assert "(baseline measured 2026-11-20T09:00:00+00:00 at commit 1111111111; cpu Test CPU, 2 threads" in text
     assert text.rstrip().endswith("perfgate check: 1 regression (mlp fp32); 1 no change. Exit 1 (fail).")
@@ -143,9 +143,9 @@ def test_the_text_and_markdown_reports_of_the_saved_verdict():
     assert "Baseline measured 2026-11-20T09:00:00+00:00 at `1111111111`." in markdown
     table = [line for line in markdown.splitlines() if line.startswith("| fp32 ") or line.startswith("| bf16 ")]
     assert table == [
-        "| fp32 | 1,000.0 | 801.0 | 0.800x (0.792-0.809) | 2.9e-10 | 1.00x | +0.0% | 0.7% | 2% | 5+4 "
+        "| fp32 | 1,000.0 | 801.0 | 0.800x (0.795-0.806) | 2.9e-10 | 1.00x | +0.0% | 0.7% | 2% | 5+4 "
         "| **regression** |",
-        "| bf16 | 1,500.0 | 1,499.5 | 1.000x (0.992-1.008) | 0.5 | 1.00x | +0.0% | 0.5% | 1% | 5+4 | no change |",
+        "| bf16 | 1,500.0 | 1,499.5 | 1.000x (0.996-1.004) | 0.5 | 1.00x | +0.0% | 0.5% | 1% | 5+4 | no change |",
     ]
     lab = format_run(load_results(RESULTS))
     assert lab.startswith("mlp  (perf/mlp.py:mlp; batch 8, 4 timed steps after 1 warm-up, 5 trials, 2 threads, cpu)")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from perfgate.check.paired import decide_paired, takes_turns
 from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import DETECTION_POWER, look_levels, student_t_ppf
+from perfgate.judge.stats import DETECTION_POWER, MIN_DECIDING, boundary_level, look_levels, student_t_ppf
 from perfgate.judge.verdict import GateResult, compare_pairs
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
@@ -57,14 +57,20 @@ class Calibration:
 def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, threshold: float) -> float:
     """The slowdown a paired check with `pairs` pairs calls a regression with 80% probability at its last look.
 
-    A regression needs the estimate beyond the threshold and a significant difference, so the true
-    slowdown must clear the larger of the two bars by the power margin."""
+    A regression needs the whole interval beyond the threshold and a difference significant at alpha, so the
+    true slowdown must clear the larger of the two bars by the power margin; fewer than MIN_DECIDING pairs call
+    nothing (nan)."""
     if not math.isfinite(noise) or pairs < 2:
         return math.nan
     levels = look_levels(pairs, max(0, pairs - 1), pairs, alpha=settings.alpha, final=True, shape=settings.spending)
     se = noise / math.sqrt(pairs)
     df = pairs - 1
-    bar = max(math.log1p(threshold), student_t_ppf(1 - levels.alpha, df) * se)
+    if pairs < MIN_DECIDING:
+        return math.nan
+    # The verdict's interval must lie wholly beyond the threshold: beyond it by the interval's half-width at the
+    # last look's boundary, and beyond no change at alpha (`stats._decide`).
+    level = boundary_level(pairs, final=True)
+    bar = max(math.log1p(threshold) + student_t_ppf(1 - level, df) * se, student_t_ppf(1 - levels.alpha, df) * se)
     return math.expm1(bar + student_t_ppf(DETECTION_POWER, df) * se)
 
 

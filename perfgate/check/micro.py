@@ -19,6 +19,7 @@ within the gate). This module never imports pytest.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -26,13 +27,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadError
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S
-from perfgate.judge.stats import DEFAULT_ALPHA, ThroughputComparison, compare_paired, look_levels
+from perfgate.judge.stats import (
+    DEFAULT_ALPHA,
+    LookLevels,
+    ThroughputComparison,
+    compare_paired,
+    holm_steps,
+    look_levels,
+)
 from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
@@ -118,18 +126,16 @@ def decide_pairs(
             verdicts[name] = MicroVerdict(name, Status.FAILED, reason, baseline=sessions["base"][0][name])
     while names:
         final = len(durations) >= most or not budget_left()
+        looked: dict[str, tuple[list[MicroBenchmark], list[MicroBenchmark], LookLevels]] = {}
         for name in names:
             if name in verdicts and verdicts[name].status != Status.INCONCLUSIVE:
                 continue
             base, head = _paired(sessions, name)
             if len(base) <= previous[name]:
                 continue  # no new pair of this benchmark (its test failed in a session): nothing new to look at
-            levels = look_levels(len(base), previous[name], most, alpha=alpha, final=final)
+            looked[name] = base, head, look_levels(len(base), previous[name], most, alpha=alpha, final=final)
             previous[name] = len(base)
-            comparison = compare_paired(
-                [b.calls_per_sec for b in base], [h.calls_per_sec for h in head], threshold=threshold, levels=levels
-            )
-            verdicts[name] = _verdict(name, comparison, base[-1], head[-1])
+        verdicts.update(_look(looked, threshold))
         pending = [n for n in names if verdicts[n].status == Status.INCONCLUSIVE]
         if not pending or final:
             break
@@ -140,6 +146,30 @@ def decide_pairs(
     if any(v.status == Status.INCONCLUSIVE for v in verdicts.values()):
         stopped = f"{most} pairs, the most allowed" if len(durations) >= most else f"time budget {time_budget_s:g} s"
     return PairedMicro(ref, "", [verdicts[n] for n in names], len(durations), order, stopped)
+
+
+def _look(
+    looked: Mapping[str, tuple[list[MicroBenchmark], list[MicroBenchmark], LookLevels]], threshold: float
+) -> dict[str, MicroVerdict]:
+    """The verdicts of one look at the benchmarks `looked` at, with one false-alarm rate over them: each one's
+    alpha divided by Holm's procedure (`stats.holm_steps`), so a session of many tests fails no more often
+    than one."""
+
+    def compare(name: str, divisor: float) -> ThroughputComparison:
+        base, head, levels = looked[name]
+        rates = [b.calls_per_sec for b in base], [h.calls_per_sec for h in head]
+        return compare_paired(*rates, threshold=threshold, levels=replace(levels, alpha=levels.alpha / divisor))
+
+    first = {name: compare(name, 1.0) for name in looked}
+    tested = [name for name, c in first.items() if not math.isnan(c.p_slower)]
+    divisors = dict(zip(tested, holm_steps([first[n].p_slower / first[n].alpha for n in tested]), strict=True))
+    verdicts = {}
+    for name, comparison in first.items():
+        divisor = divisors.get(name, 1.0)
+        final = comparison if divisor == 1.0 else compare(name, divisor)
+        base, head, _ = looked[name]
+        verdicts[name] = _verdict(name, final, base[-1], head[-1])
+    return verdicts
 
 
 def _paired(

@@ -530,7 +530,7 @@ def _slower_beyond_noise(
     contention_s: float = 0.0,
     session_noise: float = 0.0,
 ) -> bool:
-    """Early evidence: the step (its phases together) grew by more than a `threshold` slowdown of samples/s,
+    """Early evidence: the step (its phases together) grew by more than `threshold` (on time per sample),
     and that growth is carried by a change beyond `sigmas` standard errors of the trials' spread: the whole
     step's, or one part's that alone is the threshold's worth of the step (the data phases, the compute
     phases, or the step time the DataLoader workers' added CPU took, `_contention_s`): a part can move far
@@ -539,9 +539,9 @@ def _slower_beyond_noise(
     both must agree, as the samples/s verdicts must. `step`: how the whole step moved (`_movement`).
     Against a stored baseline, measured in another session, `session_noise` is added to the trials' spread:
     a whole session of this run can be 10% slower than the baseline's without any change of the code."""
-    if step.before_s <= 0 or threshold >= 1:
+    if step.before_s <= 0:
         return False
-    growth = 1 / (1 - threshold) - 1  # a samples/s slowdown of `threshold` is a step this much longer
+    growth = threshold  # the threshold is on time per sample, as the gate's (`stats.slowdown_bound`)
     steps_seen = _as_measured_and_adjusted(step, machine_ratio)
     if not all(m.change_s >= growth * m.before_s for m in steps_seen):
         return False

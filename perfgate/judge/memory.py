@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfgate.formatting import format_bytes
+from perfgate.judge.stats import MEMORY_SESSION_NOISE
 from perfgate.records.baselines import ConfigEntry
 from perfgate.records.shapes import PeakMemory
 
@@ -66,6 +67,9 @@ class ComparedPeaks:
     baseline: list[int]
     candidate: list[int]
     note: str = ""
+    # how far a session's figure moves from session to session (`stats.MEMORY_SESSION_NOISE`): 0 where every trial
+    # measured CUDA's peak allocated memory, which repeats to the byte; resident memory (or a kind not recorded) moves
+    session_noise: float = MEMORY_SESSION_NOISE
 
 
 def compared_peaks(baseline: Sequence[TrialMemory], candidate: Sequence[TrialMemory], base_name: str) -> ComparedPeaks:
@@ -75,7 +79,9 @@ def compared_peaks(baseline: Sequence[TrialMemory], candidate: Sequence[TrialMem
     cand_job = bool(candidate) and all(t.is_job for t in candidate)
     cuda = any(t.kind is not None and t.kind.startswith("cuda") for t in (*baseline, *candidate))
     if base_job == cand_job or cuda:
-        return ComparedPeaks([t.peak_bytes for t in baseline], [t.peak_bytes for t in candidate])
+        exact = all(t.kind is not None and t.kind.startswith("cuda") for t in (*baseline, *candidate))
+        noise = 0.0 if exact else MEMORY_SESSION_NOISE
+        return ComparedPeaks([t.peak_bytes for t in baseline], [t.peak_bytes for t in candidate], session_noise=noise)
     older = base_name if cand_job else "this run"
     note = (
         f"peak memory compared for the training process alone: {older} did not measure the DataLoader workers' "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.judge.stats import ThroughputComparison, compare_probed
+from perfgate.judge.stats import ThroughputComparison, compare_probed, holm_steps
 from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
 from perfgate.records.micro import DEFAULT_RUN_NOISE, MICRO_FILE, MIN_SESSIONS, UPDATE_COMMAND, MicroBenchmark
@@ -33,14 +34,36 @@ def compare_micro(
     run_noise: float = DEFAULT_RUN_NOISE,
     path: Path = Path("baselines") / MICRO_FILE,
 ) -> list[MicroVerdict]:
-    """Judge each measured benchmark against its baseline (one look: a pytest session measures once).
+    """Judge each measured benchmark against its baseline (one look: a pytest session measures once), with one
+    false-alarm rate for the session: alpha divided over the benchmarks by Holm's procedure (`stats.holm_steps`).
 
     `run_noise`: how much a session's speed varies from session to session (log standard deviation),
     which blocks of one session cannot show; see `stats.compare_throughput`. `path`: the baseline
     file, for the messages.
     """
+    first = _compare_micro(
+        baseline, measured, threshold=threshold, alphas=[alpha] * len(measured), run_noise=run_noise, path=path
+    )
+    shares = [v.throughput.p_slower / alpha if v.throughput is not None else math.nan for v in first]
+    tested = [i for i, share in enumerate(shares) if not math.isnan(share)]
+    divisors = dict(zip(tested, holm_steps([shares[i] for i in tested]), strict=True))
+    if all(d == 1.0 for d in divisors.values()):
+        return first
+    alphas = [alpha / divisors.get(i, 1.0) for i in range(len(measured))]
+    return _compare_micro(baseline, measured, threshold=threshold, alphas=alphas, run_noise=run_noise, path=path)
+
+
+def _compare_micro(
+    baseline: Mapping[str, MicroBenchmark],
+    measured: Sequence[MicroBenchmark],
+    *,
+    threshold: float,
+    alphas: Sequence[float],
+    run_noise: float,
+    path: Path,
+) -> list[MicroVerdict]:
     verdicts = []
-    for current in measured:
+    for current, alpha in zip(measured, alphas, strict=True):
         base = baseline.get(current.name)
         if base is None:
             reason = f"no baseline for this benchmark on this machine; run {UPDATE_COMMAND} and commit {path}"

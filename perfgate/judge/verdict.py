@@ -9,7 +9,7 @@ it, is `accepted`, which passes. Measuring until the verdicts are decided is `pe
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +26,9 @@ from perfgate.judge.stats import (
     combined_verdict,
     compare_memory,
     compare_paired,
+    compare_paired_memory,
     compare_probed,
+    holm_steps,
 )
 from perfgate.judge.wording import accepted_reason, memory_reason, throughput_reason
 from perfgate.project import Limits, ProjectConfig
@@ -160,6 +162,8 @@ class GateResult:
     stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
     looks: Mapping[tuple[str, str], Look] = field(default_factory=dict)  # each config's last look
     against: Against | None = None  # set in a paired check: the base it measured beside the working tree
+    comparisons: int = 0  # tests that share the check's one false-alarm rate (`one_error_rate`)
+    family: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # alpha's divisors used
 
     @property
     def mode(self) -> str:
@@ -167,6 +171,18 @@ class GateResult:
         if self.against is None:
             return "stored baselines"
         return self.against.describe()
+
+    @property
+    def caveat(self) -> str | None:
+        """What a check against stored baselines cannot promise, for every report of one."""
+        if self.against is not None or not self.verdicts:
+            return None
+        return (
+            "stored baselines were measured in another session, and a whole session can run slower than another "
+            "with the same code: this check's error rates hold only for a machine as steady as the baseline's. "
+            "A paired check against the base commit measures both sides here and keeps the published rates "
+            "(docs/statistics.md)"
+        )
 
     @property
     def verdicts(self) -> list[ConfigVerdict]:
@@ -234,6 +250,49 @@ def find_baselines(
     return baselines, problems
 
 
+Family = Mapping[tuple[str, str], tuple[float, float]]  # (workload, config) -> alpha's divisors: throughput, memory
+
+
+def one_error_rate(judge: Callable[[Family | None], GateResult]) -> GateResult:
+    """A check's verdicts with one false-alarm rate for the whole check: judged once with each comparison's
+    own alpha, then again with alpha divided as Holm's step-down procedure divides it over every throughput and
+    memory comparison of the check (`holm_divisors`), so unchanged code fails at most alpha of checks however
+    many configs and metrics it judges."""
+    first = judge(None)
+    family = holm_divisors(first)
+    result = judge(family) if any(d != (1.0, 1.0) for d in family.values()) else first
+    return replace(result, comparisons=sum(1 for _ in _tests(first)), family=family)
+
+
+def _as_judged(result: GateResult, family: Family) -> GateResult:
+    """A result judged with the divisors a check used (its results file keeps them)."""
+    return replace(result, comparisons=sum(1 for _ in _tests(result)), family=dict(family))
+
+
+def holm_divisors(result: GateResult) -> dict[tuple[str, str], tuple[float, float]]:
+    """Holm's step-down (`stats.holm_steps`) over the check's comparisons of "slower" (throughput) and
+    "larger" (memory): each config's divisors of alpha."""
+    tests = list(_tests(result))
+    divisors: dict[tuple[str, str], tuple[float, float]] = {}
+    for (_, key, metric), divisor in zip(tests, holm_steps([share for share, _, _ in tests]), strict=True):
+        pair = list(divisors.get(key, (1.0, 1.0)))
+        pair[metric] = divisor
+        divisors[key] = (pair[0], pair[1])
+    return divisors
+
+
+def _tests(result: GateResult) -> Iterable[tuple[float, tuple[str, str], int]]:
+    """(p-value / alpha, config, 0 for throughput or 1 for memory) for each comparison that has a p-value."""
+    for verdict in result.verdicts:
+        key = (verdict.workload, verdict.config)
+        throughput = verdict.throughput
+        if throughput is not None and not math.isnan(throughput.p_slower):
+            yield throughput.p_slower / throughput.alpha, key, 0
+        memory = verdict.memory
+        if memory is not None and not math.isnan(memory.p_larger):
+            yield memory.p_larger / memory.alpha, key, 1
+
+
 def compare_results(
     candidate: RunResult,
     settings: GateSettings,
@@ -241,11 +300,16 @@ def compare_results(
     store: BaselineStore | None = None,
     baseline: RunResult | None = None,
     looks: Looks | None = None,
+    family: Family | None = None,
 ) -> GateResult:
     """Judge saved results against the stored baselines for their machine, or against other saved results;
-    a paired check's results against the base measured beside them."""
+    a paired check's results against the base measured beside them. `family`: the divisors of alpha the check
+    used (its results file keeps them), else Holm's over these comparisons."""
     if candidate.against is not None and baseline is None:
-        return compare_pairs(candidate, candidate.against.base, settings, looks or {}, candidate.against)
+        against = candidate.against
+        if family is not None:
+            return _as_judged(_compare_pairs(candidate, against.base, settings, looks or {}, against, family), family)
+        return compare_pairs(candidate, against.base, settings, looks or {}, against)
     names = [w.name for w in candidate.workloads]
     if baseline is None:
         assert store is not None, "compare_results needs a store or a baseline run"
@@ -254,6 +318,8 @@ def compare_results(
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
+    if family is not None:
+        return _as_judged(_compare_run(candidate, baselines, settings, problems, looks, family), family)
     return compare_run(candidate, baselines, settings, problems, looks)
 
 
@@ -273,7 +339,13 @@ def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | Non
         else:  # written before spending plans: every config judged as after the check's last look
             looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
     directory = baseline_dir or Path(str((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR))
-    result = compare_results(run, settings, store=BaselineStore(directory), looks=looks)
+    divisors = (run.gate or {}).get("divisors")
+    family = (
+        {_config_key(key): (float(value[0]), float(value[1])) for key, value in divisors.items()}
+        if isinstance(divisors, dict)
+        else None  # written before one error rate per check, or by `perfgate run`: Holm's over this file
+    )
+    result = compare_results(run, settings, store=BaselineStore(directory), looks=looks, family=family)
     return replace(result, looks=looks)
 
 
@@ -293,13 +365,16 @@ def compare_entries(
     looks: Looks | None = None,
     paired: bool = False,
     base_name: str = "the baseline",
+    family: Family | None = None,
 ) -> WorkloadVerdict:
     """Judge one workload: comparability first, then each config's throughput and memory.
 
     `configs` are the configs the candidate ran (default: those it measured); `failures` gives the
     reason for each that produced no measurement, `failed_trials` how many trials of each failed.
     `looks` gives each config's look in a sequential check (none: one decision with the whole alpha).
-    `paired`: the i-th trials of the two sides were measured side by side (a paired check).
+    `paired`: the i-th trials of the two sides were measured side by side (a paired check). `family`: each
+    config's divisors of alpha for throughput and memory, so the check keeps one false-alarm rate
+    (`one_error_rate`).
     """
     name = candidate.workload
     changed = _workload_changes(baseline, candidate)
@@ -329,6 +404,7 @@ def compare_entries(
             settings,
             settings.levels((looks or {}).get((name, config))),
             paired=paired,
+            divisors=(family or {}).get((name, config), (1.0, 1.0)),
         )
         evidence = tuple(data_evidence) + _numerics_evidence(
             baseline.configs.get(config), candidate.configs.get(config)
@@ -347,6 +423,17 @@ def compare_run(
     looks: Looks | None = None,
 ) -> GateResult:
     """Judge every workload of `run` that has a baseline; `problems` are workloads that had none."""
+    return one_error_rate(lambda family: _compare_run(run, baselines, settings, problems, looks, family))
+
+
+def _compare_run(
+    run: RunResult,
+    baselines: Mapping[str, BaselineEntry],
+    settings: GateSettings,
+    problems: Mapping[str, str] | None,
+    looks: Looks | None,
+    family: Family | None,
+) -> GateResult:
     workloads = [
         WorkloadVerdict(name, [], None, problem=text, problem_status=Status.NO_BASELINE)
         for name, text in (problems or {}).items()
@@ -364,6 +451,7 @@ def compare_run(
                 failures=failures,
                 failed_trials={name: sum(1 for t in c.trials if not t.ok) for name, c in workload.configs.items()},
                 looks=looks,
+                family=family,
             )
         )
     return GateResult(workloads, settings, run, looks=dict(looks or {}))
@@ -373,6 +461,12 @@ def compare_pairs(
     head: RunResult, base: RunResult, settings: GateSettings, looks: Looks, against: Against
 ) -> GateResult:
     """Judge a paired check: each workload's head trials against the base trials measured beside them."""
+    return one_error_rate(lambda family: _compare_pairs(head, base, settings, looks, against, family))
+
+
+def _compare_pairs(
+    head: RunResult, base: RunResult, settings: GateSettings, looks: Looks, against: Against, family: Family | None
+) -> GateResult:
     base_workloads = {w.name: w for w in base.workloads}
     workloads = []
     for workload in head.workloads:
@@ -408,6 +502,7 @@ def compare_pairs(
             looks=looks,
             paired=True,
             base_name=against.ref,
+            family=family,
         )
         base_failures = {
             name: c.failure_reason for name, c in base_workload.configs.items() if not any(t.ok for t in c.trials)
@@ -415,11 +510,35 @@ def compare_pairs(
         configs = [
             replace(v, reason=f"the base ({against.ref}) could not run it: {base_failures[v.config]}")
             if v.status == Status.NO_BASELINE and v.config in base_failures
-            else v
+            else _with_one_sided_failures(v, workload, base_workload)
             for v in verdict.configs
         ]
         workloads.append(replace(verdict, configs=configs))
     return GateResult(workloads, settings, head, looks=dict(looks), against=against)
+
+
+def _with_one_sided_failures(verdict: ConfigVerdict, head: WorkloadResult, base: WorkloadResult) -> ConfigVerdict:
+    """Name each pair in which one side's trial failed (or timed out) while the other's ran. Its pair cannot be
+    timed, but it is evidence: a head that fails where the base runs is not shown unchanged, so "no change"
+    becomes inconclusive."""
+    if verdict.status in (Status.FAILED, Status.NO_BASELINE, Status.NOT_COMPARABLE):
+        return verdict
+    head_config, base_config = head.configs.get(verdict.config), base.configs.get(verdict.config)
+    if head_config is None or base_config is None:
+        return verdict
+    head_trials = {t.trial: t for t in head_config.trials}
+    base_trials = {t.trial: t for t in base_config.trials}
+    notes = []
+    for side, mine, other in (("head", head_trials, base_trials), ("base", base_trials, head_trials)):
+        for index, trial in sorted(mine.items()):
+            if not trial.ok and index in other and other[index].ok:
+                notes.append(f"{side} trial {index + 1} failed while its pair's other trial ran ({trial.failure})")
+    if not notes:
+        return verdict
+    head_only = any(note.startswith("head") for note in notes)
+    status = Status.INCONCLUSIVE if head_only and verdict.status == Status.NO_CHANGE else verdict.status
+    shown = "; ".join(notes) + (": not shown unchanged" if status != verdict.status else "")
+    return replace(verdict, status=status, reason=f"{verdict.reason}; {shown}")
 
 
 def pair_trials(head: WorkloadResult, base: WorkloadResult) -> tuple[WorkloadResult, WorkloadResult]:
@@ -462,8 +581,12 @@ def _compare_config(
     levels: LookLevels,
     *,
     paired: bool = False,
+    divisors: tuple[float, float] = (1.0, 1.0),
 ) -> ConfigVerdict:
+    """One config's verdict; `divisors` divide alpha for throughput and memory (`holm_divisors`)."""
     limits = settings.limits(workload, config)
+    memory_alpha = levels.alpha / divisors[1]
+    levels = replace(levels, alpha=levels.alpha / divisors[0])
     measured = candidate.configs.get(config)
     if base is None:
         fix = "the base has no measurement of it" if paired else f"run {settings.update_command}"
@@ -474,7 +597,19 @@ def _compare_config(
     throughput, adjusted, machine = _throughput(base, measured, limits.throughput, levels, paired)
     base_memory, measured_memory = of_entry(base), of_entry(measured)
     peaks = compared_peaks(base_memory, measured_memory, "the base" if paired else "the baseline")
-    memory = compare_memory(peaks.baseline, peaks.candidate, tolerance=limits.memory, alpha=levels.alpha, looks=1)
+    memory = (  # a paired check's peaks are in pair order (`pair_trials`, `compared_peaks`)
+        compare_paired_memory(
+            peaks.baseline, peaks.candidate, tolerance=limits.memory, levels=replace(levels, alpha=memory_alpha)
+        )
+        if paired
+        else compare_memory(
+            peaks.baseline,
+            peaks.candidate,
+            tolerance=limits.memory,
+            alpha=memory_alpha,
+            session_noise=peaks.session_noise,
+        )
+    )
     parts = "" if peaks.note else grown_parts(base_memory, measured_memory)
     status = Status.combined((combined_verdict(throughput, adjusted), memory.verdict))
     sample = "pair" if paired else "trial"

@@ -6,7 +6,8 @@ import math
 
 from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
 from perfgate.judge.stats import (
-    OUTLIER_FACTOR,
+    MIN_DECIDING,
+    SLOW_FACTOR,
     MemoryComparison,
     ThroughputComparison,
     Verdict,
@@ -26,7 +27,7 @@ def throughput_reason(
 
     `unit` names the figure compared, `sample` what each value of it came from (a trial, a session).
     """
-    reason = _throughput_verdict_reason(t, unit, sample) + _outlier_note(t, sample)
+    reason = _throughput_verdict_reason(t, unit, sample) + _slow_note(t, sample)
     if adjusted is None or machine is None:
         return reason
     speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
@@ -36,9 +37,7 @@ def throughput_reason(
         return f"{reason}; {speed}, and adjusted for that the verdict is the same"
     adjusted_text = _throughput_verdict_reason(adjusted, f"{unit} per probe rate", sample)
     final = combined_verdict(t, adjusted)
-    return (
-        f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_outlier_note(adjusted, sample)}; so {final.value}"
-    )
+    return f"{reason}; but {speed}: adjusted for that, {adjusted_text}{_slow_note(adjusted, sample)}; so {final.value}"
 
 
 def accepted_reason(
@@ -63,26 +62,29 @@ def accepted_reason(
     return f"not yet shown within {accepted}: {against}"
 
 
-def _outlier_note(t: ThroughputComparison, sample: str = "trial") -> str:
-    if sample == "pair":
-        n = t.outliers[0]
-        if not n:
-            return ""
-        return (
-            f" (left out {n} pair{'s' if n > 1 else ''} whose ratio is more than {OUTLIER_FACTOR:g}x off the median "
-            "pair's: interference from another job, most likely)"
-        )
-    left_out = [
-        f"{n} {side} {sample}{'s' if n > 1 else ''}"
-        for n, side in zip(t.outliers, ("baseline", "current"), strict=True)
-        if n
-    ]
-    if not left_out:
+def _slow_note(t: ThroughputComparison, sample: str = "trial") -> str:
+    """Trials on one side that ran SLOW_FACTOR or more slower than their pair (or the other side's median):
+    counted, never left out. On the candidate's side a cluster of them is an intermittent slowdown."""
+    base, head = t.slow
+    # A side slow in most pairs is a steady change, which the ratio says: only a minority is news.
+    base, head = (base if 2 * base <= t.n_baseline else 0), (head if 2 * head <= t.n_candidate else 0)
+    if not base and not head:
         return ""
-    return (
-        f" (left out {' and '.join(left_out)} more than {OUTLIER_FACTOR:g}x off the median: interference "
-        "from another job, most likely)"
-    )
+    if sample == "pair":
+        parts = [
+            f"{n} of {t.n_candidate} {side} trials ran {SLOW_FACTOR:g}x or more slower than their pair"
+            for side, n in (("head", head), ("base", base))
+            if n
+        ]
+    else:
+        parts = [
+            f"{n} of {total} {side} {sample}s ran {SLOW_FACTOR:g}x or more slower than the other side's median"
+            for side, n, total in (("current", head, t.n_candidate), ("baseline", base, t.n_baseline))
+            if n
+        ]
+    intermittent = head >= 2 and t.verdict != Verdict.IMPROVEMENT
+    kind = "an intermittent slowdown, counted" if intermittent else "counted, not left out"
+    return f" ({'; '.join(parts)}: {kind})"
 
 
 def threshold_text(threshold: float, unit: str = "samples/s") -> str:
@@ -115,11 +117,14 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     threshold = f"the {100 * t.threshold:g}% threshold on {_time_unit(unit)}"
     if t.verdict == Verdict.REGRESSION:
         return (
-            f"{change}: a regression beyond {threshold} ({unit} below {_bound(t.threshold)}; "
-            f"p < {format_p_value(t.alpha)})"
+            f"{change}: a regression beyond {threshold} (the whole interval lies below {unit} "
+            f"{_bound(t.threshold)}; p < {format_p_value(t.alpha)})"
         )
     if t.verdict == Verdict.IMPROVEMENT:
-        return f"{change}: an improvement beyond {threshold} ({unit} above {_bound(t.threshold, slower=False)})"
+        return (
+            f"{change}: an improvement beyond {threshold} (the whole interval lies above {unit} "
+            f"{_bound(t.threshold, slower=False)})"
+        )
     if t.verdict == Verdict.NO_CHANGE:
         return f"{change}: no regression beyond {threshold} (the interval stays above {unit} {_bound(t.threshold)})"
     detectable = (
@@ -131,6 +136,11 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
         else f"{t.n_baseline}+{t.n_candidate} {sample}s"
     )
     noise = "unknown" if math.isnan(t.noise) else f"{100 * t.noise:.1f}%"
+    if t.boundary == 0 and abs(math.log(t.ratio)) > math.log1p(t.threshold):
+        return (
+            f"{change}: inconclusive, {sizes} cannot call a change beyond {threshold_text(t.threshold, unit)}: "
+            f"that needs {MIN_DECIDING} pairs or more (or as many degrees of freedom)"
+        )
     return (
         f"{change}: inconclusive, the interval straddles {threshold_text(t.threshold, unit)}; with {noise} "
         f"{sample}-to-{sample} noise and {sizes} it could detect slowdowns of {detectable}"
@@ -138,30 +148,50 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
 
 
 def memory_reason(m: MemoryComparison, parts: str = "") -> str:
-    """One line on a peak-memory comparison that is not "no change"; `parts` names the part of the job that moved
+    """One line on a peak-memory comparison that is not "no change", saying what its interval says: `peak memory
+    100.0 MiB -> 112.0 MiB (+12.0%, interval +10.1% to +13.8%, tolerance 5%): a memory regression`. Against a
+    stored baseline it names the session-to-session noise assumed; `parts` names the part of the job that moved
     (`judge.memory.grown_parts`: `loader workers +410 MiB: a worker keeps what it loads`)."""
     if m.verdict == Verdict.NO_CHANGE:
         return ""
+    sample = "pair" if m.paired else "trial"
     change = format_signed_pct(m.change) if m.change is not None else "from zero"
     text = f"peak memory {format_bytes(m.baseline_bytes)} -> {format_bytes(m.candidate_bytes)} ({change}"
-    text += f", tolerance {100 * m.tolerance:g}%"
-    p_value = "no estimate of noise" if math.isnan(m.p_value) else f"p={format_p_value(m.p_value)}"
+    if m.exact:
+        text += f", the same figure in every {sample}"
+    elif not math.isnan(m.ci_low):
+        text += f", interval {format_signed_pct(m.ci_low - 1)} to {format_signed_pct(m.ci_high - 1)}"
+    elif math.isnan(m.p_larger):
+        text += ", no estimate of noise"
+    bytes_bound = m.floor_bytes > m.tolerance * m.baseline_bytes
+    tolerance = f"{format_bytes(m.floor_bytes)}" if bytes_bound else f"{100 * m.tolerance:g}%"
+    text += f", tolerance {tolerance}"
+    if m.session_noise > 0 and not m.paired:
+        text += f", {100 * m.session_noise:g}% session-to-session noise assumed"
     which = f" ({parts})" if parts else ""
     if m.verdict == Verdict.REGRESSION:
-        return f"{text}, {p_value}): a memory regression{which}"
+        return f"{text}): a memory regression{which}"
     if m.verdict == Verdict.IMPROVEMENT:
-        return f"{text}, {p_value}): less memory{which}"
-    return f"{text}, {p_value}): inconclusive, trial-to-trial noise could explain it{which}"
+        return f"{text}): less memory{which}"
+    if math.isnan(m.p_larger):
+        return f"{text}): inconclusive{which}"
+    if m.paired and not m.exact and m.n_candidate < MIN_DECIDING and abs(m.ratio - 1) > m.tolerance:
+        return (
+            f"{text}): inconclusive, {m.n_candidate} {sample}{'s' if m.n_candidate != 1 else ''} cannot call a "
+            f"memory change: that needs {MIN_DECIDING} or more{which}"
+        )
+    return f"{text}): inconclusive, the interval straddles the {tolerance} tolerance{which}"
 
 
 def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:
     """`to resolve the 5% threshold it would need about 24 pairs, 9 more minutes at 31 s a pair`.
 
-    Resolving means a slowdown at the threshold would be detectable with 80% power at alpha 0.01:
-    (z_0.99 + z_0.8) * noise / sqrt(n) <= log(1 + threshold), in the normal approximation."""
+    Resolving means that a change half the threshold away from it (2.5% or 7.5% for a 5% threshold) would put
+    the verdict's interval on its side of the threshold with 80% probability at a last look (one-sided level
+    BOUNDARY_FINAL): (z_0.7 + z_0.8) * noise / sqrt(n) <= log(1 + threshold) / 2, in the normal approximation."""
     if not math.isfinite(noise):
         return f"one pair gives no estimate of noise; each pair took {pair_s:.0f} s (raise --time-budget)"
-    needed = max(pairs + 1, math.ceil(((2.326 + 0.842) * noise / math.log1p(threshold)) ** 2))
+    needed = max(pairs + 1, MIN_DECIDING, math.ceil(((0.524 + 0.842) * noise / (math.log1p(threshold) / 2)) ** 2))
     minutes = (needed - pairs) * pair_s / 60
     return (
         f"to resolve the {100 * threshold:g}% threshold it would need about {needed} pairs, "

@@ -19,6 +19,7 @@ def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
     report judges the run exactly as the check did."""
     record: dict[str, Any] = {**result.settings.record(baseline_dir), "mode": result.mode}
     record["looks"] = {f"{w}/{c}": look.to_record() for (w, c), look in result.looks.items()}
+    record["divisors"] = {f"{w}/{c}": list(divisors) for (w, c), divisors in result.family.items()}
     return record
 
 
@@ -141,7 +142,14 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     },
                     "peak_memory": None
                     if m is None
-                    else {"baseline_bytes": m.baseline_bytes, "current_bytes": m.candidate_bytes, "change": m.change},
+                    else {
+                        "baseline_bytes": m.baseline_bytes,
+                        "current_bytes": m.candidate_bytes,
+                        "change": m.change,
+                        "ci_low": None if not math.isfinite(m.ci_low) else m.ci_low,
+                        "ci_high": None if not math.isfinite(m.ci_high) else m.ci_high,
+                        "verdict": m.verdict.value,
+                    },
                     "throttled_trials": _gate_throttled(result, w.workload, v.config),
                 }
             )

@@ -138,6 +138,8 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
     line += "".join(f"\n\n**Problem**: {_cell(problem)}" for problem in problems)
     line += "".join(f"\n\n**Warning**: {_cell(text)}" for text in result.unused_acceptances)
     compared = [f"Compared with: {_cell(result.mode)}."] if result.workloads or not micro else []
+    if result.caveat and compared:
+        compared.append(f"Note: {_cell(result.caveat)}.")
     if result.settings.accepted:
         compared.append(f"Slowdowns accepted: {_cell('; '.join(a.shown for a in result.settings.accepted))}.")
     if micro is not None and micro.benchmarks:
@@ -338,6 +340,8 @@ def merge_gates(gates: Sequence[GateResult]) -> GateResult:
         stopped_because=next((g.stopped_because for g in gates if g.stopped_because), None),
         looks={key: look for g in gates for key, look in g.looks.items()},
         against=sides[-1] if same_base else None,
+        comparisons=sum(g.comparisons for g in gates),
+        family={key: divisors for g in gates for key, divisors in g.family.items()},
     )
 
 

@@ -19,7 +19,7 @@ from perfgate.formatting import (
 from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
-from perfgate.judge.stats import OUTLIER_FACTOR, ThroughputComparison, drop_outliers, slowdown_bound
+from perfgate.judge.stats import SLOW_FACTOR, ThroughputComparison, slowdown_bound
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
@@ -280,7 +280,7 @@ def format_gate(
     """The gate's report: per workload a table of baseline against current, any diagnosis, the
     pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line, which names
     `command` (`perfgate compare`) and, when the command `exits` with the verdict's code, that code."""
-    blocks = [f"compared with: {result.mode}"]
+    blocks = [f"compared with: {result.mode}" + (f"\n! {result.caveat}" if result.caveat else "")]
     if result.settings.accepted:
         blocks[0] += f"\nslowdowns accepted: {'; '.join(a.shown for a in result.settings.accepted)}"
     blocks += [_format_gate_workload(w, result) for w in result.workloads]
@@ -369,7 +369,8 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
             "machine-adjusted ratio to agree)"
         )
     lines.append(
-        f"  {explained}; thresholds: {limit_text}; alpha {settings.alpha:g} one-sided over all looks; "
+        f"  {explained}; thresholds: {limit_text}; alpha {settings.alpha:g} for the whole check "
+        f"({result.comparisons} comparisons, Holm), one-sided over all looks; "
         f"CI: {confidence_text(workload)}"
     )
     for verdict in workload.configs:
@@ -430,12 +431,13 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
                 f"  {name}: {old_sps:,.1f} -> {new_sps:,.1f} samples/s ({format_signed_pct(new_sps / old_sps - 1)}), "
                 f"peak mem {format_bytes(old_peak)} -> {format_bytes(new_peak)}"
             )
-        _, outliers = drop_outliers([math.log(v) for v in config.samples_per_sec])
-        if outliers:
+        middle = statistics.median(config.samples_per_sec)
+        slow = sum(v * SLOW_FACTOR <= middle for v in config.samples_per_sec)
+        if slow:
             lines.append(
-                f"  ! {name}: {outliers} trial{'s' if outliers > 1 else ''} more than {OUTLIER_FACTOR:g}x off the "
-                "median (another job on the machine?): checks leave such trials out; rerunning perfgate update "
-                "when the machine is quieter gives a better baseline"
+                f"  ! {name}: {slow} trial{'s' if slow > 1 else ''} {SLOW_FACTOR:g}x or more slower than the "
+                "median (another job on the machine?): checks count every trial, so such a baseline widens their "
+                "intervals; rerunning perfgate update when the machine is quieter gives a better baseline"
             )
     dropped = sorted(set(previous.configs) - set(stored.configs)) if previous else []
     if dropped:

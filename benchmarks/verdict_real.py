@@ -1,0 +1,174 @@
+"""Real checks on this machine: does the verdict keep its promise? (issue 30's real runs)
+
+    python benchmarks/verdict_real.py aa [--checks 20]            # unchanged code: no check may fail
+    python benchmarks/verdict_real.py planted [--checks 20]       # head 7.5% slower: at least 18 of 20 fail
+    python benchmarks/verdict_real.py intermittent [--checks 10]  # a 2x slower path one trial in three: all fail
+    python benchmarks/verdict_real.py memory [--checks 10]        # stored baseline, another session: none fails
+
+Each check is a real `perfgate check` (or, for `planted`, the same paired check with the slowdown planted in
+head's steps, as `perfgate calibrate` plants it) on the suite's paired-check MLP (tests/test_against.py), in a
+real git repository in a temporary folder, with perfgate's defaults (torch's threads, calibrated rounds,
+interleaved pairs, the 5-minute budget). `intermittent`'s head computes each step's loss twice in about one
+trial process in three (chosen at random when the trial imports the workload): a slow path some runs take.
+`memory` records one baseline with `perfgate update`, then checks unchanged code against it, each check a new
+session; it reports the peak-memory verdicts. Printed per check: the verdict, exit code, pairs (or trials),
+ratio and seconds; then the counts and a 95% Clopper-Pearson bound on the failure rate. Run nothing else
+beside it: the checks are timing measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.git import commit, new_repository  # noqa: E402
+from tests.test_against import bench  # noqa: E402  (the suite's paired-check MLP)
+
+WORKLOAD = "perf/bench.py:bench"
+SLOW_PATH = """
+import random
+
+SLOW = random.random() < 1 / 3  # this trial process takes the slow path: each step's loss computed twice
+_loss = loss
+
+
+def loss(model, batch):
+    if not SLOW:
+        return _loss(model, batch)
+    return (_loss(model, batch) + _loss(model, batch)) / 2
+"""
+
+
+def make_repo(folder: Path, head_source: str) -> Path:
+    repo = new_repository(folder / "repo")
+    commit(repo, {"perf/bench.py": bench()}, "base")
+    commit(repo, {"perf/bench.py": head_source}, "head")
+    return repo
+
+
+def perfgate(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "perfgate", *args]
+    return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=1800, check=False)
+
+
+def paired_check(repo: Path, out: Path) -> dict[str, object]:
+    process = perfgate(repo, "check", WORKLOAD, "--against", "HEAD~1", "--configs", "fp32", "--json", str(out))
+    return _read(repo, out, process.returncode, process.stderr)
+
+
+def planted_check(repo: Path, out: Path, slowdown: float) -> dict[str, object]:
+    """The paired check of the working tree against itself with head's steps `slowdown` longer (as calibrate)."""
+    script = f"""
+import sys, time
+from perfgate.check.paired import decide_paired, takes_turns
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS, GateSettings
+from perfgate.measure.lab import RunSettings
+from perfgate.measure.paired import PairedSession, working_tree
+from perfgate.references import resolve_references
+references = resolve_references([{WORKLOAD!r}])
+settings = GateSettings(trials=3, max_trials=DEFAULT_MAX_PAIRS)
+run_settings = RunSettings(configs=("fp32",))
+tree = working_tree()
+with PairedSession(references, run_settings, tree, tree, "itself", interleaved=takes_turns(False, None),
+                   planted_slowdown={slowdown}) as session:
+    result = decide_paired(session, settings, time.monotonic(), None)
+from dataclasses import replace
+from pathlib import Path
+from perfgate.report.json import gate_record
+run = replace(result.run, gate=gate_record(result, Path("baselines")))
+run.write_json(Path({str(out)!r}))
+sys.exit(result.exit_code)
+"""
+    process = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=1800, check=False
+    )
+    return _read(repo, out, process.returncode, process.stderr)
+
+
+def memory_check(repo: Path, out: Path) -> dict[str, object]:
+    process = perfgate(repo, "check", WORKLOAD, "--configs", "fp32", "--json", str(out))
+    return _read(repo, out, process.returncode, process.stderr)
+
+
+def _read(repo: Path, out: Path, code: int, stderr: str) -> dict[str, object]:
+    """The config's verdict from the results file, as `perfgate report --format json` judges it again."""
+    if not out.exists():
+        return {"code": code, "verdict": "error", "pairs": 0, "ratio": float("nan"), "error": stderr[-500:]}
+    report = perfgate(repo, "report", str(out), "--format", "json")
+    document = json.loads(report.stdout)
+    configs = [c for w in document.get("workloads", []) for c in w.get("configs", [])]
+    config = configs[0] if configs else {}
+    throughput = config.get("throughput") or {}
+    return {
+        "code": code,
+        "verdict": config.get("status", "none"),
+        "pairs": (throughput.get("trials") or [0, 0])[1],
+        "ratio": throughput.get("ratio") or float("nan"),
+        "memory": (config.get("peak_memory") or {}).get("verdict", ""),
+    }
+
+
+def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
+    return 1.0 if failures == n else float(stats.beta.ppf(confidence, failures + 1, n - failures))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("aa", "planted", "intermittent", "memory"))
+    parser.add_argument("--checks", type=int, default=None, help="checks to run (default: 20, or 10)")
+    parser.add_argument("--slowdown", type=float, default=0.075, help="planted: head's steps this much longer")
+    args = parser.parse_args()
+    checks = args.checks or (20 if args.mode in ("aa", "planted") else 10)
+    print(f"verdict_real {args.mode}: {checks} checks, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        head = bench(comment="unchanged code") if args.mode != "intermittent" else bench() + SLOW_PATH
+        repo = make_repo(folder, head)
+        if args.mode == "memory":
+            recorded = perfgate(repo, "update", WORKLOAD, "--configs", "fp32")
+            if recorded.returncode != 0:
+                raise SystemExit(f"perfgate update failed:\n{recorded.stdout}\n{recorded.stderr}")
+        for index in range(checks):
+            started = time.perf_counter()
+            out = folder / f"check-{index}.json"
+            if args.mode == "planted":
+                found = planted_check(repo, out, args.slowdown)
+            elif args.mode == "memory":
+                found = memory_check(repo, out)
+            else:
+                found = paired_check(repo, out)
+            found["seconds"] = time.perf_counter() - started
+            results.append(found)
+            print(
+                f"  check {index + 1:2d}: {found['verdict']:<12} exit {found['code']}  pairs {found['pairs']:>2}  "
+                f"ratio {found['ratio']:.3f}  memory {found.get('memory') or '-':<12} {found['seconds']:.0f} s"
+                + (f"  ERROR {found['error']}" if "error" in found else ""),
+                flush=True,
+            )
+    failed = sum(1 for r in results if r["code"] == 1)
+    memory_failed = sum(1 for r in results if r.get("memory") == "regression")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[str(r["verdict"])] = counts.get(str(r["verdict"]), 0) + 1
+    print(f"verdicts: {', '.join(f'{n} {v}' for v, n in sorted(counts.items()))}")
+    print(f"failed the build: {failed} of {checks} (95% upper bound on the rate {upper_bound(failed, checks):.1%})")
+    if args.mode == "memory":
+        print(f"peak memory called a regression: {memory_failed} of {checks}")
+    print(f"minutes in all: {sum(float(r['seconds']) for r in results) / 60:.1f}")  # type: ignore[arg-type]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
