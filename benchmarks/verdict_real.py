@@ -8,8 +8,11 @@
 Each check is a real `perfgate check` (or, for `planted`, the same paired check with the slowdown planted in
 head's steps, as `perfgate calibrate` plants it) on the suite's paired-check MLP (tests/test_against.py), in a
 real git repository in a temporary folder, with perfgate's defaults (torch's threads, calibrated rounds,
-interleaved pairs, the 5-minute budget). `intermittent`'s head computes each step's loss twice in about one
-trial process in three (chosen at random when the trial imports the workload): a slow path some runs take.
+interleaved pairs, the 5-minute budget). `intermittent`'s head takes a slow path in about one trial process in
+three, chosen at random: on lm-small every step sleeps its own time again (2x), on the MLP, whose steps are
+too short to sleep accurately, its loss is computed three times over (1.2-2x).
+`--workload lm` checks the built-in lm-small instead of the MLP (the workload of the real runs in
+docs/performance.md before 2026-11-26), `--threads N` pins torch's threads as those runs did (1).
 `memory` records one baseline with `perfgate update`, then checks unchanged code against it, each check a new
 session; it reports the peak-memory verdicts. Printed per check: the verdict, exit code, pairs (or trials),
 ratio and seconds; then the counts and a 95% Clopper-Pearson bound on the failure rate. Run nothing else
@@ -36,23 +39,62 @@ from tests.helpers.git import commit, new_repository  # noqa: E402
 from tests.test_against import bench  # noqa: E402  (the suite's paired-check MLP)
 
 WORKLOAD = "perf/bench.py:bench"
+# --workload lm: the built-in lm-small as the repository's own workload (the earlier real runs' workload)
+LM_SOURCE = """# {comment}
+from perfgate.builtin.lm import transformer_lm
+
+
+def bench():
+    return transformer_lm("small")
+"""
+# Appended to head's workload for `intermittent`: in about one trial process in three (chosen at random when
+# the trial imports the workload) a slow path some runs take (a lock, a cold cache, a recompile). On lm-small
+# every step sleeps as long as the step before it took: 2x slower. The MLP's 1.5 ms steps are below what a
+# sleep can time here (one slept 4 ms, 3x), so there the step computes its loss three times over instead,
+# which measured 1.2-2x slower a trial (2026-11-26).
 SLOW_PATH = """
+
+import dataclasses
 import random
+import time
 
-SLOW = random.random() < 1 / 3  # this trial process takes the slow path: each step's loss computed twice
-_loss = loss
+SLOW = random.random() < 1 / 3
+_bench = bench
+_previous = None
 
 
-def loss(model, batch):
+def bench():
+    workload = _bench()
     if not SLOW:
-        return _loss(model, batch)
-    return (_loss(model, batch) + _loss(model, batch)) / 2
+        return workload
+    loss = workload.loss
+
+    def sleeping(model, batch):
+        global _previous
+        now = time.perf_counter()
+        if _previous is not None:
+            time.sleep(min(now - _previous, 1.0))  # the step's own time again (not a warm-up's pause)
+        _previous = time.perf_counter()
+        return loss(model, batch)
+
+    def thrice(model, batch):
+        return (loss(model, batch) + loss(model, batch) + loss(model, batch)) / 3
+
+    return dataclasses.replace(workload, loss=sleeping if SLEEP else thrice)
 """
 
 
-def make_repo(folder: Path, head_source: str) -> Path:
+def sources(workload: str, mode: str) -> tuple[str, str]:
+    """The base's and the head's workload file."""
+    base = bench() if workload == "mlp" else LM_SOURCE.format(comment="base")
+    head = bench(comment="unchanged code") if workload == "mlp" else LM_SOURCE.format(comment="unchanged code")
+    slow = f"\nSLEEP = {workload == 'lm'}" + SLOW_PATH
+    return base, head + slow if mode == "intermittent" else head
+
+
+def make_repo(folder: Path, base_source: str, head_source: str) -> Path:
     repo = new_repository(folder / "repo")
-    commit(repo, {"perf/bench.py": bench()}, "base")
+    commit(repo, {"perf/bench.py": base_source}, "base")
     commit(repo, {"perf/bench.py": head_source}, "head")
     return repo
 
@@ -62,12 +104,12 @@ def perfgate(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=1800, check=False)
 
 
-def paired_check(repo: Path, out: Path) -> dict[str, object]:
-    process = perfgate(repo, "check", WORKLOAD, "--against", "HEAD~1", "--configs", "fp32", "--json", str(out))
+def paired_check(repo: Path, out: Path, extra: list[str]) -> dict[str, object]:
+    process = perfgate(repo, "check", WORKLOAD, "--against", "HEAD~1", "--configs", "fp32", "--json", str(out), *extra)
     return _read(repo, out, process.returncode, process.stderr)
 
 
-def planted_check(repo: Path, out: Path, slowdown: float) -> dict[str, object]:
+def planted_check(repo: Path, out: Path, slowdown: float, threads: int | None) -> dict[str, object]:
     """The paired check of the working tree against itself with head's steps `slowdown` longer (as calibrate)."""
     script = f"""
 import sys, time
@@ -78,7 +120,7 @@ from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.references import resolve_references
 references = resolve_references([{WORKLOAD!r}])
 settings = GateSettings(trials=3, max_trials=DEFAULT_MAX_PAIRS)
-run_settings = RunSettings(configs=("fp32",))
+run_settings = RunSettings(configs=("fp32",), threads={threads!r})
 tree = working_tree()
 with PairedSession(references, run_settings, tree, tree, "itself", interleaved=takes_turns(False, None),
                    planted_slowdown={slowdown}) as session:
@@ -96,15 +138,22 @@ sys.exit(result.exit_code)
     return _read(repo, out, process.returncode, process.stderr)
 
 
-def memory_check(repo: Path, out: Path) -> dict[str, object]:
-    process = perfgate(repo, "check", WORKLOAD, "--configs", "fp32", "--json", str(out))
+def memory_check(repo: Path, out: Path, extra: list[str]) -> dict[str, object]:
+    process = perfgate(repo, "check", WORKLOAD, "--configs", "fp32", "--json", str(out), *extra)
     return _read(repo, out, process.returncode, process.stderr)
 
 
 def _read(repo: Path, out: Path, code: int, stderr: str) -> dict[str, object]:
     """The config's verdict from the results file, as `perfgate report --format json` judges it again."""
     if not out.exists():
-        return {"code": code, "verdict": "error", "pairs": 0, "ratio": float("nan"), "error": stderr[-500:]}
+        return {
+            "code": code,
+            "verdict": "error",
+            "pairs": 0,
+            "ratio": float("nan"),
+            "noise": float("nan"),
+            "error": stderr[-500:],
+        }
     report = perfgate(repo, "report", str(out), "--format", "json")
     document = json.loads(report.stdout)
     configs = [c for w in document.get("workloads", []) for c in w.get("configs", [])]
@@ -115,6 +164,7 @@ def _read(repo: Path, out: Path, code: int, stderr: str) -> dict[str, object]:
         "verdict": config.get("status", "none"),
         "pairs": (throughput.get("trials") or [0, 0])[1],
         "ratio": throughput.get("ratio") or float("nan"),
+        "noise": throughput.get("noise") or float("nan"),
         "memory": (config.get("peak_memory") or {}).get("verdict", ""),
     }
 
@@ -128,33 +178,39 @@ def main() -> int:
     parser.add_argument("mode", choices=("aa", "planted", "intermittent", "memory"))
     parser.add_argument("--checks", type=int, default=None, help="checks to run (default: 20, or 10)")
     parser.add_argument("--slowdown", type=float, default=0.075, help="planted: head's steps this much longer")
+    parser.add_argument("--workload", choices=("mlp", "lm"), default="mlp", help="the suite's MLP, or lm-small")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per trial (default: torch's)")
     args = parser.parse_args()
+    extra = [] if args.threads is None else ["--threads", str(args.threads)]
     checks = args.checks or (20 if args.mode in ("aa", "planted") else 10)
-    print(f"verdict_real {args.mode}: {checks} checks, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC")
+    threads = "torch's own threads" if args.threads is None else f"{args.threads} thread(s)"
+    print(
+        f"verdict_real {args.mode}: {checks} checks of {args.workload}, {threads}, "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    )
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        head = bench(comment="unchanged code") if args.mode != "intermittent" else bench() + SLOW_PATH
-        repo = make_repo(folder, head)
+        repo = make_repo(folder, *sources(args.workload, args.mode))
         if args.mode == "memory":
-            recorded = perfgate(repo, "update", WORKLOAD, "--configs", "fp32")
+            recorded = perfgate(repo, "update", WORKLOAD, "--configs", "fp32", *extra)
             if recorded.returncode != 0:
                 raise SystemExit(f"perfgate update failed:\n{recorded.stdout}\n{recorded.stderr}")
         for index in range(checks):
             started = time.perf_counter()
             out = folder / f"check-{index}.json"
             if args.mode == "planted":
-                found = planted_check(repo, out, args.slowdown)
+                found = planted_check(repo, out, args.slowdown, args.threads)
             elif args.mode == "memory":
-                found = memory_check(repo, out)
+                found = memory_check(repo, out, extra)
             else:
-                found = paired_check(repo, out)
+                found = paired_check(repo, out, extra)
             found["seconds"] = time.perf_counter() - started
             results.append(found)
             print(
                 f"  check {index + 1:2d}: {found['verdict']:<12} exit {found['code']}  pairs {found['pairs']:>2}  "
-                f"ratio {found['ratio']:.3f}  memory {found.get('memory') or '-':<12} {found['seconds']:.0f} s"
-                + (f"  ERROR {found['error']}" if "error" in found else ""),
+                f"ratio {found['ratio']:.3f}  noise {found['noise']:.3f}  memory {found.get('memory') or '-':<12} "
+                f"{found['seconds']:.0f} s" + (f"  ERROR {found['error']}" if "error" in found else ""),
                 flush=True,
             )
     failed = sum(1 for r in results if r["code"] == 1)
