@@ -474,29 +474,15 @@ def compare_memory(
     noise = session_noise * reference / (reference + shift)
     se, df, _ = _standard_error(log_b, log_c, noise)
     bound = _memory_bound(reference, tolerance, floor_bytes, shift)
-    low, high, p_larger, p_smaller = _memory_interval(difference, se, df, bound=bound, alpha=alpha, boundary=PASS_ERROR)
-    if low > bound:  # False for nan: no estimate of noise decides nothing
-        verdict = Verdict.REGRESSION
-    elif high < -bound:
-        verdict = Verdict.IMPROVEMENT
-    elif abs(difference) <= bound:
-        verdict = Verdict.NO_CHANGE
-    else:
-        verdict = Verdict.INCONCLUSIVE
-    return MemoryComparison(
-        int(statistics.median(baseline)),
-        int(statistics.median(candidate)),
-        tolerance,
-        floor_bytes,
-        verdict,
-        p_value=p_larger if difference >= 0 else p_smaller,
-        ratio=_memory_ratio(difference, reference, shift),
-        ci_low=_memory_ratio(low, reference, shift),
-        ci_high=_memory_ratio(high, reference, shift),
-        p_larger=p_larger,
-        alpha=alpha,
-        n_baseline=len(log_b),
-        n_candidate=len(log_c),
+    interval = _memory_interval(difference, se, df, bound=bound, alpha=alpha, boundary=PASS_ERROR)
+    return _memory_comparison(
+        (baseline, candidate),
+        difference,
+        interval,
+        no_change=abs(difference) <= bound,  # the estimate within the tolerance (see above)
+        scale=(reference, shift, bound),
+        limits=(tolerance, floor_bytes, alpha),
+        sizes=(len(log_b), len(log_c)),
         session_noise=session_noise,
         exact=se == 0.0,
     )
@@ -534,26 +520,52 @@ def compare_paired_memory(
     se, df = (None, math.nan) if n < 2 else (statistics.stdev(differences) / math.sqrt(n), float(n - 1))
     reference = _memory_reference(log_b, shift)
     bound = _memory_bound(reference, tolerance, floor_bytes, shift)
-    low, high, p_larger, p_smaller = _memory_interval(
-        difference,
-        se,
-        df,
-        bound=bound,
-        alpha=levels.alpha,
-        boundary=boundary_level(n),
-        hold=n < MIN_DECIDING,
+    interval = _memory_interval(
+        difference, se, df, bound=bound, alpha=levels.alpha, boundary=boundary_level(n), hold=n < MIN_DECIDING
     )
-    if low > bound:  # False for nan: one pair decides nothing
+    return _memory_comparison(
+        (base, head),
+        difference,
+        interval,
+        no_change=interval[1] <= bound,  # the interval's growth end inside the bound
+        scale=(reference, shift, bound),
+        limits=(tolerance, floor_bytes, levels.alpha),
+        sizes=(n, n),
+        paired=True,
+        exact=se == 0.0,
+    )
+
+
+def _memory_comparison(
+    figures: tuple[Sequence[int], Sequence[int]],
+    difference: float,
+    interval: tuple[float, float, float, float],
+    *,
+    no_change: bool,
+    scale: tuple[float, float, float],
+    limits: tuple[float, int, float],
+    sizes: tuple[int, int],
+    session_noise: float = 0.0,
+    paired: bool = False,
+    exact: bool = False,
+) -> MemoryComparison:
+    """The verdict and the figures of a memory comparison, stored or paired, from its interval (`_memory_interval`:
+    low, high, p_larger, p_smaller) on the `_memory_logs` scale; `scale`: the baseline's reference figure, the
+    shift and the bound; `limits`: tolerance, floor and alpha; `no_change`: the mode's own rule for it."""
+    low, high, p_larger, p_smaller = interval
+    reference, shift, bound = scale
+    tolerance, floor_bytes, alpha = limits
+    if low > bound:  # False for nan: no estimate of noise decides nothing
         verdict = Verdict.REGRESSION
     elif high < -bound:
         verdict = Verdict.IMPROVEMENT
-    elif high <= bound:
+    elif no_change:
         verdict = Verdict.NO_CHANGE
     else:
         verdict = Verdict.INCONCLUSIVE
     return MemoryComparison(
-        int(statistics.median(base)),
-        int(statistics.median(head)),
+        int(statistics.median(figures[0])),
+        int(statistics.median(figures[1])),
         tolerance,
         floor_bytes,
         verdict,
@@ -562,11 +574,12 @@ def compare_paired_memory(
         ci_low=_memory_ratio(low, reference, shift),
         ci_high=_memory_ratio(high, reference, shift),
         p_larger=p_larger,
-        alpha=levels.alpha,
-        n_baseline=n,
-        n_candidate=n,
-        paired=True,
-        exact=se == 0.0,
+        alpha=alpha,
+        n_baseline=sizes[0],
+        n_candidate=sizes[1],
+        session_noise=session_noise,
+        paired=paired,
+        exact=exact,
     )
 
 
