@@ -355,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="append this run to the history (a new file in the history folder): for pushes to main",
     )
     _add_history_dir(history)
+    add_to_argparse(check, options.COUNTS_ONLY, CLI)
     paired = check.add_argument_group("paired check")
     add_to_argparse(paired, options.AGAINST, CLI)
     paired.add_argument(
@@ -555,6 +556,8 @@ def _progress(args: argparse.Namespace, gate: GateSettings | None = None, judged
     if gate is None:
         return Progress(args.trials)
     paired = getattr(args, "against", None) is not None
+    if getattr(args, "counts_only", False):  # one counting trial a config (and side), no budget to spend
+        return Progress(1, unit="pair" if paired else "trial")
     return Progress(
         gate.trials, most=gate.max_trials, budget_s=gate.budget_s(judged), unit="pair" if paired else "trial"
     )
@@ -576,17 +579,19 @@ def _measured(result: RunResult) -> bool:
 def command_run(args: argparse.Namespace) -> int:
     """Run the lab and print its table (--json, --markdown: also to files); exit 4 when nothing was measured."""
     from perfgate.measure.lab import run_lab
+    from perfgate.project import load_project_config
     from perfgate.records.results import write_text_atomic
     from perfgate.report.markdown import format_lab_markdown
     from perfgate.report.text import format_run
 
     references, settings = _run_settings(args)
+    peaks = load_project_config().peak_tflops
     result = run_lab(references, settings, _progress(args))
-    sys.stdout.write(format_run(result))
+    sys.stdout.write(format_run(result, peak_tflops=peaks))
     _write_json(result, args.json)
     if args.markdown is not None:
         details = str(args.json) if args.json else None
-        write_text_atomic(args.markdown, format_lab_markdown(result, details=details))
+        write_text_atomic(args.markdown, format_lab_markdown(result, details=details, peak_tflops=peaks))
     return EXIT_OK if _measured(result) else EXIT_WORKLOAD_FAILED
 
 
@@ -637,7 +642,25 @@ def command_check(args: argparse.Namespace) -> int:
         from perfgate.records.history_branch import check_branch
 
         check_branch(Path.cwd(), args.history_branch)
-    if args.against is not None:
+    if args.counts_only:
+        from perfgate.check.counts import run_counts_check
+
+        for given, option in ((args.record, "--record"), (run_settings.profile_dir is not None, "--profile")):
+            if given:
+                raise UsageError(
+                    f"{option} cannot be combined with --counts-only, which times nothing",
+                    hint=f"leave out {option}, or run the timed check without --counts-only",
+                )
+        result = run_counts_check(
+            references,
+            run_settings,
+            gate_settings,
+            against=args.against,
+            store=BaselineStore(args.baseline_dir),
+            progress=progress,
+            notify=_notify(args),
+        )
+    elif args.against is not None:
         from perfgate.check.paired import run_paired_check
 
         result = run_paired_check(
@@ -671,7 +694,7 @@ def command_check(args: argparse.Namespace) -> int:
     if result.run is not None:
         run = replace(result.run, gate=gate_record(result, args.baseline_dir))
         result = replace(result, run=run)
-        sys.stdout.write(format_run(run) + "\n")
+        sys.stdout.write(format_run(run, peak_tflops=gate_settings.project.peak_tflops) + "\n")
         _write_json(run, args.json)
         if not _measured(run) and not result.verdicts:  # nothing measured, and nothing had a baseline
             return EXIT_WORKLOAD_FAILED
@@ -746,6 +769,7 @@ def command_calibrate(args: argparse.Namespace) -> int:
 def command_update(args: argparse.Namespace) -> int:
     from perfgate.measure.environment import require_clean_tree
     from perfgate.measure.lab import run_lab
+    from perfgate.project import load_project_config
     from perfgate.records.baselines import BaselineStore
     from perfgate.report.text import format_run, format_updates
 
@@ -754,7 +778,7 @@ def command_update(args: argparse.Namespace) -> int:
     if not args.allow_dirty:
         require_clean_tree(Path.cwd(), store.directory)
     result = run_lab(references, settings, _progress(args))
-    sys.stdout.write(format_run(result) + "\n")
+    sys.stdout.write(format_run(result, peak_tflops=load_project_config().peak_tflops) + "\n")
     _write_json(result, args.json)
     if not _measured(result):
         return EXIT_WORKLOAD_FAILED
@@ -870,7 +894,8 @@ def command_report(args: argparse.Namespace) -> int:
                 where=str(args.results),
                 hint="chart the results of perfgate check --json, or leave out --png",
             )
-        _write_outputs(args, lambda form: render_lab(run, form, details=details, limit=limit))
+        peaks = load_project_config().peak_tflops
+        _write_outputs(args, lambda form: render_lab(run, form, details=details, limit=limit, peak_tflops=peaks))
         return EXIT_OK
     result = judge_saved(run, load_project_config(), args.baseline_dir)
     diagnoses = diagnose(result)
@@ -890,7 +915,8 @@ def command_report(args: argparse.Namespace) -> int:
             details=details,
             limit=limit,
         )
-        return (format_run(run) + "\n" if form == "text" and run.workloads else "") + text
+        lab = format_run(run, peak_tflops=result.settings.project.peak_tflops) + "\n"
+        return (lab if form == "text" and run.workloads else "") + text
 
     _write_outputs(args, render)
     return EXIT_OK

@@ -171,6 +171,12 @@ ACCEPT_FROM = Option(
     "COMMIT",
 )
 FAIL_ON_INCONCLUSIVE = Option("fail-on-inconclusive", "fail the build when a verdict stays inconclusive", flag=True)
+COUNTS_ONLY = Option(
+    "counts-only",
+    "judge by the exact counts alone (FLOPs, operators, graph breaks, parameters, allocated peak): one untimed "
+    "counting trial per config and side, no statistics; a CPU runner can gate a model that trains on GPUs",
+    flag=True,
+)
 ALLOW_DIRTY = Option(
     "allow-dirty",
     "write baselines even with uncommitted changes to tracked files (they must match a commit)",

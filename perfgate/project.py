@@ -9,17 +9,23 @@ alpha = 0.01                # significance level of a check
 max_trials = 8              # power-aware checks stop adding trials here
 nproc = 2                   # ranks per trial: data-parallel under torchrun (a Workload's own nproc wins)
 benchmark_noise = "10%"     # pytest-benchmark tests: how much a session's speed varies from session to session
+peak_tflops = { bf16 = 989, fp32 = 67 }  # one GPU's dense peak TFLOP/s, for the utilisation (judge/utilisation.py)
 
 [tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
 "vision-small" = { throughput = "10%" }
 "*/bf16-compile" = { memory = "10%" }
 "lm-small/bf16-compile" = { throughput = "8%", memory = "10%" }
+
+[tool.perfgate.counts]      # exact counts' tolerances on growth (judge/counts.py); "report": shown, never failing
+flops_per_sample = "2%"
+graph_breaks = 0
 ```
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -43,8 +49,13 @@ KEYS = (
     "thresholds",
     "benchmark_noise",
     "diagnosis",
+    "counts",
+    "peak_tflops",
 )
 METRICS = ("throughput", "memory")
+# `peak_tflops`' keys: a GPU's dense peak TFLOP/s for bf16 (tensor cores) and fp32 (without them), replacing the
+# figures of `perfgate.judge.utilisation.GPU_PEAKS` for the model FLOPs utilisation
+PEAK_DTYPES = ("bf16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,27 @@ class DiagnosisThresholds:
     imbalance_growth: float = 0.05  # ... one rank's lead over the others (outside the all-reduce) grew by this share
 
 
+REPORT = "report"  # a count's tolerance that shows the count and never fails the build
+ABSOLUTE_COUNTS = ("graph_breaks", "recompiles")  # tolerated as new ones, not as a share of the base's
+
+
+@dataclass(frozen=True)
+class CountTolerances:
+    """How much each exact count may grow before the build fails (`[tool.perfgate.counts]`, same names): a share
+    of the other side's count, new graph breaks and recompiles as a number, or `REPORT` (shown, never failing)."""
+
+    # FLOPs per sample: exact, and one more layer moves it by far more (a GPT-2 block: +38%); 2% leaves room for
+    # a bias or a loss term, as PyTorch gates its instruction counts at about 1.5%
+    flops_per_sample: float | str = 0.02
+    # operators and kernels a step: a small refactor adds a view or a copy (5% of the GPT-2's 400 is 20)
+    operators_per_step: float | str = 0.05
+    kernels_per_step: float | str = 0.05
+    allocated_peak_bytes: float | str = 0.05  # as the peak-memory threshold
+    parameters: float | str = 0.0  # any growth: a bigger model is a decision, said with Perf-Accept
+    graph_breaks: int | str = 0  # any new one: a break splits the compiled graph
+    recompiles: int | str = 0
+
+
 @dataclass(frozen=True)
 class Limits:
     """The thresholds that apply to one workload and config."""
@@ -97,6 +129,8 @@ class ProjectConfig:
     benchmark_noise: float | None = None
     diagnosis: dict[str, float] = field(default_factory=dict)  # DiagnosisThresholds' names
     history: Path | None = None  # the history folder (`check --record`, `perfgate history`), relative to base_dir
+    counts: CountTolerances = field(default_factory=CountTolerances)  # `[tool.perfgate.counts]`
+    peak_tflops: dict[str, float] = field(default_factory=dict)  # the GPU's dense peak by PEAK_DTYPES, TFLOP/s
 
     def diagnosis_thresholds(self) -> DiagnosisThresholds:
         """The diagnosis rules' thresholds: the defaults with this project's values."""
@@ -238,6 +272,8 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         benchmark_noise=_optional_fraction(section, "benchmark_noise", source),
         diagnosis=_diagnosis(section.get("diagnosis", {}), f"{source} diagnosis"),
         history=_folder(section, "history", source, directory),
+        counts=_count_tolerances(section.get("counts", {}), f"{source} counts"),
+        peak_tflops=_peak_tflops(section.get("peak_tflops", {}), f"{source} peak_tflops"),
     )
 
 
@@ -264,6 +300,55 @@ def _diagnosis(values: Any, where: str) -> dict[str, float]:
             raise UsageError(f"unknown rule threshold {key!r}", where=where, hint=_suggest(str(key), names))
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise UsageError(f"{key} must be a positive number, got {value!r}", where=where)
+        parsed[key] = float(value)
+    return parsed
+
+
+def _count_tolerances(values: Any, where: str) -> CountTolerances:
+    """`[tool.perfgate.counts]`: CountTolerances' names, each a share ("2%", 0.02, 0 for any growth), a whole
+    number of new breaks or recompiles, or "report"."""
+    names = tuple(f.name for f in fields(CountTolerances))
+    if not isinstance(values, dict):
+        raise UsageError("counts must be a table", where=where, hint='write flops_per_sample = "2%"')
+    parsed: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in names:
+            raise UsageError(f"unknown count {key!r}", where=where, hint=_suggest(str(key), names))
+        if value == REPORT:
+            parsed[key] = REPORT
+        elif key in ABSOLUTE_COUNTS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UsageError(
+                    f"{key} must be a whole number of new ones (0 or more) or {REPORT!r}, got {value!r}",
+                    where=f"{where}.{key}",
+                    hint=f'write {key} = 0 (any new one fails) or {key} = "{REPORT}"',
+                )
+            parsed[key] = value
+        elif (value.strip() if isinstance(value, str) else value) in (0, "0", "0%") and not isinstance(value, bool):
+            parsed[key] = 0.0  # any growth fails
+        else:
+            try:
+                parsed[key] = parse_fraction(value, f"{where}.{key}")
+            except UsageError as exc:
+                raise UsageError(
+                    exc.what,
+                    where=f"{where}.{key}",
+                    hint=f'write a percentage such as "5%" (or 0.05), "0%" for any growth, or "{REPORT}"',
+                ) from exc
+    return CountTolerances(**parsed)
+
+
+def _peak_tflops(values: Any, where: str) -> dict[str, float]:
+    """`peak_tflops = {bf16 = 989, fp32 = 67}`: the GPU's dense peak TFLOP/s by PEAK_DTYPES, each a positive number."""
+    hint = "write peak_tflops = {bf16 = 989, fp32 = 67} (dense TFLOP/s of one GPU)"
+    if not isinstance(values, dict):
+        raise UsageError("peak_tflops must be a table of TFLOP/s by dtype", where=where, hint=hint)
+    parsed = {}
+    for key, value in values.items():
+        if key not in PEAK_DTYPES:
+            raise UsageError(f"unknown dtype {key!r}", where=where, hint=_suggest(str(key), PEAK_DTYPES))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise UsageError(f"{key} must be a positive number of TFLOP/s, got {value!r}", where=where, hint=hint)
         parsed[key] = float(value)
     return parsed
 

@@ -642,6 +642,7 @@ class PerfgateSession:
             micro_updates=self.micro_updates,
             micro_paired=self.micro_paired is not None,
             problems=self.problems,
+            peak_tflops=self.settings.project.peak_tflops,
         )
         if text:
             terminalreporter.write_sep("=", "perfgate")

@@ -203,6 +203,17 @@ def test_the_nproc_input_reaches_perfgate(gated_project, tmp_path):
 
 
 @pytest.mark.e2e
+def test_the_counts_only_input_judges_by_the_baselines_counts(gated_project, tmp_path):
+    inputs = {"args": CHECK_ARGS, "configs": "fp32", "counts-only": "true"}
+    code, summary, outputs, _ = run_action(gated_project, tmp_path, inputs)
+    assert code == 0 and outputs["verdict"] == "pass", summary
+    assert "Judged by the exact counts alone (`--counts-only`)" in summary
+    (row,) = [line for line in summary.splitlines() if line.startswith("| fp32 |")]  # the counts table's
+    assert "->" not in row  # every count as the baseline's
+    assert "Note: stored baselines" not in summary  # counts have no session noise to warn of
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("inputs", "literal"),
     [

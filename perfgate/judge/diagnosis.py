@@ -10,15 +10,25 @@ the change in step time. The rules read the same figures:
   CPU per step grew and took cores the compute phases needed (`_contention_s`); hints come from the
   DataLoader settings;
 - model compute: forward, backward and optimizer growth explains most of a slower step (a regression
-  verdict, or early evidence beyond the trials' noise: on a noisy machine one trial's step proves nothing);
+  verdict, or early evidence beyond the trials' noise: on a noisy machine one trial's step proves nothing),
+  or, counted exactly, FLOPs per sample grew (`FLOPs per sample +38% (the model grew)`), ranked by what the
+  phases or the added FLOPs at the baseline's time per FLOP explain, whichever is more;
 - tail latency: p95 over p50 step time of tail_ratio or more, and tail_ratio times the baseline's (a lone
   slow step moves no p95: it is no finding);
 - memory: memory in use rising step over step (a least-squares slope of memory_growth_kib per step or
   more, correlation with the step number memory_growth_fit or more: something keeps tensors or autograd
-  graphs alive, the classic being a loss summed without `.item()`), or a peak-memory regression;
+  graphs alive, the classic being a loss summed without `.item()`), or a peak-memory regression, or a counted
+  allocated peak that grew, whose figure then leads the peak's finding (`allocated peak +24% (28.5 MiB ->
+  35.4 MiB)`);
 - framework overhead: a step calling torch_calls_growth times the baseline's torch functions, each
   added call costing at most call_overhead_us of step time (many small operations: Python and
-  dispatch overhead, not compute), or more torch.compile graph breaks;
+  dispatch overhead, not compute), or, counted exactly on one device type, more operators a step with FLOPs
+  per sample unchanged (`+120 operators a step`, each costing at most call_overhead_us; costlier ones are
+  model compute the FLOP count leaves out), or more torch.compile graph breaks (with their places) or
+  recompiles (with the guard that failed);
+- runtime or machine: a slower step with every count unchanged does the same work; unless the data
+  pipeline (whose finding then carries the counts), framework overhead, memory growth or a rank explains it,
+  the finding says what is left: the data pipeline, the runtime or the machine;
 - accelerator utilisation (CUDA, with nvidia-ml-py), from the system sampler during the timed steps,
   with SageMaker Debugger's published defaults: GPU utilisation p95 under gpu_low_percent (low utilisation),
   or GPU under gpu_idle_percent on average while the busiest CPU core is over cpu_busy_percent (a CPU bottleneck);
@@ -30,6 +40,13 @@ the change in step time. The rules read the same figures:
 - numerics: a config that failed with a NaN or infinite loss;
 - operators (with `--profile`): the operators whose self time per step grew most against the
   baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
+
+The exact counts (`Counts`: one untimed step on each side) are stronger evidence than the timed phases: where
+both sides have them, operators that grew replace the torch calls (which FLOPs that grew silence: the calls came
+with compute), the counted graph breaks replace the trials' figure, and a slower step with unchanged counts is
+no model-compute finding; where the base has none (baseline files written before them) nothing here reads
+them. A count moved when it changed beyond `COUNT_TOLERANCES` (the counts gate's defaults); operators, kernels
+and the allocated peak are compared only between counts on one device type (`DEVICE_DEPENDENT_COUNTS`).
 
 Each finding is one line plus its evidence. The findings are ranked by what explains the change (see
 `_strength`): with a slower step, the part that explains most of its growth leads and memory follows;
@@ -46,16 +63,16 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfgate.formatting import format_bytes
+from perfgate.formatting import format_bytes, format_names
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry, of_trials, signed_bytes
 from perfgate.judge.verdict import GateResult, Status
-from perfgate.project import DiagnosisThresholds
+from perfgate.project import CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
 from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Profile
+from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Profile
 from perfgate.records.summary import PHASES, operator_self_s, percentile
 
 Thresholds = DiagnosisThresholds  # the name the rules use
@@ -71,6 +88,32 @@ SUSPECT_OF_PHASE = {
     "backward": "model compute",
     "optimizer": "model compute",
 }
+# The step's exact counts (`Counts`, counted on both sides): a count moved when it changed by more than the counts
+# gate's default tolerance for it (`project.CountTolerances`): FLOPs per sample 2%, operators and kernels a step 5%,
+# the allocated peak 5%; parameters, graphs, graph breaks and recompiles at any change.
+COUNT_TOLERANCES = {
+    name: float(value)
+    for name, value in vars(CountTolerances()).items()
+    if isinstance(value, float) and name not in ("graph_breaks", "recompiles")
+}
+COUNT_NAMES = {
+    "flops_per_sample": "FLOPs per sample",
+    "operators_per_step": "operators a step",
+    "kernels_per_step": "kernels a step",
+    "parameters": "parameters",
+    "trainable_parameters": "trainable parameters",
+    "allocated_peak_bytes": "allocated peak",
+    "graphs": "compiled graphs",
+    "graph_breaks": "graph breaks",
+    "recompiles": "recompiles",
+}
+SAME_WORK = "runtime or machine"  # the suspect of a slower step whose every count is unchanged
+FLOPS_LINE = "model compute: FLOPs per sample"  # how a model-compute finding the counts prove begins
+ALLOCATED_KINDS = {
+    "cuda-max-allocated": "the CUDA allocator's peak of allocated bytes over one untimed step",
+    "cpu-live-storage": "the peak of live tensor storage over one untimed eager step (what the step allocates on top "
+    "of the model's, the optimizer's and the batch's tensors)",
+}
 
 
 @dataclass(frozen=True)
@@ -79,7 +122,8 @@ class Finding:
     line: str
     evidence: tuple[str, ...] = ()
     standing: bool = False  # true of the baseline as well: worth knowing, but it explains no change
-    explains: float | None = None  # the share of the slower step it explains, where not by phases (the ranks' rules)
+    # the share of the slower step it explains, where not by phases alone (the ranks' rules, FLOPs that grew)
+    explains: float | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +225,12 @@ class Diagnosis:
         lead = next((f for f in self.findings if f.suspect == self.suspect), None)
         if lead is not None and lead.explains is not None:
             return lead.explains if lead.explains > 0 else None
-        names = {"data pipeline": DATA, "model compute": COMPUTE, "framework overhead": COMPUTE}.get(self.suspect or "")
+        names = {
+            "data pipeline": DATA,
+            "model compute": COMPUTE,
+            "framework overhead": COMPUTE,
+            SAME_WORK: COMPUTE,
+        }.get(self.suspect or "")
         if names is None:
             return None
         share = _explained(self.phases, names, self.contention_s + self.comm_s)
@@ -306,16 +355,19 @@ def diagnose_config(
     grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
     pipeline = _Pipeline(measured.settings, base_settings, cores, loader_cpu, contention)
     ranks = _ranks(baseline, ok, steps, step, slowdown, th, session_noise)
+    counted = _counted(baseline, ok)  # None without counts on both sides (baselines written before them)
+    added = _added_operators(counted, ok, baseline, step, th)
     findings = [
         *ranks.findings,
         *_data_pipeline(phases, step_s, pipeline, slowdown, th, changes),
-        *_model_compute(phases, slowdown, th, changes, grown, contention + ranks.waited_s),
+        *_model_compute(phases, slowdown, th, changes, grown, contention + ranks.waited_s, counted, added),
         *_tail_latency(step_s, baseline, slowdown, th),
-        *_memory(ok, baseline, memory_regressed, th),
-        *_framework(ok, baseline, th, step),
+        *_memory(ok, baseline, memory_regressed, th, counted),
+        *_framework(ok, baseline, th, step, counted, added),
         *_utilisation(ok, th),
         *_operators(baseline, profile),
     ]
+    findings = _same_work(findings, counted, slowdown, phases, th, machine_ratio)
     findings.sort(key=lambda f: _strength(f, phases, slowdown, contention + ranks.waited_s), reverse=True)
     compile_s = _compile_times(ok, baseline)
     return Diagnosis(
@@ -732,9 +784,16 @@ def _model_compute(
     changes: Sequence[str] = (),
     operators: Sequence[tuple[str, float, float]] = (),
     contention_s: float = 0.0,
+    counted: _Counted | None = None,
+    added: _AddedOperators | None = None,
 ) -> list[Finding]:
+    """The compute phases explain most of a slower step; or, from the counts, FLOPs per sample grew (the finding
+    then leads by what the added FLOPs explain, `_flops_share`, or the phases, whichever is more: an exact count
+    is stronger evidence than a timed phase). With every count unchanged the model does the same work, and
+    `_same_work` says what that leaves instead."""
     explains = _explained(phases, COMPUTE, contention_s) if slower else 0.0
-    if explains < th.explains:
+    flops = counted.growth("flops_per_sample") if counted is not None else None
+    if flops is None and (explains < th.explains or (counted is not None and counted.same_work)):
         return []
     grown = sorted((p for p in phases if p.phase in COMPUTE), key=lambda p: p.change_s, reverse=True)
     evidence = tuple(_per_step(p) for p in grown) + tuple(
@@ -745,11 +804,31 @@ def _model_compute(
     carrying = [p for p in grown if p.change_s > 0.2 * growth * explains] or grown[:1]
     names = " and ".join(PHASE_NAMES.get(p.phase, p.phase) for p in carrying)
     line = f"model compute: {names} explain{'s' if len(carrying) == 1 else ''} {explains:.0%} of the slower step"
+    share = None
+    if counted is not None and flops is not None:
+        flops_share = _flops_share(phases, flops) if slower else 0.0
+        share = max(explains, flops_share) if slower else None
+        grew = "the model grew" if counted.growth("parameters") is not None else "the same parameters do more work"
+        why = f"{FLOPS_LINE} {_percent(flops)} ({grew})"
+        if explains >= th.explains:
+            line = f"{why}; {line.removeprefix('model compute: ')}"
+        elif flops_share > 0:
+            line = f"{why}; at the baseline's time per FLOP that is {flops_share:.0%} of the slower step"
+        else:
+            line = why + ("" if slower else "; the step is not measurably slower")
+        figures = [counted.figure(n) for n in ("flops_per_sample", "parameters", "operators_per_step")]
+        evidence = ("counted exactly: " + ", ".join(f for f in figures if f), *evidence)
+    elif added is not None and not added.dispatch_sized:
+        # Operators grew with FLOPs unchanged, each costing more than dispatch: work the FLOP count leaves out.
+        line += (
+            f"; +{added.now - added.before:,} operators a step, {added.flops}, {1e6 * added.per_operator_s:.0f} us "
+            "each: work the FLOP count leaves out (elementwise operations, copies)"
+        )
     if operators:
         name, before, now = operators[0]
         line += f"; {name} +{1000 * (now - before):.2f} ms per step"
     line += "; look at the model code this change touched"
-    return [Finding("model compute", line, evidence)]
+    return [Finding("model compute", line, evidence, explains=share)]
 
 
 def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None, slower: bool, th: Thresholds) -> list[Finding]:
@@ -775,8 +854,14 @@ def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None, slower:
 
 
 def _memory(
-    trials: Sequence[TrialResult], baseline: ConfigEntry | None, regressed: bool, th: Thresholds
+    trials: Sequence[TrialResult],
+    baseline: ConfigEntry | None,
+    regressed: bool,
+    th: Thresholds,
+    counted: _Counted | None = None,
 ) -> list[Finding]:
+    """Memory growth step over step, and the peak: the verdict's peak-memory regression and, from the counts, an
+    allocated peak that grew, which leads the peak's finding with its figure (`_allocated`)."""
     findings = []
     fits = [_growth(t.memory_step_bytes) for t in trials if len(t.memory_step_bytes) >= 4]
     if fits:
@@ -796,9 +881,40 @@ def _memory(
                     ),
                 )
             )
+    allocated = _allocated(counted)
     if regressed:
-        findings.append(_peak_memory_regression(trials, baseline))
+        finding = _peak_memory_regression(trials, baseline)
+        if allocated is not None:
+            line, evidence = allocated
+            finding = Finding("memory", f"{line}; {finding.line}", (*evidence, *finding.evidence))
+        elif counted is not None and (pair := counted.pair("allocated_peak_bytes")) is not None:
+            was, now = (format_bytes(int(v)) for v in pair)
+            unchanged = (
+                f"the allocated peak of one counted step is unchanged ({was} -> {now}): the growth is not in what a "
+                "step allocates (the allocator's cache, the DataLoader workers, libraries, or memory kept from step "
+                "to step)"
+            )
+            finding = Finding("memory", finding.line, (*finding.evidence, unchanged))
+        findings.append(finding)
+    elif allocated is not None:
+        findings.append(Finding("memory", *allocated))
     return findings
+
+
+def _allocated(counted: _Counted | None) -> tuple[str, tuple[str, ...]] | None:
+    """`memory: allocated peak +24% (28.5 MiB -> 35.4 MiB)` and its evidence, where the counted allocated peak grew
+    beyond its tolerance (on one device type, by one measure); None otherwise."""
+    growth = counted.growth("allocated_peak_bytes") if counted is not None else None
+    pair = counted.pair("allocated_peak_bytes") if counted is not None else None
+    if counted is None or growth is None or pair is None:
+        return None
+    was, now = (format_bytes(int(v)) for v in pair)
+    line = f"memory: allocated peak {_percent(growth)} ({was} -> {now})"
+    kind = ALLOCATED_KINDS.get(counted.head.allocated_kind or "", f"counted as {counted.head.allocated_kind}")
+    return line, (
+        f"counted exactly: {kind}",
+        "a larger activation, a tensor kept alive longer, a wider dtype or more optimizer state",
+    )
 
 
 def _peak_memory_regression(trials: Sequence[TrialResult], baseline: ConfigEntry | None) -> Finding:
@@ -817,25 +933,47 @@ def _peak_memory_regression(trials: Sequence[TrialResult], baseline: ConfigEntry
     return Finding("memory", line, (peaks.note,) if peaks.note else ())
 
 
+def _step_growth(
+    trials: Sequence[TrialResult], baseline: ConfigEntry, step: Movement | None
+) -> tuple[float, float, float]:
+    """The median step before and now, and the least growth the trials support: two standard errors under the
+    measured one (a machine that slowed by chance does not make added calls costly); seconds."""
+    step_now = statistics.median(s for t in trials for s in t.step_s)
+    step_before = statistics.median(t.step_p50_s for t in baseline.trials if t.step_p50_s) if baseline.trials else 0.0
+    growth = step_now - step_before
+    if step is not None and step.noise_s is not None:
+        growth = min(growth, step.change_s - 2 * step.noise_s)
+    return step_before, step_now, growth
+
+
 def _framework(
-    trials: Sequence[TrialResult], baseline: ConfigEntry | None, th: Thresholds, step: Movement | None = None
+    trials: Sequence[TrialResult],
+    baseline: ConfigEntry | None,
+    th: Thresholds,
+    step: Movement | None = None,
+    counted: _Counted | None = None,
+    added: _AddedOperators | None = None,
 ) -> list[Finding]:
-    """Framework overhead from the counts of one eager step; `step`: how the step changed, with its noise."""
+    """Framework overhead from the counts of one eager step; `step`: how the step changed, with its noise. With
+    exact counts on both sides (`counted`), operators that grew while FLOPs did not (`added`) replace the torch
+    calls (the same question, counted by the dispatcher), and the torch calls say nothing where FLOPs grew (the
+    added calls came with compute); graph breaks and recompiles come from the counts, with their places."""
     if baseline is None:
         return []
     findings = []
     calls = [t.torch_calls_per_step for t in trials if t.torch_calls_per_step]
     base_calls = [t.torch_calls_per_step for t in baseline.trials if t.torch_calls_per_step]
-    step_now = statistics.median(s for t in trials for s in t.step_s)
-    step_before = statistics.median(t.step_p50_s for t in baseline.trials if t.step_p50_s) if baseline.trials else 0.0
-    if calls and base_calls:
+    step_before, step_now, growth = _step_growth(trials, baseline, step)
+    if added is not None and added.dispatch_sized:
+        # The torch calls, where they grew too, are this finding's evidence: one finding for one cause.
+        grown_calls: tuple[str, ...] = ()
+        if calls and base_calls and (now := statistics.median(calls)) > (before := statistics.median(base_calls)):
+            grown_calls = (f"a step calls {now:g} torch functions, {now / before:.1f}x the baseline's {before:g}",)
+        findings.append(_operators_finding(added, grown_calls))
+    elif calls and base_calls and not (counted is not None and counted.growth("flops_per_sample") is not None):
         now, before = statistics.median(calls), statistics.median(base_calls)
-        # Step time added per added call: the least growth the trials support (two standard errors under the
-        # measured one; a machine that slowed by chance does not make the calls costly), and a step no
-        # slower means the calls cost next to nothing.
-        growth = step_now - step_before
-        if step is not None and step.noise_s is not None:
-            growth = min(growth, step.change_s - 2 * step.noise_s)
+        # Step time added per added call: the least growth the trials support, and a step no slower means the
+        # calls cost next to nothing.
         per_call = max(0.0, growth) / (now - before) if now > before else math.inf
         if now >= th.torch_calls_growth * before and per_call <= th.call_overhead_us / 1e6:
             findings.append(
@@ -872,7 +1010,9 @@ def _framework(
     breaks = [(t.compile_stats or {}).get("graph_breaks") for t in trials]
     base_breaks = [t.graph_breaks for t in baseline.trials if t.graph_breaks is not None]
     now_breaks = max((b for b in breaks if b is not None), default=None)
-    if now_breaks is not None and base_breaks and now_breaks > max(base_breaks):
+    if counted is not None and any(counted.pair(n) is not None for n in ("graph_breaks", "recompiles")):
+        findings.extend(_compile_counts(counted))  # counted, with where each break is: the trials' figure says less
+    elif now_breaks is not None and base_breaks and now_breaks > max(base_breaks):
         findings.append(
             Finding(
                 "framework overhead",
@@ -909,6 +1049,234 @@ def _operators(baseline: ConfigEntry | None, profile: Profile | None) -> list[Fi
         ]
     evidence = tuple(f"{name}: {1000 * before:.3f} -> {1000 * now:.3f} ms per step" for name, before, now in grown)
     return [Finding("operators", f"operators: {grown[0][0]} grew most", (*evidence, trace))]
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """The step's exact counts on both sides: the base's (`ConfigEntry.counts`) and this run's (one ok trial's:
+    every trial counts the same step)."""
+
+    base: Counts
+    head: Counts
+
+    @property
+    def same_device(self) -> bool:
+        return self.base.device == self.head.device
+
+    def pair(self, name: str) -> tuple[float, float] | None:
+        """A count on both sides; None where a side did not count it, or where it is the device's
+        (`DEVICE_DEPENDENT_COUNTS`) and the sides counted on different device types (the allocated peak: or by
+        different measures)."""
+        if name in DEVICE_DEPENDENT_COUNTS and not self.same_device:
+            return None
+        if name == "allocated_peak_bytes" and self.base.allocated_kind != self.head.allocated_kind:
+            return None
+        before, now = getattr(self.base, name), getattr(self.head, name)
+        return None if before is None or now is None else (float(before), float(now))
+
+    def growth(self, name: str) -> float | None:
+        """The count's relative growth, where it grew beyond its tolerance (`COUNT_TOLERANCES`); else None."""
+        pair = self.pair(name)
+        if pair is None or pair[1] <= pair[0] * (1 + COUNT_TOLERANCES.get(name, 0.0)):
+            return None
+        return pair[1] / pair[0] - 1 if pair[0] > 0 else math.inf
+
+    def moved(self, name: str) -> bool:
+        """The count changed, either way, beyond its tolerance."""
+        pair = self.pair(name)
+        return pair is not None and abs(pair[1] - pair[0]) > COUNT_TOLERANCES.get(name, 0.0) * pair[0]
+
+    @property
+    def same_work(self) -> bool:
+        """Every count that both sides counted is unchanged (within its tolerance), FLOPs or operators among them."""
+        compared = [name for name in COUNT_NAMES if self.pair(name) is not None]
+        work = {"flops_per_sample", "operators_per_step"} & set(compared)
+        return bool(work) and not any(self.moved(name) for name in compared)
+
+    def figure(self, name: str) -> str:
+        """`FLOPs per sample 2.14e8 -> 2.96e8`; empty where the count is not compared."""
+        pair = self.pair(name)
+        if pair is None:
+            return ""
+        return f"{COUNT_NAMES[name]} {_count_text(name, pair[0])} -> {_count_text(name, pair[1])}"
+
+    def figures(self) -> list[str]:
+        """Each compared count's figure (trainable parameters only where they are not all the parameters)."""
+        trainable_all = all(c.trainable_parameters == c.parameters for c in (self.base, self.head))
+        names = [n for n in COUNT_NAMES if not (n == "trainable_parameters" and trainable_all)]
+        return [f for f in map(self.figure, names) if f]
+
+
+def _counted(baseline: ConfigEntry | None, ok: Sequence[TrialResult]) -> _Counted | None:
+    """Both sides' counts; None where either side has none (a baseline file written before counts were kept)."""
+    head = next((t.counts for t in ok if t.counts is not None), None)
+    if baseline is None or baseline.counts is None or head is None:
+        return None
+    return _Counted(baseline.counts, head)
+
+
+def _count_text(name: str, value: float) -> str:
+    """`2.14e8` FLOPs, `28.5 MiB`, `1,234` operators."""
+    if name == "allocated_peak_bytes":
+        return format_bytes(int(value))
+    if name == "flops_per_sample":
+        mantissa, _, exponent = f"{value:.3g}".partition("e")
+        return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+    return f"{int(value):,}"
+
+
+def _percent(growth: float) -> str:
+    """`+38%`; a count that was 0 grew `from 0`."""
+    return f"{growth:+.0%}" if math.isfinite(growth) else "from 0"
+
+
+def _flops_share(phases: Sequence[PhaseChange], growth: float) -> float:
+    """The share of the slower step that FLOPs per sample grown by `growth` explain at the baseline's time per FLOP:
+    the compute phases' baseline time grown in proportion, over the step's growth; 1 at most, 0 without a baseline
+    or a step that grew."""
+    if any(p.baseline_s is None for p in phases):
+        return 0.0
+    step_growth = sum(p.change_s for p in phases)
+    if step_growth <= 0:
+        return 0.0
+    compute_before = sum(p.baseline_s or 0.0 for p in phases if p.phase in COMPUTE)
+    return min(1.0, compute_before * growth / step_growth)
+
+
+@dataclass(frozen=True)
+class _AddedOperators:
+    """Operators a step that grew (beyond their tolerance, on one device type) while FLOPs per sample did not."""
+
+    before: int
+    now: int
+    flops: str  # `FLOPs per sample unchanged` (or `-20%`, or `not compared` where a side did not count them)
+    step_before_s: float
+    step_now_s: float
+    per_operator_s: float  # step time per added operator: the least growth the trials support (`_step_growth`)
+    dispatch_sized: bool  # at most call_overhead_us each: framework overhead, not compute
+
+
+def _added_operators(
+    counted: _Counted | None, ok: Sequence[TrialResult], baseline: ConfigEntry | None, step: Movement, th: Thresholds
+) -> _AddedOperators | None:
+    pair = counted.pair("operators_per_step") if counted is not None else None
+    if counted is None or baseline is None or pair is None or counted.growth("operators_per_step") is None:
+        return None
+    if counted.growth("flops_per_sample") is not None:
+        return None  # the model grew: its operators with it (`_model_compute`)
+    before, now = int(pair[0]), int(pair[1])
+    flops = counted.pair("flops_per_sample")
+    if flops is None:
+        flops_text = "FLOPs per sample not compared"
+    elif counted.moved("flops_per_sample") and flops[0] > 0:
+        flops_text = f"FLOPs per sample {_percent(flops[1] / flops[0] - 1)}"
+    else:
+        flops_text = "FLOPs per sample unchanged"
+    step_before, step_now, growth = _step_growth(ok, baseline, step)
+    per_operator = max(0.0, growth) / (now - before)
+    dispatch_sized = per_operator <= th.call_overhead_us / 1e6
+    return _AddedOperators(before, now, flops_text, step_before, step_now, per_operator, dispatch_sized)
+
+
+def _operators_finding(added: _AddedOperators, calls: tuple[str, ...] = ()) -> Finding:
+    """`framework overhead: +120 operators a step (400 -> 520), FLOPs per sample unchanged`; `calls`: the torch
+    calls' figure, where they grew too."""
+    return Finding(
+        "framework overhead",
+        f"framework overhead: +{added.now - added.before:,} operators a step ({added.before:,} -> {added.now:,}), "
+        f"{added.flops}",
+        (
+            *calls,
+            f"step time {1000 * added.step_before_s:.2f} -> {1000 * added.step_now_s:.2f} ms: each added operator "
+            f"costs {1e6 * added.per_operator_s:.1f} us, dispatch-sized, not compute",
+            "many small operations spend their time in Python and dispatch, not in compute",
+            "fuse or vectorise them, or try torch.compile (the bf16-compile config)",
+        ),
+    )
+
+
+def _compile_counts(counted: _Counted) -> list[Finding]:
+    """New torch.compile graph breaks, named by where they happen, and new recompiles, by the guard that failed."""
+    findings = []
+    breaks = counted.pair("graph_breaks")
+    if breaks is not None and breaks[1] > breaks[0]:
+        places = [p for p in counted.head.break_places if p not in counted.base.break_places]
+        places = places or counted.head.break_places
+        where = format_names(list(dict.fromkeys(p.split(": ", 1)[0] for p in places)), shown=3)
+        findings.append(
+            Finding(
+                "framework overhead",
+                f"framework overhead: torch.compile graph breaks {breaks[0]:g} -> {breaks[1]:g}"
+                + (f", at {where}" if where else ""),
+                (
+                    *places,
+                    "each break returns to Python between compiled graphs"
+                    + ("" if places else "; TORCH_LOGS=graph_breaks shows where"),
+                ),
+            )
+        )
+    recompiles = counted.pair("recompiles")
+    if recompiles is not None and recompiles[1] > recompiles[0]:
+        reasons = [r for r in counted.head.recompile_reasons if r not in counted.base.recompile_reasons]
+        reasons = reasons or counted.head.recompile_reasons
+        first = f": {reasons[0]}" + (f" and {len(reasons) - 1} more" if len(reasons) > 1 else "") if reasons else ""
+        findings.append(
+            Finding(
+                "framework overhead",
+                f"framework overhead: torch.compile recompiles {recompiles[0]:g} -> {recompiles[1]:g}{first}",
+                (
+                    *reasons,
+                    "a guard failed (a changed shape, dtype or Python value), and the function was traced and "
+                    "compiled again; mark the dimension dynamic or keep the value fixed"
+                    + ("" if reasons else "; TORCH_LOGS=recompiles shows why"),
+                ),
+            )
+        )
+    return findings
+
+
+def _same_work(
+    findings: list[Finding],
+    counted: _Counted | None,
+    slower: bool,
+    phases: Sequence[PhaseChange],
+    th: Thresholds,
+    machine_ratio: float | None,
+) -> list[Finding]:
+    """A slower step whose every count is unchanged does the same work: the model did not slow it. Where the data
+    pipeline explains the change, its finding gets the counts as evidence; where nothing else does (no framework
+    overhead counted, no memory growth, no rank's rule that explains most of it), a finding says what is left:
+    the data pipeline, the runtime or the machine."""
+    if counted is None or not slower or not counted.same_work:
+        return findings
+    figures = "every count of the step is unchanged: " + ", ".join(counted.figures())
+    data = next((f for f in findings if f.suspect == "data pipeline" and not f.standing), None)
+    if data is not None:
+        return [replace(f, evidence=(*f.evidence, figures)) if f is data else f for f in findings]
+    if any(
+        not f.standing
+        and (
+            f.suspect == "framework overhead"
+            or f.line.startswith("memory growth")
+            or (f.explains is not None and f.explains >= th.explains)
+        )
+        for f in findings
+    ):
+        return findings
+    evidence = [figures]
+    if not counted.same_device:
+        evidence.append(
+            f"operators, kernels and the allocated peak are not compared: the baseline counted on "
+            f"{counted.base.device}, this run on {counted.head.device}"
+        )
+    evidence.extend(_per_step(p) for p in sorted(phases, key=lambda p: p.change_s, reverse=True) if p.change_s > 0)
+    if machine_ratio is not None:
+        evidence.append(f"the machine probe ran {machine_ratio:.2f}x as fast as when the baseline was measured")
+    line = (
+        f"{SAME_WORK}: the step is slower with every count unchanged, so the model does the same work; look at the "
+        "data pipeline, the runtime (torch and library versions, threads, backend settings) or the machine"
+    )
+    return [*findings, Finding(SAME_WORK, line, tuple(evidence))]
 
 
 def _utilisation(trials: Sequence[TrialResult], th: Thresholds) -> list[Finding]:
@@ -967,9 +1335,11 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
     compute, whose phases it grows; the data-parallel rules by what they explain (backward's wait for the
     all-reduce, a rank's lead), and a rank's load imbalance or straggling that explains most of it ahead of
     the job's phases, which show the same growth without the rank; a peak-memory regression and the rest
-    follow. Without a slower step,
-    what changed leads: a peak-memory regression, then framework counts. Standing conditions and operator
-    lists come last: they support, never lead."""
+    follow; FLOPs per sample that grew (exact counts) rank by what the phases or the added FLOPs explain, whichever
+    is more, and a step slower with every count unchanged (the runtime or the machine) by the compute phases' share.
+    Without a slower step, what changed leads: FLOPs per sample that grew (the model grew, and its memory with it),
+    a peak-memory regression, then framework counts. Standing conditions and operator lists come last: they
+    support, never lead."""
     if finding.standing:
         return -1.0
     if finding.suspect == "operators":
@@ -987,9 +1357,13 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
             return 2.0 + _explained(phases, COMPUTE, contention_s)
         if finding.suspect == "framework overhead":
             return 2.01 + _explained(phases, COMPUTE, contention_s)
+        if finding.suspect == SAME_WORK:
+            return 2.0 + _explained(phases, COMPUTE, contention_s)
         if finding.suspect == "memory":
             return 1.0
         return 0.5 if finding.suspect != "tail latency" else 0.1
+    if finding.line.startswith(FLOPS_LINE):
+        return 2.95  # the model grew: what else changed (its memory too) follows
     if finding.suspect == "memory":
         return 2.9
     if finding.suspect == "framework overhead":

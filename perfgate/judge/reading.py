@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from perfgate.judge.utilisation import WorkloadUtilisation
 from perfgate.records.summary import ConfigSummary
 
 # Below these the transition is "small" (the three-run lab's rule of thumb for bf16; compile's
@@ -23,8 +24,11 @@ class LabReading:
     lines: tuple[str, ...]
 
 
-def read_lab(summaries: Mapping[str, ConfigSummary | None]) -> LabReading:
-    """Interpret the speedups between configs that have results."""
+def read_lab(
+    summaries: Mapping[str, ConfigSummary | None], utilisation: WorkloadUtilisation | None = None
+) -> LabReading:
+    """Interpret the speedups between configs that have results; with the configs' `utilisation`, say how much of
+    the hardware each used."""
     fp32, bf16, compiled = (summaries.get(name) for name in ("fp32", "bf16", "bf16-compile"))
     lines: list[str] = []
     bf16_speedup = _ratio(bf16, fp32)
@@ -35,6 +39,8 @@ def read_lab(summaries: Mapping[str, ConfigSummary | None]) -> LabReading:
         lines.append(_read_compile(compile_speedup, _noise(compiled, bf16)))
     if (bf16_speedup or 0.0) >= BF16_SMALL and (compile_speedup or 0.0) >= COMPILE_SMALL:
         lines.append("Both transitions are large: there was room in precision and in fusion; take both.")
+    if utilisation is not None and utilisation.line is not None:
+        lines.append(utilisation.line)
     return LabReading(bf16_speedup, compile_speedup, tuple(lines))
 
 

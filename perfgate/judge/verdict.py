@@ -3,7 +3,9 @@
 `compare_run` judges a run against stored baselines, `compare_pairs` a paired check's head against
 its base; `fails_build` and `build_exit_code` are the one rule that turns verdicts into the build's
 answer. A slowdown accepted on purpose (`judge.acceptance`) is judged against its own bound and, within
-it, is `accepted`, which passes. Measuring until the verdicts are decided is `perfgate.check`'s work.
+it, is `accepted`, which passes. A step's exact counts (`judge.counts`) are judged beside, with no
+statistics: one that grew beyond its tolerance makes the config a regression. Measuring until the
+verdicts are decided is `perfgate.check`'s work.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from perfgate.errors import EXIT_NO_BASELINE, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, worst_exit_code
 from perfgate.judge.acceptance import Acceptance, unused
+from perfgate.judge.counts import CountsComparison, SideCounts, compare_sides, side_counts
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
 from perfgate.judge.settings import GateSettings, Look, Looks
 from perfgate.judge.stats import (
@@ -127,6 +130,7 @@ class ConfigVerdict:
     machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
     evidence: tuple[str, ...] = ()  # what else changed: the model's numerics, the data pipeline's output
     accepted: AcceptedSlowdown | None = None  # where a slowdown was accepted and the threshold alone did not pass
+    counts: CountsComparison | None = None  # the step's exact counts against the other side's (None: not counted)
 
     @property
     def throughput_verdict(self) -> Verdict | None:
@@ -175,8 +179,8 @@ class GateResult:
     @property
     def caveat(self) -> str | None:
         """What a check against stored baselines cannot promise, for every report of one."""
-        if self.against is not None or not self.verdicts:
-            return None
+        if self.against is not None or not self.verdicts or all(v.throughput is None for v in self.verdicts):
+            return None  # paired, nothing judged, or judged by exact counts alone (no session to differ)
         return (
             "stored baselines were measured in another session, and a whole session can run slower than another "
             "with the same code: this check's error rates hold only for a machine as steady as the baseline's. "
@@ -304,7 +308,11 @@ def compare_results(
 ) -> GateResult:
     """Judge saved results against the stored baselines for their machine, or against other saved results;
     a paired check's results against the base measured beside them. `family`: the divisors of alpha the check
-    used (its results file keeps them), else Holm's over these comparisons."""
+    used (its results file keeps them), else Holm's over these comparisons. Counting trials (`--counts-only`) are
+    judged by their counts alone (`judge_counts_only`)."""
+    counted = any(w.counted_only for w in candidate.workloads)
+    if counted and candidate.against is not None and baseline is None:
+        return judge_counts_only(candidate, settings)
     if candidate.against is not None and baseline is None:
         against = candidate.against
         if family is not None:
@@ -318,6 +326,8 @@ def compare_results(
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
+    if counted:
+        return judge_counts_only(candidate, settings, baselines=baselines, problems=problems)
     if family is not None:
         return _as_judged(_compare_run(candidate, baselines, settings, problems, looks, family), family)
     return compare_run(candidate, baselines, settings, problems, looks)
@@ -366,15 +376,19 @@ def compare_entries(
     paired: bool = False,
     base_name: str = "the baseline",
     family: Family | None = None,
+    base_counts: Mapping[str, SideCounts] | None = None,
+    head_counts: Mapping[str, SideCounts] | None = None,
 ) -> WorkloadVerdict:
-    """Judge one workload: comparability first, then each config's throughput and memory.
+    """Judge one workload: comparability first, then each config's throughput, memory and exact counts.
 
     `configs` are the configs the candidate ran (default: those it measured); `failures` gives the
     reason for each that produced no measurement, `failed_trials` how many trials of each failed.
     `looks` gives each config's look in a sequential check (none: one decision with the whole alpha).
     `paired`: the i-th trials of the two sides were measured side by side (a paired check). `family`: each
     config's divisors of alpha for throughput and memory, so the check keeps one false-alarm rate
-    (`one_error_rate`).
+    (`one_error_rate`). `base_counts`, `head_counts`: each config's counts picked from a side's trials
+    (`judge.counts.side_counts`, which also finds the counts its trials disagree on); a config left out has
+    its entry's counts.
     """
     name = candidate.workload
     changed = _workload_changes(baseline, candidate)
@@ -405,6 +419,7 @@ def compare_entries(
             settings.levels((looks or {}).get((name, config))),
             paired=paired,
             divisors=(family or {}).get((name, config), (1.0, 1.0)),
+            counts=((base_counts or {}).get(config), (head_counts or {}).get(config)),
         )
         evidence = tuple(data_evidence) + _numerics_evidence(
             baseline.configs.get(config), candidate.configs.get(config)
@@ -452,6 +467,7 @@ def _compare_run(
                 failed_trials={name: sum(1 for t in c.trials if not t.ok) for name, c in workload.configs.items()},
                 looks=looks,
                 family=family,
+                head_counts={name: side_counts(c.trials) for name, c in workload.configs.items()},
             )
         )
     return GateResult(workloads, settings, run, looks=dict(looks or {}))
@@ -503,6 +519,9 @@ def _compare_pairs(
             paired=True,
             base_name=against.ref,
             family=family,
+            # every ok trial of a side, paired or not: counts are the code's, not the pair's
+            base_counts={name: side_counts(c.trials) for name, c in base_workload.configs.items()},
+            head_counts={name: side_counts(c.trials) for name, c in workload.configs.items()},
         )
         base_failures = {
             name: c.failure_reason for name, c in base_workload.configs.items() if not any(t.ok for t in c.trials)
@@ -515,6 +534,78 @@ def _compare_pairs(
         ]
         workloads.append(replace(verdict, configs=configs))
     return GateResult(workloads, settings, head, looks=dict(looks), against=against)
+
+
+def judge_counts_only(
+    run: RunResult,
+    settings: GateSettings,
+    *,
+    baselines: Mapping[str, BaselineEntry] | None = None,
+    problems: Mapping[str, str] | None = None,
+) -> GateResult:
+    """`--counts-only`: each config judged by its exact counts alone (`judge.counts`), against the base's counting
+    trials (a paired run, `run.against`) or the stored baseline's counts (`baselines`; `problems`: workloads that
+    have none). No statistics: a count beyond its tolerance is a regression, else no change."""
+    workloads = [
+        WorkloadVerdict(name, [], None, problem=text, problem_status=Status.NO_BASELINE)
+        for name, text in (problems or {}).items()
+    ]
+    against = run.against
+    base_workloads = {} if against is None else {w.name: w for w in against.base.workloads}
+    for workload in run.workloads:
+        if against is not None:
+            other = base_workloads.get(workload.name)
+            if other is None:
+                problem = against.problems.get(workload.name) or f"{workload.name} was not counted at {against.ref}"
+                workloads.append(
+                    WorkloadVerdict(workload.name, [], None, problem=problem, problem_status=Status.NO_BASELINE)
+                )
+                continue
+            base_entry: BaselineEntry | None = entry_from_workload(against.base, other)
+            base_sides = {name: side_counts(c.trials) for name, c in other.configs.items()}
+            base_name, sides = f"the base ({against.ref})", ("the base", "the head")
+        else:
+            base_entry = (baselines or {}).get(workload.name)
+            if base_entry is None:
+                continue
+            base_sides = {name: SideCounts(c.counts) for name, c in base_entry.configs.items()}
+            base_name, sides = "the baseline", ("the baseline", "this run")
+        changed = _workload_changes(base_entry, entry_from_workload(run, workload)) if base_entry else []
+        if changed:
+            problem = f"not comparable: the workload changed ({'; '.join(changed)}), so its counts did"
+            workloads.append(
+                WorkloadVerdict(workload.name, [], base_entry, problem=problem, problem_status=Status.NOT_COMPARABLE)
+            )
+            continue
+        configs = []
+        for name, config in workload.configs.items():
+            limits = settings.limits(workload.name, name)
+            acceptance = settings.acceptance(workload.name, name)
+            base_counts = base_sides.get(name, SideCounts(None))
+            if not any(t.ok for t in config.trials):
+                configs.append(ConfigVerdict(workload.name, name, Status.FAILED, config.failure_reason, limits))
+                continue
+            if base_counts.counts is None:
+                fix = f"{base_name} could not count it" if against is not None else f"run {settings.update_command}"
+                reason = f"no counts of config {name} in {base_name}; {fix}"
+                configs.append(ConfigVerdict(workload.name, name, Status.NO_BASELINE, reason, limits))
+                continue
+            exact = compare_sides(
+                base_counts,
+                side_counts(config.trials),
+                settings.project.counts,
+                None if acceptance is None else acceptance.slowdown,
+                sides=sides,
+            )
+            assert exact is not None
+            status = Status.REGRESSION if exact.fails else Status.NO_CHANGE
+            same = all(row.outcome == "same" for row in exact.rows)
+            reason = exact.reason or ("every count the same" if same else "every count within its tolerance")
+            if exact.notes:
+                reason += "; " + "; ".join(exact.notes)
+            configs.append(ConfigVerdict(workload.name, name, status, reason, limits, counts=exact))
+        workloads.append(WorkloadVerdict(workload.name, configs, base_entry if against is None else None))
+    return GateResult(workloads, settings, run, against=against)
 
 
 def _with_one_sided_failures(verdict: ConfigVerdict, head: WorkloadResult, base: WorkloadResult) -> ConfigVerdict:
@@ -582,8 +673,10 @@ def _compare_config(
     *,
     paired: bool = False,
     divisors: tuple[float, float] = (1.0, 1.0),
+    counts: tuple[SideCounts | None, SideCounts | None] = (None, None),
 ) -> ConfigVerdict:
-    """One config's verdict; `divisors` divide alpha for throughput and memory (`holm_divisors`)."""
+    """One config's verdict; `divisors` divide alpha for throughput and memory (`holm_divisors`); `counts`: the
+    two sides' counts from their trials (None: the entry's)."""
     limits = settings.limits(workload, config)
     memory_alpha = levels.alpha / divisors[1]
     levels = replace(levels, alpha=levels.alpha / divisors[0])
@@ -630,6 +723,17 @@ def _compare_config(
             status = Status.combined((Verdict.NO_CHANGE if accepted.within else accepted.verdict, memory.verdict))
         reason = accepted_reason(acceptance.describe(), raw, machine_adjusted, machine, reason, sample=sample)
     reason = "; ".join(part for part in (reason, memory_reason(memory, parts), peaks.note) if part)
+    # Exact counts need no alpha (and stay out of Holm's family): one that grew beyond its tolerance fails.
+    exact = compare_sides(
+        counts[0] or SideCounts(base.counts),
+        counts[1] or SideCounts(measured.counts),
+        settings.project.counts,
+        None if acceptance is None else acceptance.slowdown,
+        sides=("the base", "the head") if paired else ("the baseline", "this run"),
+    )
+    if exact is not None and exact.fails:
+        status = Status.REGRESSION
+        reason = f"{exact.reason}; {reason}"
     return ConfigVerdict(
         workload,
         config,
@@ -641,6 +745,7 @@ def _compare_config(
         adjusted=adjusted,
         machine=machine,
         accepted=accepted,
+        counts=exact,
     )
 
 

@@ -43,6 +43,9 @@ class RunSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     profile_dir: Path | None = None  # set: after the trials, one profiling trial per workload and config
     nproc: int | None = None  # ranks per trial (--nproc, else [tool.perfgate] nproc): a workload's own nproc wins
+    # Counting trials only (`--counts-only`): each trial runs its warm-up steps and makes the exact counts
+    # (`perfgate.measure.counting`); nothing is timed, one process per config (a data-parallel workload too).
+    counts_only: bool = False
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -64,7 +67,10 @@ class RunSettings:
         return self.threads if self.threads is not None else torch_default_threads()
 
     def nproc_of(self, workload: Workload | None) -> int:
-        """Ranks of a trial of `workload`: its own `nproc`, else this run's, else one process."""
+        """Ranks of a trial of `workload`: its own `nproc`, else this run's, else one process (counting trials:
+        one process)."""
+        if self.counts_only:
+            return 1
         own = getattr(workload, "nproc", None)
         return own or self.nproc or 1
 
@@ -249,6 +255,8 @@ class LabSession:
             profile=profile,
             nproc=nproc,
             rounds=rounds,
+            probe=not self.settings.counts_only,
+            counts_only=self.settings.counts_only,
         )
 
     def _run(self, plan: Sequence[PlannedTrial]) -> None:

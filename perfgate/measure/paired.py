@@ -404,6 +404,7 @@ class PairedSession:
             nproc=nproc,
             rounds=1 if nproc > 1 else self.settings.rounds or self.rounds.get(key, 1),
             probe=False,  # pairs need no machine probe (`perfgate.judge.verdict._throughput`)
+            counts_only=self.settings.counts_only,
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]

@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from perfgate._bytes import tensor_bytes
 from perfgate.measure import distributed
+from perfgate.measure.counting import CompileCounts, count_step
 from perfgate.measure.profiling import StepProfiler
 from perfgate.measure.sampler import SystemSampler, loader_worker_pids
 from perfgate.measure.turns import TurnTaker
 from perfgate.records.results import FailureKind, TrialRecord, TrialResult
-from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, RankResult, UnusedParameters
+from perfgate.records.shapes import AutocastCheck, Counts, PeakMemory, Profile, RankResult, UnusedParameters
 
 if TYPE_CHECKING:
     from perfgate.measure.device import Device, StepTimes
@@ -70,6 +71,7 @@ class TrialSpec:
     nproc: int = 1  # ranks of a data-parallel trial, each a process torchrun started (`perfgate.measure.distributed`)
     rounds: int = 1  # the timed steps run this many times over the pinned slice (`perfgate.measure.rounds`)
     probe: bool = True  # time the machine probe before and after (stored baselines use it; paired checks do not)
+    counts_only: bool = False  # `--counts-only`: the warm-up steps, then the exact counts; no step is timed
 
 
 class TrialFailure(Exception):
@@ -138,6 +140,7 @@ class _Steps:
     first_losses: list[float]
     memory_step_bytes: list[int]  # after each timed step: a steady rise means something is kept
     graphs_before_timing: int
+    compile_counts: CompileCounts | None  # the compile config's graphs, breaks and recompiles after warm-up
     autocast_check: AutocastCheck | None  # the setup's check, with the first step's layer outputs counted
     loss: Any  # the last step's loss and (device) batch
     batch: Any
@@ -166,6 +169,9 @@ class _AfterSteps:
     memory: PeakMemory  # `Device.peak_memory()`, with the DataLoader workers' memory the sampler read
     calls: tuple[int, int] | None  # torch calls and host syncs of one eager step
     compile_stats: CompileStats | None
+    recompiled: int  # graphs torch.compile compiled during the timed steps
+    counts: Counts | None  # the step's exact counts (`perfgate.measure.counting`)
+    counting_failure: str | None  # why the counts are missing, where counting failed
 
 
 def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
@@ -180,10 +186,15 @@ def _run(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
     # An interleaved pair takes turns from the setup on: two setups at once on shared cores, each with torch's
     # own threads, took 18 s instead of 3 s (the vision workload here); one side's setup, warm-up, steps and
     # checksum pass never run beside the other side's.
-    turns = TurnTaker(spec.turns) if spec.turns else None
+    turns = TurnTaker(spec.turns) if spec.turns and not spec.counts_only else None
     if turns is not None:
         turns.begin()
-    setup, batches = _set_up(workload, config, device, rank, spec.rounds)
+    # Counting on the CPU needs dynamo's graphs, not inductor's code: the eager backend finds the same breaks and
+    # recompiles without compiling kernels (kernels and the allocated peak are counted on CUDA only).
+    backend = "eager" if spec.counts_only and device.type == "cpu" else "inductor"
+    setup, batches = _set_up(workload, config, device, rank, spec.rounds, backend)
+    if spec.counts_only:
+        return _counts_only(spec, setup, batches, identity)
     steps = _train(spec, setup, batches, turns)
     after = _after_steps(setup, steps)
     del batches
@@ -229,7 +240,12 @@ def _load(spec: TrialSpec, out_path: str = "") -> tuple[Config, Device, Workload
 
 
 def _set_up(
-    workload: Workload, config: Config, device: Device, rank: Rank | None = None, rounds: int = 1
+    workload: Workload,
+    config: Config,
+    device: Device,
+    rank: Rank | None = None,
+    rounds: int = 1,
+    backend: str = "inductor",
 ) -> tuple[_Setup, Iterator[Any]]:
     """Seed, build the dataset, DataLoader, model and optimizer, compile and check autocast: the setup
     that `setup_s` times. Returns the setup and the iterator over the batches (its workers running)."""
@@ -263,7 +279,7 @@ def _set_up(
     else:
         optimizer = _call_user("optimizer(params)", workload.optimizer, trained.parameters())
     # torch.compile returns a callable wrapper, typed as a function but used as the module.
-    step_model: Any = torch.compile(trained) if config.compile else trained
+    step_model: Any = torch.compile(trained, backend=backend) if config.compile else trained
     autocast = _autocast_factory(device.type, config.autocast_dtype)
     autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
     batches = iter(loader)
@@ -298,8 +314,6 @@ def _find_unused_parameters(
     loader, its workers and its generator untouched), and the RNG states are put back as they were."""
     import torch
 
-    indices = distributed.rank_sampler(_slice_indices(workload, len(dataset), rank.world), rank)
-    collate = {k: v for k, v in workload.loader.items() if k == "collate_fn"}
     autocast = _autocast_factory(device.type, config.autocast_dtype)
 
     def step_loss() -> Any:
@@ -310,8 +324,7 @@ def _find_unused_parameters(
 
     with _rng_kept(device):
         try:
-            first = torch.utils.data.DataLoader(dataset, batch_size=workload.batch_size, sampler=indices, **collate)
-            batch = device.move(next(iter(first)), non_blocking=False)
+            batch = device.move(_first_batch(workload, dataset, rank), non_blocking=False)
             return distributed.unused_parameters(model, step_loss)
         except TrialFailure:
             raise
@@ -321,6 +334,19 @@ def _find_unused_parameters(
                 raise TrialFailure("config", f"out of device memory {where}: {_first_line(exc)}") from exc
             message = f"{type(exc).__name__} {where}: {_first_line(exc)}"
             raise TrialFailure("workload", message) from exc
+
+
+def _first_batch(workload: Workload, dataset: Any, rank: Rank | None = None) -> Any:
+    """The pinned slice's first batch (this rank's), from a worker-less loader of its own: the trial's loader, its
+    workers and its generator untouched."""
+    import torch
+
+    indices: Any = _slice_indices(workload, len(dataset), 1 if rank is None else rank.world)
+    if rank is not None:
+        indices = distributed.rank_sampler(indices, rank)
+    collate = {k: v for k, v in workload.loader.items() if k == "collate_fn"}
+    first = torch.utils.data.DataLoader(dataset, batch_size=workload.batch_size, sampler=indices, **collate)
+    return next(iter(first))
 
 
 def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTaker | None = None) -> _Steps:
@@ -343,6 +369,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     memory_step_bytes: list[int] = []
     total_steps = workload.warmup_steps + workload.steps * spec.rounds
     graphs_before_timing = 0
+    compile_counts = None
     hooks = _OutputDtypeCounter(setup.model, autocast_check) if autocast_check and not config.compile else None
     current = "the DataLoader"
     loss = None
@@ -361,6 +388,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
                 gc.collect()
                 device.reset_peak_memory()
                 graphs_before_timing = _compiled_graph_count() if config.compile else 0
+                compile_counts = CompileCounts.now() if config.compile else None
                 sampler.start()
                 if profiler is not None:
                     profiler.start()
@@ -409,16 +437,8 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
         first_losses = [_finite_loss(value, step) for step, value in enumerate(losses)]
     except TrialFailure:
         raise
-    except StopIteration as exc:
-        raise TrialFailure("workload", "the DataLoader ran out of batches before the slice ended") from exc
     except Exception as exc:
-        if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
-            raise TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}") from exc
-        if setup.rank is not None and (unused := _unused_parameters_failure(setup, exc)) is not None:
-            raise TrialFailure("workload", unused) from exc  # before compile's: dynamo may wrap DDP's error
-        if config.compile and _is_compile_error(exc):
-            raise TrialFailure("config", f"torch.compile failed: {_first_line(exc)}") from exc
-        raise TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise _step_failure(setup, exc, current) from exc
     finally:
         sampler.stop()  # whatever ended the steps; stopping twice is harmless
     times = clock.times()
@@ -431,6 +451,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
         first_losses=first_losses,
         memory_step_bytes=memory_step_bytes,
         graphs_before_timing=graphs_before_timing,
+        compile_counts=compile_counts,
         autocast_check=autocast_check,
         loss=loss,
         batch=batch,
@@ -438,6 +459,71 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
         profiler=profiler,
         comm_steps=comm_steps,
     )
+
+
+def _step_failure(setup: _Setup, exc: Exception, current: str) -> TrialFailure:
+    """What a training step's exception means for the trial: the config cannot run here (out of device memory,
+    torch.compile failed) or the workload is at fault (`current` names the part of the step that raised)."""
+    import torch
+
+    if isinstance(exc, StopIteration):
+        return TrialFailure("workload", "the DataLoader ran out of batches before the slice ended")
+    if isinstance(exc, torch.OutOfMemoryError):  # this config does not fit; the others may
+        return TrialFailure("config", f"out of device memory in {current}: {_first_line(exc)}")
+    if setup.rank is not None and (unused := _unused_parameters_failure(setup, exc)) is not None:
+        return TrialFailure("workload", unused)  # before compile's: dynamo may wrap DDP's error
+    if setup.config.compile and _is_compile_error(exc):
+        return TrialFailure("config", f"torch.compile failed: {_first_line(exc)}")
+    return TrialFailure("workload", f"{current} raised {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _warm_up(setup: _Setup, batches: Iterator[Any]) -> CompileCounts | None:
+    """`--counts-only`: the warm-up steps alone (one at least: the count is never of a first step), untimed, as the
+    trial's loop runs them; then torch.compile's graphs, breaks and recompiles, as a timed trial reads them."""
+    workload, device = setup.workload, setup.device
+    current = "the DataLoader"
+    try:
+        for step in range(max(workload.warmup_steps, 1)):
+            current = "the DataLoader"
+            batch = device.move(next(batches), non_blocking=False)
+            current = "loss(model, batch)"
+            with setup.autocast():
+                loss = workload.loss(setup.step_model, batch)
+            _check_loss_type(loss, step)
+            current = "loss.backward()"
+            loss.backward()
+            current = "the optimizer step"
+            setup.optimizer.step()
+            setup.optimizer.zero_grad(set_to_none=True)
+        _finite_loss(loss, step)
+    except TrialFailure:
+        raise
+    except Exception as exc:
+        raise _step_failure(setup, exc, current) from exc
+    return CompileCounts.now() if setup.config.compile else None
+
+
+def _counts_only(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], identity: dict[str, Any]) -> TrialRecord:
+    """A counting trial's record: the exact counts after the warm-up steps, the slice's checksum; nothing timed."""
+    import torch
+
+    counts, failure = _count(setup, _warm_up(setup, batches))
+    if counts is None:
+        raise TrialFailure("workload", failure or "the exact counts could not be made")
+    workload = setup.workload
+    result = TrialResult(
+        config=spec.config,
+        trial=spec.trial,
+        status="ok",
+        setup_s=setup.setup_s,
+        data_checksum=_checksum_slice(workload, setup.dataset, setup.device.type, setup.rank),
+        counts=counts,
+        autocast=setup.autocast_check,
+        threads=torch.get_num_threads(),
+        warnings=list(setup.warnings),
+        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset), spec.nproc)},
+    )
+    return TrialRecord(result)
 
 
 def _unused_parameters_failure(setup: _Setup, exc: BaseException) -> str | None:
@@ -461,7 +547,79 @@ def _after_steps(setup: _Setup, steps: _Steps) -> _AfterSteps:
         else _count_torch_calls(workload, setup.step_model, setup.optimizer, steps.batch, setup.autocast, setup.rank)
     )
     compile_stats = _compile_stats() if config.compile else None
-    return _AfterSteps(final_loss, memory, calls, compile_stats)
+    recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
+    counts, counting_failure = _count(setup, steps.compile_counts)  # last: it may reset dynamo
+    return _AfterSteps(final_loss, memory, calls, compile_stats, recompiled, counts, counting_failure)
+
+
+def _count(setup: _Setup, compile_counts: CompileCounts | None) -> tuple[Counts | None, str | None]:
+    """The step's exact counts (`perfgate.measure.counting.count_step`) on the pinned slice's first batch, seeded
+    and with the random states put back; for the compile config with graph breaks, where they happen (this resets
+    dynamo, so it comes after everything read from it). A count that cannot be made is a warning, not a failure."""
+    workload, device, config = setup.workload, setup.device, setup.config
+    eager_model = getattr(setup.step_model, "_orig_mod", setup.step_model)  # under torch.compile: what it wraps
+
+    def step_on(model: Any) -> Any:
+        def step(batch: Any) -> None:
+            with setup.autocast():
+                loss = workload.loss(model, batch)
+            loss.backward()
+            setup.optimizer.step()
+            setup.optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    no_sync = getattr(eager_model, "no_sync", None) if setup.rank is not None else None
+    try:
+        batch = device.move(_first_batch(workload, setup.dataset, setup.rank), non_blocking=False)
+        with _rng_kept(device), no_sync() if no_sync is not None else contextlib.nullcontext():
+            _seed_everything(workload.seed)
+            eager_step = step_on(eager_model) if config.compile else None
+            counts = count_step(
+                step_on(setup.step_model),
+                eager_step,
+                setup.model,
+                setup.optimizer,
+                batch,
+                workload.batch_size,
+                device.type,
+                compile_counts,
+            )
+            if compile_counts is not None and compile_counts.graph_breaks:
+                forward = _captured_forward(setup, batch)
+                if forward is not None:
+                    counts = replace(counts, break_places=compile_counts.with_places(forward).break_places)
+    except Exception as exc:  # noqa: BLE001  (the user's code in an extra step: any failure leaves the counts out)
+        return None, f"the exact counts could not be made: {type(exc).__name__}: {_first_line(exc)}"
+    return counts, None
+
+
+def _captured_forward(setup: _Setup, batch: Any) -> Any:
+    """The model's forward as the loss calls it, on this batch: its arguments caught by a hook in one eager forward
+    (no gradients), returned as a call under the config's autocast; None where the loss never calls the model."""
+    import torch
+
+    caught: list[tuple[Any, Any]] = []
+
+    def hook(module: Any, args: Any, kwargs: Any) -> None:
+        if not caught:
+            caught.append((args, kwargs))
+
+    handle = setup.model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad(), setup.autocast():
+            setup.workload.loss(setup.model, batch)
+    finally:
+        handle.remove()
+    if not caught:
+        return None
+    args, kwargs = caught[0]
+
+    def forward() -> Any:
+        with setup.autocast():
+            return setup.model(*args, **kwargs)
+
+    return forward
 
 
 def _record(
@@ -486,9 +644,10 @@ def _record(
     if config.compile and times.warmup_step_s:
         compile_s = max(0.0, times.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
     warnings = list(setup.warnings)
-    recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
-    if recompiled > 0:
-        warnings.append(f"torch.compile compiled {recompiled} new graph(s) during timed steps")
+    if after.recompiled > 0:
+        warnings.append(f"torch.compile compiled {after.recompiled} new graph(s) during timed steps")
+    if after.counting_failure is not None:
+        warnings.append(after.counting_failure)
     result = TrialResult(
         config=spec.config,
         trial=spec.trial,
@@ -510,6 +669,7 @@ def _record(
         torch_calls_per_step=None if after.calls is None else after.calls[0],
         host_syncs_per_step=None if after.calls is None else after.calls[1],
         compile_stats=None if after.compile_stats is None else after.compile_stats.to_record(),
+        counts=after.counts,
         autocast=steps.autocast_check,
         probe_steps_per_sec=probe_rates,
         threads=torch.get_num_threads(),

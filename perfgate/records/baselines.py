@@ -28,7 +28,7 @@ from perfgate.records.fingerprint import (
 )
 from perfgate.records.locking import locked_folder
 from perfgate.records.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
-from perfgate.records.shapes import RankResult
+from perfgate.records.shapes import Counts, RankResult, ShapeError
 from perfgate.records.summary import PHASES, combine
 from perfgate.variants import CONFIG_NAMES
 
@@ -79,6 +79,7 @@ class ConfigEntry:
     first_losses: list[float]
     trials: list[TrialEntry]
     top_operators: list[dict[str, Any]] = field(default_factory=list)  # from --profile: self time per step
+    counts: Counts | None = None  # the step's exact counts (the first trial's: they are the same in every trial)
 
     @property
     def samples_per_sec(self) -> list[float]:
@@ -157,7 +158,8 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
         if trials:
             profile = workload.profiles.get(name)
             operators = [] if profile is None else profile.top_operators
-            configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators))
+            counts = next((t.counts for t in config.trials if t.ok and t.counts is not None), None)
+            configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators), counts)
     return BaselineEntry(
         workload=workload.name,
         fingerprint=machine_fingerprint(run.environment),
@@ -350,6 +352,8 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 {k: round_figure(v) if isinstance(v, float) else v for k, v in row.items()}
                 for row in config.top_operators
             ]
+        if config.counts is not None:
+            configs[name]["counts"] = config.counts.to_dict()
     return {
         "fingerprint": dict(entry.fingerprint),
         "measured_at": entry.measured_at,
@@ -498,7 +502,13 @@ class DocumentReader:
         for index, row in enumerate(operators):
             for key in ("self_cpu_s_per_step", "self_device_s_per_step"):
                 self.number(row, key, f"{where}.top_operators[{index}]", optional=True)
-        return ConfigEntry([float(v) for v in losses], trials, operators)
+        counts = None
+        if raw.get("counts") is not None:
+            try:
+                counts = Counts.from_dict(raw["counts"], f"{where}.counts")
+            except (ShapeError, TypeError) as exc:
+                raise self.fail(str(exc)) from exc
+        return ConfigEntry([float(v) for v in losses], trials, operators, counts)
 
 
 def rank_totals(rank: RankResult) -> dict[str, float]:

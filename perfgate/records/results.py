@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from perfgate.errors import ResultsError, TrialRecordError, UsageError
 from perfgate.records.shapes import (
     AutocastCheck,
+    Counts,
     Distributed,
     PeakMemory,
     Profile,
@@ -62,6 +63,9 @@ class TrialResult:
     torch_calls_per_step: int | None = None  # torch functions one eager step calls (framework overhead)
     host_syncs_per_step: int | None = None  # of those, copies to the host: .item(), .cpu(), float(t), ...
     compile_stats: dict[str, int] | None = None  # torch.compile's graphs and graph breaks
+    # The step's exact counts (FLOPs, operators, kernels, graphs, parameters, allocated peak), made outside the
+    # timed steps; left out of the files when None (not counted: files written before, or counting failed).
+    counts: Counts | None = None
     system: SystemSummary | None = None  # CPU and GPU utilisation during the timed steps (sampler.py)
     autocast: AutocastCheck | None = None
     threads: int | None = None
@@ -93,6 +97,10 @@ class TrialResult:
             document["distributed"] = self.distributed.to_dict()
         if self.data_wait_host_s is None:
             del document["data_wait_host_s"]
+        if self.counts is None:
+            del document["counts"]
+        else:
+            document["counts"] = self.counts.to_dict()
         return copy.deepcopy(document)
 
     @classmethod
@@ -108,6 +116,8 @@ class TrialResult:
             values["autocast"] = AutocastCheck.from_dict(values["autocast"])
         if values.get("distributed") is not None:
             values["distributed"] = Distributed.from_dict(values["distributed"])
+        if values.get("counts") is not None:
+            values["counts"] = Counts.from_dict(values["counts"])
         if values.get("clocking", CLOCKINGS[0]) not in CLOCKINGS:
             raise ShapeError(f"a trial's result has clocking {values['clocking']!r}; one of {', '.join(CLOCKINGS)}")
         return cls(**values)
@@ -216,6 +226,12 @@ class ConfigResult:
             or "no trial produced a measurement"
         )
 
+    @property
+    def counted_only(self) -> bool:
+        """Counting trials (`--counts-only`): some succeeded, and none of those timed a step."""
+        ok = [t for t in self.trials if t.ok]
+        return bool(ok) and not any(t.step_s for t in ok)
+
     @cached_property
     def summary(self) -> ConfigSummary | None:
         """The table's figures for this config (None when no trial succeeded); computed once."""
@@ -244,6 +260,12 @@ class WorkloadResult:
     configs: dict[str, ConfigResult]
     warnings: list[str] = field(default_factory=list)
     profiles: dict[str, Profile] = field(default_factory=dict)  # per config: trace and top operators
+
+    @property
+    def counted_only(self) -> bool:
+        """A `--counts-only` workload: every config that ran was counted, none timed."""
+        ran = [c for c in self.configs.values() if any(t.ok for t in c.trials)]
+        return bool(ran) and all(c.counted_only for c in ran)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the results file keeps: every field, in order."""
@@ -592,5 +614,5 @@ def _schema_problem(document: dict[str, Any], version: int = SCHEMA_VERSION) -> 
 
 
 _TRIAL_FIELDS = frozenset(TrialResult.__dataclass_fields__)
-_OPTIONAL_TRIAL_FIELDS = frozenset({"distributed", "data_wait_host_s"})  # written only where set
+_OPTIONAL_TRIAL_FIELDS = frozenset({"distributed", "data_wait_host_s", "counts"})  # written only where set
 _RECORD_FIELDS = frozenset(TrialRecord.__dataclass_fields__)

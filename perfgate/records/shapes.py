@@ -94,6 +94,40 @@ class AutocastCheck:
         return {k: v for k, v in asdict(self).items() if v is not None or k not in _AUTOCAST_COUNTS}
 
 
+# Counts whose value depends on the device's backend (operators decompose differently, kernels and allocations
+# differ): compared only between runs on the same device type. The others are the model's and the code's.
+DEVICE_DEPENDENT_COUNTS = ("operators_per_step", "kernels_per_step", "allocated_peak_bytes")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one training step does, counted exactly outside the timed steps (`perfgate.measure.counting`); None
+    where a count does not apply (operators under torch.compile, kernels off CUDA, graphs outside it)."""
+
+    device: str  # "cpu" or "cuda": operators, kernels and the allocated peak are compared only like with like
+    parameters: int
+    trainable_parameters: int
+    flops_per_sample: float | None  # FlopCounterMode over one step (forward, backward, optimizer) / batch size
+    operators_per_step: int | None  # ATen operators one eager step dispatches
+    kernels_per_step: int | None  # CUDA kernels one step launches
+    allocated_peak_bytes: int | None  # CUDA: the allocator's peak over one step; CPU: peak live tensor storage
+    allocated_kind: str | None  # "cuda-max-allocated" or "cpu-live-storage"
+    graphs: int | None  # torch.compile's graphs at the end of the warm-up steps
+    graph_breaks: int | None
+    recompiles: int | None
+    break_places: list[str] = field(default_factory=list)  # "model.py:42 in forward: why", at most ten
+    recompile_reasons: list[str] = field(default_factory=list)  # "model.py:40 in forward: the guard that failed"
+    counting_s: float = 0.0  # what counting took, in seconds
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "a trial's counts") -> Counts:
+        record = _check(data, _COUNTS_FIELDS, what, optional=("break_places", "recompile_reasons", "counting_s"))
+        return cls(**record)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class UsageSpread:
     """A sampled metric over the timed steps: its mean and 95th percentile."""
@@ -245,6 +279,7 @@ class Profile:
 _PEAK_MEMORY_FIELDS = tuple(PeakMemory.__dataclass_fields__)
 _PEAK_MEMORY_OPTIONAL = ("setup_bytes", "process_bytes", "loader_workers_bytes", "loader_workers")
 _AUTOCAST_FIELDS = tuple(AutocastCheck.__dataclass_fields__)
+_COUNTS_FIELDS = tuple(Counts.__dataclass_fields__)
 _AUTOCAST_COUNTS = frozenset({"bf16_layer_outputs", "checked_layer_outputs"})
 _SYSTEM_FIELDS = tuple(SystemSummary.__dataclass_fields__)
 _GPU_FIELDS = tuple(GpuFacts.__dataclass_fields__)

@@ -94,9 +94,10 @@ class ConfigSummary:
 
 
 def summarize_trials(trials: Sequence[Trial]) -> ConfigSummary | None:
-    """Summarise the successful trials of one config, or None when none succeeded."""
+    """Summarise the successful trials of one config, or None when none succeeded (or, counting trials, none was
+    timed)."""
     ok = [t for t in trials if t.ok]
-    if not ok:
+    if not ok or not any(t.step_s for t in ok):  # none succeeded, or counting trials that timed nothing
         return None
     step_s = [s for t in ok for s in t.step_s]
     total = sum(step_s)

@@ -9,6 +9,7 @@ from typing import Any
 
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.stats import ThroughputComparison
+from perfgate.judge.utilisation import Utilisation, workload_utilisation
 from perfgate.judge.verdict import GateResult, Status, build_exit_code
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
@@ -96,6 +97,17 @@ def _gate_throttled(result: GateResult, workload: str, config: str) -> list[dict
     ]
 
 
+def _utilisations(result: GateResult) -> dict[tuple[str, str], Utilisation]:
+    """Each (workload, config)'s utilisation in the run a check judged (`judge.utilisation`)."""
+    if result.run is None:
+        return {}
+    found = {}
+    for measured in result.run.workloads:
+        use = workload_utilisation(measured, result.run.environment, result.settings.project.peak_tflops)
+        found.update({(measured.name, name): u for name, u in (use.configs if use is not None else {}).items()})
+    return found
+
+
 def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[str, Any]:
     """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; `micro`, the
     pytest-benchmark tests' verdicts of a `pytest --perfgate` session, counts in the exit code."""
@@ -118,11 +130,13 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
         }
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
 
+    uses = _utilisations(result)
     workloads = []
     for w in result.workloads:
         configs = []
         for v in w.configs:
             m = v.memory
+            use = uses.get((w.workload, v.config))
             configs.append(
                 {
                     "config": v.config,
@@ -150,7 +164,13 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                         "ci_high": None if not math.isfinite(m.ci_high) else m.ci_high,
                         "verdict": m.verdict.value,
                     },
+                    # counted FLOPs x samples/s of the run judged (head), and its share of the GPU's peak; null:
+                    # not counted, or (mfu) no peak known
+                    "achieved_flops_per_s": None if use is None else use.achieved_flops_per_s,
+                    "mfu": None if use is None else use.mfu,
                     "throttled_trials": _gate_throttled(result, w.workload, v.config),
+                    # the exact counts, a row per count (`judge.counts.CountsComparison.to_dict`); null: not counted
+                    "counts": None if v.counts is None else v.counts.to_dict(),
                 }
             )
         baseline = w.baseline

@@ -17,6 +17,7 @@ from perfgate.errors import EXIT_MEANINGS, ResultsError
 from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
 from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
+from perfgate.judge.utilisation import WorkloadUtilisation, workload_utilisation
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult, WorkloadResult, merge_runs
@@ -24,12 +25,17 @@ from perfgate.records.summary import PHASES
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code
 from perfgate.report.text import (
-    LAB_HEADER,
+    COUNT_HEADERS,
     confidence_text,
+    count_cell,
+    count_columns,
+    counts_footnote,
+    counts_notes,
     gate_throttled_trials,
     lab_cells,
     lab_failures,
     lab_footnote,
+    lab_header,
     lab_settings_text,
     limits_text,
     phase_cells,
@@ -78,27 +84,37 @@ def format_markdown(
     return _fit(sections, limit, details)
 
 
-def format_lab_markdown(run: RunResult, *, limit: int = COMMENT_LIMIT, details: str | None = None) -> str:
+def format_lab_markdown(
+    run: RunResult,
+    *,
+    limit: int = COMMENT_LIMIT,
+    details: str | None = None,
+    peak_tflops: Mapping[str, float] | None = None,
+) -> str:
     """A lab run's report (`perfgate run`: measured, judged by nothing): per workload the lab's table, its
-    footnote, failures and reading, then the machine; at most `limit` characters, as `format_markdown`."""
+    footnote, failures and reading, then the machine; at most `limit` characters, as `format_markdown`;
+    `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
     measured = f"{len(run.workloads)} workload{'s' * (len(run.workloads) != 1)} measured"
     sections = [
         f"### perfgate run: the lab's table\n\n{measured}; no verdict (`perfgate compare` judges a lab run "
         "against the baselines)."
     ]
-    sections += [_lab_table(workload) for workload in run.workloads]
+    sections += [
+        _lab_table(workload, workload_utilisation(workload, run.environment, peak_tflops)) for workload in run.workloads
+    ]
     sections.append(_ranks_of(run))
     sections.append(f"Machine: `{fingerprint_key(machine_fingerprint(run.environment))}`.")
     return _fit(sections, limit, details)
 
 
-def _lab_table(workload: WorkloadResult) -> str:
-    rows = ["| " + " | ".join(LAB_HEADER) + " |", "| --- |" + " ---: |" * (len(LAB_HEADER) - 1)]
+def _lab_table(workload: WorkloadResult, use: WorkloadUtilisation | None = None) -> str:
+    header = lab_header(use)
+    rows = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
     for name, config in workload.configs.items():
-        cells = lab_cells(config)
-        shown = ["**failed**", *["-"] * (len(LAB_HEADER) - 2)] if cells is None else cells
+        cells = lab_cells(config, use)
+        shown = ["**failed**", *["-"] * (len(header) - 2)] if cells is None else cells
         rows.append("| " + " | ".join([name, *shown]) + " |")
-    reading = read_lab({name: config.summary for name, config in workload.configs.items()})
+    reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
     notes = [f"- {_cell(line)}" for line in reading.lines]
     notes += [f"- **{_cell(message)}**" for message in lab_failures(workload) + workload.warnings]
     notes += [f"- {_cell(note)}" for note in throttled_trials(workload)]
@@ -156,6 +172,8 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
         head += f"Baseline measured {baseline.measured_at} at {commit}.\n\n"
     if workload.problem:
         return head + f"{_LABELS[workload.problem_status or Status.NO_BASELINE]}: {_cell(workload.problem)}"
+    if all(v.throughput is None for v in workload.configs) and any(v.counts for v in workload.configs):
+        return head + "Judged by the exact counts alone (`--counts-only`): nothing was timed." + _counts_table(workload)
     sides = "base samples/s | head samples/s" if paired else "baseline samples/s | current samples/s"
     rows = [
         f"| config | {sides} | ratio (CI) | p | machine | peak memory | noise | detects | "
@@ -181,7 +199,29 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
     throttled = gate_throttled_trials(workload.workload, result)
     if throttled:  # kept in the figures, as the runner's noise; said beside the table
         foot += "\n\n" + "\n".join(f"- {_cell(note)}" for note in throttled)
-    return head + "\n".join(rows) + foot
+    return head + "\n".join(rows) + foot + _counts_table(workload)
+
+
+def _counts_table(workload: WorkloadVerdict) -> str:
+    """The exact counts, a config a row and a count a column (a failing count in bold), after the gate's table."""
+    columns = count_columns(workload)
+    if not columns:
+        return ""
+    rows = [
+        "| counts | " + " | ".join(COUNT_HEADERS[name] for name in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
+    for v in workload.configs:
+        if v.counts is not None:
+            cells = []
+            for name in columns:
+                row = v.counts.row(name)
+                text = _cell(count_cell(row))
+                cells.append(f"**{text}**" if row is not None and row.fails else text)
+            rows.append(f"| {v.config} | " + " | ".join(cells) + " |")
+    notes = "".join(f"\n- {_cell(note)}" for note in counts_notes(workload))
+    footnote = _cell(counts_footnote(workload))
+    return "\n\n" + "\n".join(rows) + f"\n\n{footnote[0].upper()}{footnote[1:]}." + (f"\n{notes}" if notes else "")
 
 
 def _micro_table(micro: MicroSection) -> str:
@@ -296,7 +336,8 @@ def _lab_reading(result: GateResult) -> str:
         return ""
     lines = []
     for workload in result.run.workloads:
-        reading = read_lab({name: config.summary for name, config in workload.configs.items()})
+        use = workload_utilisation(workload, result.run.environment, result.settings.project.peak_tflops)
+        reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
         lines += [f"- {workload.name}: {line}" for line in reading.lines]
     return "#### The lab's reading\n\n" + "\n".join(lines) if lines else ""
 

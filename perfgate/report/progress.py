@@ -97,6 +97,8 @@ class Progress:
             self._began = None
         result = event.finished
         outcome = f"{result.samples_per_sec:,.1f} samples/s" if result.ok else f"failed: {result.failure}"
+        if result.ok and result.counts is not None and not result.step_s:  # a counting trial: nothing timed
+            outcome = "counted"
         if result.process_s is not None:
             outcome += f" ({result.process_s:.1f} s)"
         left = self.time_left(event, elapsed)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from perfgate.judge.diagnosis import Diagnosis
 from perfgate.judge.reading import read_lab
+from perfgate.judge.utilisation import workload_utilisation
 from perfgate.judge.verdict import GateResult
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult
@@ -51,22 +52,30 @@ def render_gate(
     raise ValueError(f"unknown report format {form!r}; one of {', '.join(FORMATS)}")
 
 
-def render_lab(run: RunResult, form: str, *, details: str | None = None, limit: int = COMMENT_LIMIT) -> str:
+def render_lab(
+    run: RunResult,
+    form: str,
+    *,
+    details: str | None = None,
+    limit: int = COMMENT_LIMIT,
+    peak_tflops: Mapping[str, float] | None = None,
+) -> str:
     """A lab run as the lab's table: text (as `perfgate run` prints it), Markdown (at most `limit` characters)
-    or JSON (`lab_to_dict`)."""
+    or JSON (`lab_to_dict`); `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
     if form == "markdown":
-        return format_lab_markdown(run, limit=limit, details=details)
+        return format_lab_markdown(run, limit=limit, details=details, peak_tflops=peak_tflops)
     if form == "json":
-        return json.dumps(lab_to_dict(run), indent=2, allow_nan=False) + "\n"
+        return json.dumps(lab_to_dict(run, peak_tflops), indent=2, allow_nan=False) + "\n"
     if form == "text":
-        return format_run(run)
+        return format_run(run, peak_tflops=peak_tflops)
     raise ValueError(f"unknown report format {form!r}; one of {', '.join(FORMATS)}")
 
 
-def lab_to_dict(run: RunResult) -> dict[str, Any]:
+def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) -> dict[str, Any]:
     """A lab run's table as plain JSON values (NaN as null): per workload its settings and per config the
-    summary the table shows (null where no trial produced a measurement, with the reason), the failures,
-    the warnings and the lab's reading; no verdict, so no exit code."""
+    summary the table shows (null where no trial produced a measurement, with the reason) with its achieved
+    FLOP/s and MFU (null where not counted, or no peak is known), the failures, the warnings and the lab's
+    reading; no verdict, so no exit code."""
 
     def finite(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
@@ -78,17 +87,21 @@ def lab_to_dict(run: RunResult) -> dict[str, Any]:
     workloads = []
     for w in run.workloads:
         configs = []
+        use = workload_utilisation(w, run.environment, peak_tflops)
         for name, config in w.configs.items():
             summary = config.summary
+            counted = None if use is None else use.configs.get(name)
             configs.append(
                 {
                     "config": name,
                     "summary": None if summary is None else finite(asdict(summary)),
                     "failure": None if summary is not None else config.failure_reason,
                     "throttled_trials": throttled_trial_records(config),
+                    "achieved_flops_per_s": None if counted is None else counted.achieved_flops_per_s,
+                    "mfu": None if counted is None else counted.mfu,
                 }
             )
-        reading = read_lab({name: config.summary for name, config in w.configs.items()})
+        reading = read_lab({name: config.summary for name, config in w.configs.items()}, use)
         workloads.append(
             {
                 "workload": w.name,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from perfgate.errors import EXIT_MEANINGS
 from perfgate.formatting import (
@@ -16,10 +17,12 @@ from perfgate.formatting import (
     format_signed,
     format_signed_pct,
 )
+from perfgate.judge.counts import COUNTED, REPORT, CountRow, Outcome, format_count
 from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
 from perfgate.judge.stats import SLOW_FACTOR, ThroughputComparison, slowdown_bound
+from perfgate.judge.utilisation import WorkloadUtilisation, flops_cell, workload_utilisation
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
@@ -47,23 +50,31 @@ MEMORY_NOTES = {
 }
 
 
-def format_run(result: RunResult) -> str:
-    """The whole report: one block per workload."""
-    return "\n\n".join(format_workload(w) for w in result.workloads) + "\n"
+def format_run(result: RunResult, *, peak_tflops: Mapping[str, float] | None = None) -> str:
+    """The whole report: one block per workload; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
+    return "\n\n".join(format_workload(w, result.environment, peak_tflops) for w in result.workloads) + "\n"
 
 
-def format_workload(workload: WorkloadResult) -> str:
-    """One workload's table, the lab reading and any warnings."""
+def format_workload(
+    workload: WorkloadResult,
+    environment: Mapping[str, Any] | None = None,
+    peak_tflops: Mapping[str, float] | None = None,
+) -> str:
+    """One workload's table, the lab reading and any warnings; `environment` (the run's) names the GPU whose peak
+    the utilisation is of."""
+    if workload.counted_only:
+        return format_counted_workload(workload)
     lines = [f"{workload.name}  ({lab_settings_text(workload)})"]
-    rows = [LAB_HEADER]
+    use = workload_utilisation(workload, environment, peak_tflops)
+    rows = [lab_header(use)]
     for name, config in workload.configs.items():
-        cells = lab_cells(config)
+        cells = lab_cells(config, use)
         rows.append([name, _FAILED] if cells is None else [name, *cells])
     lines.extend(_table(rows))
     lines.append(f"  {lab_footnote(workload)}")
     for name, config in workload.configs.items():
         lines.extend(format_ranks(name, config.trials))
-    reading = read_lab({name: config.summary for name, config in workload.configs.items()})
+    reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
     lines.extend(f"  {line}" for line in reading.lines)
     lines.extend(f"  ! {message}" for message in lab_failures(workload) + workload.warnings)
     lines.extend(f"  ! {note}" for note in throttled_trials(workload))
@@ -71,8 +82,51 @@ def format_workload(workload: WorkloadResult) -> str:
 
 
 _FAILED = "failed (reason below)"
+
+
+def format_counted_workload(workload: WorkloadResult) -> str:
+    """A `--counts-only` workload: each config's exact counts (a config a row, a count a column), what counting
+    took, and where torch.compile's graphs broke."""
+    s = workload.settings
+    lines = [
+        f"{workload.name}  ({workload.reference}; batch {s['batch_size']}, counted after {s['warmup_steps']} warm-up "
+        f"steps, {s['device']})"
+    ]
+    counted = {
+        name: next((t.counts for t in c.trials if t.ok and t.counts), None) for name, c in workload.configs.items()
+    }
+    columns = [
+        name for name in COUNTED if any(c is not None and getattr(c, name) is not None for c in counted.values())
+    ]
+    rows = [["config", *(COUNT_HEADERS[name] for name in columns), "counting"]]
+    for name, counts in counted.items():
+        if counts is None:
+            rows.append([name, _FAILED])
+            continue
+        cells = [format_count(column, getattr(counts, column)) for column in columns]
+        rows.append([name, *cells, f"{counts.counting_s:.1f} s"])
+    lines.extend(_table(rows))
+    lines.append("  counts: exact, from one untimed step after the warm-up steps; nothing timed (--counts-only)")
+    for name, counts in counted.items():
+        lines.extend(f"  ! {name} graph break at {place}" for place in (counts.break_places if counts else []))
+    failures = [
+        f"{name} trial {t.trial + 1} failed: {t.failure}"
+        for name, c in workload.configs.items()
+        for t in c.trials
+        if not t.ok
+    ]
+    lines.extend(f"  ! {message}" for message in failures + workload.warnings)
+    return "\n".join(lines)
+
+
 LAB_HEADER = ["config", "samples/s", "step p50/p95/p99 ms", *(PHASE_HEADERS[p] for p in PHASES)]
 LAB_HEADER += ["peak mem", "compile", "trials"]
+FLOPS_HEADER = "FLOP/s (MFU)"  # after samples/s, where a config's FLOPs were counted
+
+
+def lab_header(use: WorkloadUtilisation | None = None) -> list[str]:
+    """The lab table's header: `LAB_HEADER`, with the FLOP/s column where the workload's FLOPs were counted."""
+    return LAB_HEADER if use is None else [*LAB_HEADER[:2], FLOPS_HEADER, *LAB_HEADER[2:]]
 
 
 def lab_settings_text(workload: WorkloadResult) -> str:
@@ -85,8 +139,8 @@ def lab_settings_text(workload: WorkloadResult) -> str:
     )
 
 
-def lab_cells(config: ConfigResult) -> list[str] | None:
-    """One config's row of the lab's table after its name (`LAB_HEADER`), as both reports show it; None when
+def lab_cells(config: ConfigResult, use: WorkloadUtilisation | None = None) -> list[str] | None:
+    """One config's row of the lab's table after its name (`lab_header(use)`), as both reports show it; None when
     no trial produced a measurement."""
     summary = config.summary
     if summary is None:
@@ -97,6 +151,7 @@ def lab_cells(config: ConfigResult) -> list[str] | None:
         peak += f" ({format_bytes(summary.reserved_bytes)})"
     return [
         f"{sps.median:,.1f} ±{sps.spread_pct:.1f}%" if sps.n > 1 else f"{sps.median:,.1f}",
+        *([] if use is None else [flops_cell(use.configs.get(config.config))]),
         "/".join(f"{1000 * v:.1f}" for v in (summary.step_p50_s, summary.step_p95_s, summary.step_p99_s)),
         *(f"{100 * summary.phase_share[p]:.0f}%" for p in PHASES),
         peak,
@@ -331,6 +386,12 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     if workload.problem:
         lines.append(f"  ! {workload.problem}")
         return "\n".join(lines)
+    if all(v.throughput is None for v in workload.configs) and any(v.counts for v in workload.configs):
+        lines.extend(
+            f"  {'!' if v.status != Status.NO_CHANGE else ' '} {v.config}: {v.reason}" for v in workload.configs
+        )
+        lines.extend(format_counts(workload))  # a --counts-only check: the counts decide
+        return "\n".join(lines)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
     rows = [["config", *sides, "ratio", "CI", "p", "machine", "peak mem", "pairs" if paired else "trials", "verdict"]]
     for verdict in workload.configs:
@@ -376,8 +437,80 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     for verdict in workload.configs:
         if verdict.status != Status.NO_CHANGE or verdict.evidence:  # what changed is shown whatever the verdict
             lines.append(f"  {'!' if verdict.status != Status.IMPROVEMENT else '+'} {verdict.config}: {verdict.reason}")
+    lines.extend(format_counts(workload))
     lines.extend(f"  ! {note}" for note in gate_throttled_trials(workload.workload, result))
     return "\n".join(lines)
+
+
+COUNT_HEADERS = {
+    "flops_per_sample": "FLOPs/sample",
+    "operators_per_step": "operators/step",
+    "kernels_per_step": "kernels/step",
+    "allocated_peak_bytes": "allocated peak",
+    "parameters": "parameters",
+    "graph_breaks": "graph breaks",
+    "recompiles": "recompiles",
+}
+
+
+def count_columns(workload: WorkloadVerdict) -> list[str]:
+    """The counts any config of the workload has, in `judge.counts.COUNTED` order (the counts table's columns)."""
+    present = {row.name for v in workload.configs if v.counts is not None for row in v.counts.rows}
+    return [name for name in COUNTED if name in present]
+
+
+def count_cell(row: CountRow | None) -> str:
+    """One count of one config, as both reports show it: the value where unchanged, else `base -> head` and
+    the change with what it did against its tolerance (`1.76e8 -> 2.43e8 (+38.0%, fails)`)."""
+    if row is None:
+        return "-"
+    base, head = format_count(row.name, row.base), format_count(row.name, row.head)
+    if row.outcome == Outcome.SAME:
+        return head
+    if row.outcome == Outcome.NOT_COMPARED:
+        if row.base is None or row.head is None:
+            return f"{head if row.base is None else base} (not compared)"
+        return f"{base} -> {head} (not compared)"
+    said = {
+        Outcome.WITHIN: "within",
+        Outcome.GREW: "fails" if row.gated else "reported",
+        Outcome.ACCEPTED: "accepted",
+    }.get(row.outcome)
+    return f"{base} -> {head} ({row.change_text}{f', {said}' if said else ''})"
+
+
+def counts_footnote(workload: WorkloadVerdict) -> str:
+    """What the counts table shows, with each count's tolerance."""
+    tolerances = {
+        row.name: row.tolerance_text for v in workload.configs if v.counts is not None for row in v.counts.rows
+    }
+    shown = ", ".join(f"{COUNT_HEADERS[name]} {tolerances[name]}" for name in COUNTED if name in tolerances)
+    reported = "; report: shown, never failing" if REPORT in tolerances.values() else ""
+    return (
+        "counts: exact, from one untimed step (no statistics); only growth beyond its tolerance fails a count "
+        f"({shown}{reported})"
+    )
+
+
+def counts_notes(workload: WorkloadVerdict) -> list[str]:
+    """Each config's counts that grew and pass (accepted, reported) or were not compared, and why."""
+    return [f"{v.config} counts: {note}" for v in workload.configs if v.counts is not None for note in v.counts.notes]
+
+
+def format_counts(workload: WorkloadVerdict) -> list[str]:
+    """The workload's counts table (a config a row, a count a column), its footnote and notes; nothing where no
+    config was counted."""
+    columns = count_columns(workload)
+    if not columns:
+        return []
+    rows = [["counts", *(COUNT_HEADERS[name] for name in columns)]]
+    for v in workload.configs:
+        if v.counts is not None:
+            rows.append([v.config, *(count_cell(v.counts.row(name)) for name in columns)])
+    lines = _table(rows)
+    lines.append(f"  {counts_footnote(workload)}")
+    lines.extend(f"  ! {note}" for note in counts_notes(workload))
+    return lines
 
 
 def confidence_text(workload: WorkloadVerdict) -> str:
@@ -455,11 +588,12 @@ def format_pytest_summary(
     micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
     micro_paired: bool = False,
     problems: Sequence[str] = (),
+    peak_tflops: Mapping[str, float] | None = None,
 ) -> str:
     """One summary for a pytest session: every verdict in one table, the lab reading, what was written.
 
     `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
-    head), not from stored baselines."""
+    head), not from stored baselines; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
     lines: list[str] = []
     paired = bool(gates) and all(g.against is not None for g in gates)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
@@ -493,7 +627,8 @@ def format_pytest_summary(
         lines.extend(f"  {note}" for note in notes)
     for run in runs:
         for measured in run.workloads:
-            reading = read_lab({name: config.summary for name, config in measured.configs.items()})
+            use = workload_utilisation(measured, run.environment, peak_tflops)
+            reading = read_lab({name: config.summary for name, config in measured.configs.items()}, use)
             lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
     from perfgate.judge.diagnosis import diagnose
 
