@@ -731,9 +731,9 @@ def _compare_config(
         None if acceptance is None else acceptance.slowdown,
         sides=("the base", "the head") if paired else ("the baseline", "this run"),
     )
-    if exact is not None and exact.fails:
+    if exact is not None and exact.fails:  # the counts lead where they alone make it a regression
+        reason = f"{reason}; {exact.reason}" if status == Status.REGRESSION else f"{exact.reason}; {reason}"
         status = Status.REGRESSION
-        reason = f"{exact.reason}; {reason}"
     return ConfigVerdict(
         workload,
         config,
