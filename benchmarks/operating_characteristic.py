@@ -101,8 +101,7 @@ from perfgate.judge.stats import (
     look_levels,
 )
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict, one_error_rate
-from perfgate.measure.lab import DEFAULT_TRIALS
-from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
+from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -773,7 +772,7 @@ def run_perfgate(
 
 def settings_for(rule: Rule, last: int, budget: int | None) -> GateSettings:
     budget_s = 1e12 if budget is None else UNIT_S * budget
-    return GateSettings(trials=FIRST, max_trials=last, alpha=ALPHA, time_budget_s=budget_s, spending=rule.spending)
+    return GateSettings(first_n=FIRST, max_n=last, alpha=ALPHA, time_budget_s=budget_s, spending=rule.spending)
 
 
 def perfgate_decision(
@@ -783,7 +782,7 @@ def perfgate_decision(
     `GateSettings.levels` of the `LookTracker` look). Returns the verdict code and the sample size used."""
     settings = settings_for(rule, last, budget)
     key = ("simulated", "config")
-    limits = settings.limits(*key)
+    limits = settings.thresholds_for(*key)
     counts = {key: FIRST}
 
     def judge(tracker: LookTracker, final: bool) -> Any:
@@ -829,7 +828,7 @@ def verify_family(
     settings = settings_for(rule, rule.most_pairs, budget_pairs(rule, stop))
     keys = [("lab", f"config {c}") for c in range(len(thr[0]))]
     counts = dict.fromkeys(keys, FIRST)
-    limits = settings.limits(*keys[0])
+    limits = settings.thresholds_for(*keys[0])
     rows = {key: [a[c].tolist() for a in (*thr, *mem)] for c, key in enumerate(keys)}
 
     def judge_family(looks: dict[tuple[str, str], Any], family: Any) -> GateResult:

@@ -51,8 +51,7 @@ from scipy import stats as scipy_stats
 
 from perfgate.judge.settings import DEFAULT_MAX_TRIALS
 from perfgate.judge.stats import DEFAULT_ALPHA, Verdict, compare_throughput, looks, smallest_mann_whitney_p
-from perfgate.measure.lab import DEFAULT_TRIALS
-from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.project import DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
 REPO = Path(__file__).resolve().parent.parent

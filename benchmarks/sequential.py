@@ -85,8 +85,7 @@ from perfgate.judge.stats import (
     slowdown_bound,
 )
 from perfgate.judge.verdict import ConfigVerdict, Status
-from perfgate.measure.lab import DEFAULT_TRIALS
-from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.project import DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
 
 # The outlier rule's factor, as it was before 2026-11-26 (a75baf4's perfgate.judge.stats.OUTLIER_FACTOR: a trial
@@ -341,12 +340,10 @@ def perfgate_paired(
     its clock before them).
 
     Returns the verdict and the pairs used."""
-    settings = GateSettings(
-        trials=FIRST_PAIRS, max_trials=most, alpha=ALPHA, time_budget_s=PAIR_S * budget, spending=shape
-    )
+    settings = GateSettings(first_n=FIRST_PAIRS, max_n=most, alpha=ALPHA, time_budget_s=PAIR_S * budget, spending=shape)
     tracker = LookTracker(settings)
     key = ("simulated", "config")
-    limits = settings.limits(*key)
+    limits = settings.thresholds_for(*key)
     clock = _Clock()
     n = FIRST_PAIRS
     clock.now = PAIR_S * n

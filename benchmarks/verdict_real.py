@@ -127,8 +127,7 @@ with PairedSession(references, run_settings, tree, tree, "itself", interleaved=t
     result = decide_paired(session, settings, time.monotonic(), None)
 from dataclasses import replace
 from pathlib import Path
-from perfgate.report.json import gate_record
-run = replace(result.run, gate=gate_record(result, Path("baselines")))
+run = replace(result.run, gate=result.to_record(Path("baselines")))
 run.write_json(Path({str(out)!r}))
 sys.exit(result.exit_code)
 """

@@ -31,7 +31,6 @@ earlier comment of the same leg is updated whatever it prints, so it never goes 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -41,11 +40,13 @@ from typing import Any
 
 from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, PerfgateError
 
-NO_BASELINE_POLICIES = ("fail", "warn")
 COMMENT_POLICIES = ("true", "false", "on-change")
 ACCEPT_LABEL = re.compile(r"perf-accept(?![\w-])", re.IGNORECASE)  # perf-accept: ..., not perf-acceptance
 MARKER_PREFIX = "<!-- perfgate-report "
-COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
+CUT_NOTE = "\n\n_(cut: the whole report is in the job summary and the artifact)_\n"
+# GitHub refuses comment bodies over report.markdown.COMMENT_LIMIT characters: what the cut body may keep, the
+# rest being room for the marker and CUT_NOTE
+COMMENT_ROOM = 536
 RECORD_HINT = (
     "record baselines on a runner of this kind: run the perfgate action there with mode: update (as "
     "a perfgate-baselines.yml workflow does, proposing them in a pull request), or gate pull requests with "
@@ -63,11 +64,6 @@ def escape_property(text: str) -> str:
 
 def command(kind: str, title: str, message: str) -> str:
     return f"::{kind} title={escape_property(title)}::{escape_data(message)}"
-
-
-def workflow_commands(mode: str, code: int, results: Path, log: Path, no_baseline: str = "fail") -> list[str]:
-    """The workflow commands for one run of the action's gate step."""
-    return gate_outcome(mode, code, results, log, no_baseline)[0]
 
 
 PASSED_WITHOUT_BASELINES = command("notice", "perfgate", "no baselines for this runner: passed (no-baseline: warn)")
@@ -112,7 +108,8 @@ def gate_outcome(
         and code in (EXIT_OK, EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED)
         and results.is_file()
     ):
-        from perfgate.judge.verdict import Status, build_exit_code, fails_build, judge_saved
+        from perfgate.judge.verdict import judge_saved
+        from perfgate.outcome import Status, fails_build, job_exit_code
         from perfgate.project import load_project_config
         from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
         from perfgate.records.results import load_results
@@ -123,7 +120,7 @@ def gate_outcome(
         except PerfgateError as error:
             return [command("error", "perfgate", error.one_line())], code
         runner = fingerprint_key(machine_fingerprint(run.environment))
-        directory = str((run.gate or {}).get("baseline_dir") or "baselines")
+        directory = str((run.gate.baseline_dir if run.gate else None) or "baselines")
         stored = run.against is None  # a paired check's base is measured beside it, never stored
         first = first_commit and stored
         warn = (no_baseline == "warn" or first) and stored
@@ -155,12 +152,17 @@ def gate_outcome(
                     lines.append(command(kind, title, v.reason))
                 statuses.append(v.status)
         lines += [command("warning", "perfgate: accepted slowdown", text) for text in judged.unused_acceptances]
-        if warn and code == EXIT_NO_BASELINE:
-            fail_on_inconclusive = judged.settings.fail_on_inconclusive
-            code = build_exit_code(statuses, problems=problems, fail_on_inconclusive=fail_on_inconclusive)
-            if code == EXIT_OK and not first:
-                lines.append(PASSED_WITHOUT_BASELINES)
-        return lines, code
+        job_code = job_exit_code(
+            code,
+            statuses,
+            problems=problems,
+            warn_no_baseline=warn,
+            fail_on_inconclusive=judged.settings.fail_on_inconclusive,
+        )
+        if warn and code == EXIT_NO_BASELINE and job_code == EXIT_OK and not first:
+            lines.append(PASSED_WITHOUT_BASELINES)
+        return lines, job_code
+    # any other code fails the job: a usage error (2), nothing to gate (5), interrupted (130), a failed update
     last = next((line for line in reversed(_lines(log)) if line.strip()), f"perfgate {mode} exited {code}")
     return [command("error", f"perfgate {mode} failed (exit {code})", last)], code
 
@@ -260,9 +262,11 @@ def _flat(value: Any) -> list[str]:
 
 def write_comment(marker: str, report: Path, folder: Path, pull_request: str = "") -> None:
     """FOLDER/comment.md, the report under the marker that finds the comment again, and comment.json."""
+    from perfgate.report.markdown import COMMENT_LIMIT
+
     body = report.read_text(encoding="utf-8", errors="replace")
-    if len(body) > COMMENT_LIMIT:
-        body = body[:COMMENT_LIMIT] + "\n\n_(cut: the whole report is in the job summary and the artifact)_\n"
+    if len(body) > COMMENT_LIMIT - COMMENT_ROOM:
+        body = body[: COMMENT_LIMIT - COMMENT_ROOM] + CUT_NOTE
     (folder / "comment.md").write_text(f"{marker}\n{body}", encoding="utf-8")
     number = int(pull_request) if pull_request.isdigit() else None
     (folder / "comment.json").write_text(json.dumps({"pull_request": number, "marker": marker}) + "\n")
@@ -286,15 +290,9 @@ def main(argv: list[str]) -> int:
         write_comment(marker, Path(report), Path(folder), *number[:1])
         return 0
     argv, perfgate_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
-    parser = argparse.ArgumentParser(prog="python -m perfgate.action")
-    parser.add_argument("mode")
-    parser.add_argument("code", type=int)
-    parser.add_argument("results", type=Path)
-    parser.add_argument("log", type=Path)
-    parser.add_argument("--no-baseline", choices=NO_BASELINE_POLICIES, default="fail")
-    parser.add_argument("--job-exit-code", type=Path, help="write the code the job ends with to this file")
-    parser.add_argument("--first-commit", action="store_true", help="a recorded first commit: no parent to judge by")
-    options = parser.parse_args(argv)
+    from perfgate.app.options import build_action_parser
+
+    options = build_action_parser().parse_args(argv)
     lines, code = gate_outcome(
         options.mode,
         options.code,

@@ -12,6 +12,7 @@ EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NO_BASELINE = 3
 EXIT_WORKLOAD_FAILED = 4
+EXIT_NOTHING_TO_GATE = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -44,7 +45,14 @@ EXIT_CODES = (
         "and now fails)",
     ),
     ExitCode(
-        EXIT_INTERRUPTED, "interrupted", "stopped by Ctrl-C or SIGTERM (trials stopped; no file is left half-written)"
+        EXIT_NOTHING_TO_GATE,
+        "nothing to gate",
+        "the workload list is empty (for example `workloads = []` in [tool.perfgate]): nothing was measured or judged",
+    ),
+    ExitCode(
+        EXIT_INTERRUPTED,
+        "interrupted",
+        "stopped by Ctrl-C, SIGTERM or SIGHUP (trials stopped; no file is left half-written)",
     ),
 )
 EXIT_MEANINGS = {row.code: row.name for row in EXIT_CODES}
@@ -117,6 +125,12 @@ class NothingToCompareError(PerfgateError):
     """Nothing to judge or show: no comparable baseline, or no recorded run."""
 
     exit_code = EXIT_NO_BASELINE
+
+
+class NothingToGateError(PerfgateError):
+    """Nothing to gate: the resolved workload list is empty."""
+
+    exit_code = EXIT_NOTHING_TO_GATE
 
 
 class ResultsError(PerfgateError):

@@ -48,3 +48,25 @@ def format_names(names: list[str], shown: int = 4) -> str:
     if len(names) <= shown:
         return ", ".join(names)
     return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+# Characters a terminal or a CI log acts on: C0 controls but the line break and the tab, DEL, C1 controls,
+# and the bidirectional overrides and isolates that reorder what a reader sees.
+_UNPRINTABLE = {
+    **dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]),
+    **dict.fromkeys([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]),
+}
+_COMMAND_STARTS = ("::", "##[")  # a GitHub Actions workflow command (and its older form) at a line's start
+
+
+def printable(text: str) -> str:
+    """`text` safe to print where it came from someone else (a history record, a workload's name): controls
+    dropped (but the line break and the tab), and a line that would start a workflow command (`::error::`,
+    `##[error]`, after any spaces) prefixed with "> " (a runner trims spaces), so no text can move the
+    cursor, retitle the terminal or annotate the job. perfgate's own text never holds either, and is unchanged."""
+    text = text.translate(_UNPRINTABLE)
+    if "::" not in text and "##[" not in text:
+        return text
+    return "\n".join(
+        "> " + line if line.lstrip(" \t").startswith(_COMMAND_STARTS) else line for line in text.split("\n")
+    )

@@ -38,6 +38,7 @@ from perfgate.variants import CONFIG_NAMES
 
 DEFAULT_THRESHOLD = 0.05  # a throughput regression beyond this fails the build
 DEFAULT_MEMORY_TOLERANCE = 0.05  # peak memory beyond this much more fails it
+DEFAULT_TRIALS = 3  # trials per config (in a paired check, pairs) at a check's first look
 KEYS = (
     "workloads",
     "history",
@@ -106,7 +107,7 @@ class CountTolerances:
 
 
 @dataclass(frozen=True)
-class Limits:
+class Thresholds:
     """The thresholds that apply to one workload and config."""
 
     throughput: float = DEFAULT_THRESHOLD
@@ -136,7 +137,7 @@ class ProjectConfig:
         """The diagnosis rules' thresholds: the defaults with this project's values."""
         return DiagnosisThresholds(**self.diagnosis)
 
-    def limits(self, workload: str, config: str, *, threshold: float | None = None) -> Limits:
+    def thresholds_for(self, workload: str, config: str, *, threshold: float | None = None) -> Thresholds:
         """Thresholds for one workload and config: per-config override, then per-workload, then global.
 
         `threshold` (from the command line) replaces the global throughput threshold, not the overrides.
@@ -146,7 +147,7 @@ class ProjectConfig:
         values = {"throughput": throughput, "memory": memory}
         for key in (workload, f"*/{config}", f"{workload}/{config}"):  # least specific first
             values.update(self.thresholds.get(key, {}))
-        return Limits(
+        return Thresholds(
             throughput=values["throughput"] if values["throughput"] is not None else DEFAULT_THRESHOLD,
             memory=values["memory"] if values["memory"] is not None else DEFAULT_MEMORY_TOLERANCE,
         )
@@ -171,27 +172,59 @@ def parse_fraction(value: Any, where: str) -> float:
             raise UsageError(f"{value!r} must be between 0% and 100%", where=where, hint=hint)
         return percent / 100
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return _fraction(float(value), value, where, hint)
-    raise UsageError(f"{value!r} is not a percentage", where=where, hint=hint)
+        return _fraction(_as_float(value), value, where, hint)
+    raise UsageError(f"{_shown(value)} is not a percentage", where=where, hint=hint)
 
 
 def parse_count(value: Any, where: str) -> int:
     """A whole number of at least 1, from text or an int; anything else is a UsageError."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.lstrip("+").isdigit():
-        raise UsageError(f"expected a whole number, got {value!r}", where=where, hint="give a count such as 3")
+    huge = isinstance(value, int) and abs(value) >= 10**MAX_DIGITS  # printing one of 5,000 digits is a ValueError
+    text = "" if huge else str(value).strip()
+    if isinstance(value, bool) or not text.lstrip("+").isdigit() or len(text.lstrip("+").lstrip("0")) > MAX_DIGITS:
+        raise UsageError(f"expected a whole number, got {_shown(value)}", where=where, hint="give a count such as 3")
     count = int(text)
     if count < 1:
         raise UsageError(f"must be at least 1, got {count}", where=where, hint="give a count such as 3")
     return count
 
 
+def parse_seconds(value: Any, where: str) -> float:
+    """A positive number of seconds, from text or a number; anything else is a UsageError."""
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        raise UsageError(f"expected a number of seconds, got {value!r}", where=where) from None
+    if isinstance(value, bool) or not seconds > 0:
+        raise UsageError(f"must be positive, got {value}", where=where)
+    return seconds
+
+
 def _fraction(number: float, original: Any, where: str, hint: str) -> float:
     if 0 < number < 1:
         return number
     if number >= 1:
-        raise UsageError(f"{original!r} is ambiguous: a fraction must be below 1", where=where, hint=hint)
-    raise UsageError(f"{original!r} must be positive", where=where, hint=hint)
+        raise UsageError(f"{_shown(original)} is ambiguous: a fraction must be below 1", where=where, hint=hint)
+    raise UsageError(f"{_shown(original)} must be positive", where=where, hint=hint)
+
+
+MAX_DIGITS = 18  # a count beyond this is no count anyone meant (and past what int() reads, an error of its own)
+
+
+def _as_float(number: int | float) -> float:
+    """`number` as a float; an integer too large for one (a 400-digit figure) is infinite, not an OverflowError."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error message quotes it: its repr, cut short when it is long (a 400-digit number)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond the digits Python will print
+        return "a number too long to print"
+    return text if len(text) <= 40 else f"{text[:16]}... ({len(text)} characters)"
 
 
 def load_project_config(directory: Path | None = None) -> ProjectConfig:
@@ -298,8 +331,8 @@ def _diagnosis(values: Any, where: str) -> dict[str, float]:
     for key, value in values.items():
         if key not in names:
             raise UsageError(f"unknown rule threshold {key!r}", where=where, hint=_suggest(str(key), names))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise UsageError(f"{key} must be a positive number, got {value!r}", where=where)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < _as_float(value) < math.inf:
+            raise UsageError(f"{key} must be a positive number, got {_shown(value)}", where=where)
         parsed[key] = float(value)
     return parsed
 
@@ -347,8 +380,8 @@ def _peak_tflops(values: Any, where: str) -> dict[str, float]:
     for key, value in values.items():
         if key not in PEAK_DTYPES:
             raise UsageError(f"unknown dtype {key!r}", where=where, hint=_suggest(str(key), PEAK_DTYPES))
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-            raise UsageError(f"{key} must be a positive number of TFLOP/s, got {value!r}", where=where, hint=hint)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < _as_float(value) < math.inf:
+            raise UsageError(f"{key} must be a positive number of TFLOP/s, got {_shown(value)}", where=where, hint=hint)
         parsed[key] = float(value)
     return parsed
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from perfgate.errors import WorkloadError, WorkloadReferenceError
+from perfgate.naming import CLI, FrontEnd
 from perfgate.workload import Workload
 
 DEFAULT_REFERENCES: tuple[str, ...] = ("lm", "vision")
@@ -23,8 +24,9 @@ class Reference:
     text: str
     target: str  # "file:<abs path>:<function>", "module:<module>:<function>" or "builtin:<name>@<size>"
 
-    def load(self) -> Workload:
-        """Import the target and call its function; the result must be a Workload."""
+    def load(self, front_end: FrontEnd = CLI) -> Workload:
+        """Import the target and call its function; the result must be a Workload. `front_end`: how the
+        messages spell the option that shows tracebacks."""
         kind, _, rest = self.target.partition(":")
         if kind == "builtin":
             from perfgate import builtin
@@ -32,7 +34,7 @@ class Reference:
             name, _, size = rest.partition("@")
             return builtin.load(name, size)
         location, _, function_name = rest.rpartition(":")
-        module = _import_file(location) if kind == "file" else _import_module(location)
+        module = _import_file(location, front_end) if kind == "file" else _import_module(location, front_end)
         function = getattr(module, function_name, None)
         if function is None:
             available = sorted(
@@ -59,7 +61,7 @@ class Reference:
             raise WorkloadError(
                 f"{function_name}() raised {type(exc).__name__}: {exc}",
                 where=self.text,
-                hint="fix the workload function (run with --debug for the traceback)",
+                hint=f"fix the workload function{front_end.traceback_note()}",
             ) from exc
         if not isinstance(workload, Workload):  # the reference names some other function: a bad argument
             raise WorkloadReferenceError(
@@ -172,7 +174,7 @@ def resolve_references(texts: list[str]) -> list[Reference]:
     return unique
 
 
-def _import_file(location: str) -> ModuleType:
+def _import_file(location: str, front_end: FrontEnd = CLI) -> ModuleType:
     path = Path(location)
     module_name = f"_perfgate_workload_{abs(hash(str(path)))}"
     if module_name in sys.modules:
@@ -191,12 +193,12 @@ def _import_file(location: str) -> ModuleType:
         raise WorkloadError(
             f"importing {path.name} raised {type(exc).__name__}: {exc}",
             where=str(path),
-            hint="fix the file (run with --debug for the traceback)",
+            hint=f"fix the file{front_end.traceback_note()}",
         ) from exc
     return module
 
 
-def _import_module(name: str) -> ModuleType:
+def _import_module(name: str, front_end: FrontEnd = CLI) -> ModuleType:
     # Like `python -m`, the current directory is importable.
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -214,5 +216,5 @@ def _import_module(name: str) -> ModuleType:
     except Exception as exc:
         raise WorkloadError(
             f"importing {name} raised {type(exc).__name__}: {exc}",
-            hint="fix the module (run with --debug for the traceback)",
+            hint=f"fix the module{front_end.traceback_note()}",
         ) from exc

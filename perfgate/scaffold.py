@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import shlex
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
+from perfgate._files import write_atomic
 from perfgate.errors import UsageError
 
 DEFAULT_WORKLOAD_FILE = Path("perf/workloads.py")
@@ -291,44 +291,14 @@ def _make_folders(folder: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def _temporary(path: Path, data: bytes, mode: int = 0o666) -> Path:
-    """`data` in a new file beside `path`, flushed to disk (its mode under the umask)."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return temporary
-
-
 def _create(path: Path, data: bytes) -> None:
     """A new file, whole: linked into place, which fails when `path` appeared meanwhile."""
-    temporary = _temporary(path, data)
-    try:
-        os.link(temporary, path)
-    except FileExistsError:
-        raise
-    except OSError:  # a file system without hard links: an exclusive create
-        with open(path, "xb") as handle:
-            handle.write(data)
-    finally:
-        temporary.unlink(missing_ok=True)
+    write_atomic(path, data, exclusive=True)
 
 
 def _replace(path: Path, data: bytes) -> None:
     """`path`'s new contents, renamed over it, with its permissions."""
-    temporary = _temporary(path, data, mode=0o600)
-    try:
-        os.chmod(temporary, path.stat().st_mode & 0o7777)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomic(path, data)
 
 
 # --- What it says ----------------------------------------------------------------------------------------

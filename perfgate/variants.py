@@ -25,17 +25,18 @@ CONFIGS: dict[str, Config] = {
 CONFIG_NAMES: tuple[str, ...] = tuple(CONFIGS)
 
 
-def parse_configs(text: str | Sequence[str]) -> tuple[str, ...]:
-    """Parse `fp32,bf16` (or a list) into config names in lab order, rejecting unknown names."""
+def parse_configs(text: str | Sequence[str], where: str = "--configs") -> tuple[str, ...]:
+    """Parse `fp32,bf16` (or a list) into config names in lab order, rejecting unknown names; an error names
+    `where` the text came from (`--configs`, `--perfgate-configs`, `ini perfgate_configs`)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     names = [item.strip() for item in items if item.strip()]
     if not names:
-        raise UsageError("no configs given", where="--configs", hint=f"choose from {', '.join(CONFIG_NAMES)}")
+        raise UsageError("no configs given", where=where, hint=f"choose from {', '.join(CONFIG_NAMES)}")
     unknown = [name for name in names if name not in CONFIGS]
     if unknown:
         raise UsageError(
             f"unknown config {', '.join(repr(n) for n in unknown)}",
-            where="--configs",
+            where=where,
             hint=f"choose from {', '.join(CONFIG_NAMES)}",
         )
     return tuple(name for name in CONFIG_NAMES if name in names)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import WorkloadError
+from perfgate.naming import MAX_NAME_CHARS, WORKLOAD_NAME
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +72,12 @@ class Workload:
         where = f"workload {self.name!r}"
         if not isinstance(self.name, str) or not self.name.strip():
             raise WorkloadError("workload name must be a non-empty string", hint="set name='my-model'")
-        bad_chars = [c for c in self.name if not (c.isalnum() or c in "-_.")]
+        if len(self.name) > MAX_NAME_CHARS:  # it names files: a long one ends in OSError when they are written
+            raise WorkloadError(
+                f"workload name {self.name[:40]!r}... is {len(self.name)} characters long",
+                hint=f"give it a name of at most {MAX_NAME_CHARS} characters",
+            )
+        bad_chars = [c for c in self.name if not WORKLOAD_NAME.fullmatch(c)]  # the results schema's own rule
         if bad_chars:
             raise WorkloadError(
                 f"workload name {self.name!r} contains {''.join(sorted(set(bad_chars)))!r}",

@@ -40,7 +40,7 @@ TRAILER_FORM = "write the trailer as Perf-Accept: WORKLOAD/CONFIG PCT, e.g. Perf
 
 
 def accepting(*targets: str, origin: str = "trailer", source: str = SHA) -> GateSettings:
-    return GateSettings(trials=3, max_trials=3, accepted=tuple(parse_acceptance(t, origin, source) for t in targets))
+    return GateSettings(first_n=3, max_n=3, accepted=tuple(parse_acceptance(t, origin, source) for t in targets))
 
 
 def judged(candidate, settings: GateSettings, *, base=GATE_BASE, paired: bool = False) -> GateResult:

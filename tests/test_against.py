@@ -649,7 +649,7 @@ def test_a_final_look_spends_whatever_is_left():
 
 
 def test_the_look_tracker_counts_each_configs_looks_from_its_previous_one():
-    tracker = LookTracker(GateSettings(ProjectConfig(), trials=3, max_trials=5))
+    tracker = LookTracker(GateSettings(ProjectConfig(), first_n=3, max_n=5))
     a, b = ("bench", "fp32"), ("bench", "bf16")
     assert tracker.look({a: 3, b: 3}, final=False) == {a: Look(3, 0, False), b: Look(3, 0, False)}
     assert tracker.look({a: 4, b: 3}, final=False) == {a: Look(4, 3, False), b: Look(3, 0, False)}  # b: no new data
@@ -659,7 +659,7 @@ def test_the_look_tracker_counts_each_configs_looks_from_its_previous_one():
 
 
 def test_the_default_time_budget_is_five_minutes_a_config_and_ten_at_most():
-    settings = GateSettings(ProjectConfig(), trials=3, max_trials=20)
+    settings = GateSettings(ProjectConfig(), first_n=3, max_n=20)
     assert [settings.budget_s(n) for n in (1, 2, 3)] == [300.0, 600.0, 600.0]
     assert settings.budget_s(0) == 600.0  # no configs (pytest-benchmark sessions): the whole budget
     assert GateSettings(ProjectConfig(), time_budget_s=45.0).budget_s(3) == 45.0  # given: as given

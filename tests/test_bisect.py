@@ -12,7 +12,7 @@ from tests.helpers.git import git
 from tests.helpers.results import BASE_MS, BASELINE, phased_run
 from tests.helpers.workloads import paced_source
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 SAME = compare_run(phased_run(BASE_MS), BASELINE, SETTINGS)
 SLOWER = compare_run(phased_run({**BASE_MS, "forward": 8.0}), BASELINE, SETTINGS)
 COMMITS = [f"{index:02d}" * 20 for index in range(1, 13)]  # twelve commits after GOOD

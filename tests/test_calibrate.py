@@ -37,7 +37,7 @@ def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_pat
 
 
 def test_the_detectable_slowdown_shrinks_with_more_pairs_and_never_undercuts_the_threshold():
-    settings = GateSettings(trials=3, max_trials=20)
+    settings = GateSettings(first_n=3, max_n=20)
     few, many = detectable_slowdown(0.03, 5, settings, 0.05), detectable_slowdown(0.03, 20, settings, 0.05)
     assert 0.05 < many < few
     assert detectable_slowdown(0.001, 20, settings, 0.05) > 0.05  # beyond the threshold, whatever the noise

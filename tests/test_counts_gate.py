@@ -44,7 +44,7 @@ COUNTS = Counts(
     graph_breaks=0,
     recompiles=0,
 )
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 BREAK = "model.py:42 in forward: call_function print"
 
 

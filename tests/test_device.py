@@ -90,7 +90,7 @@ def test_cuda_clock_waits_for_queued_work():
         a = a @ a / 64
     elapsed = device.now() - start
     assert elapsed > 0.001  # 20 large matmuls cannot finish in a millisecond; without sync we'd read ~0
-    assert device.describe()["count"] >= 1
+    assert device.describe().count >= 1
 
 
 @needs_cuda

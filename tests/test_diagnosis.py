@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from perfgate.judge.diagnosis import diagnose
+from perfgate.judge.diagnosis import COUNT_TOLERANCES, count_tolerances, diagnose
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
-from perfgate.project import DiagnosisThresholds
+from perfgate.project import REPORT, CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import SystemSummary, UsageSpread
@@ -17,7 +17,7 @@ from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
 from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, phased_run, phased_trial
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 def diagnosed(ms, *, every_config=False, **kwargs):
@@ -138,9 +138,7 @@ def test_thresholds_come_from_the_project_and_bad_keys_are_refused(tmp_path):
 
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_share = 0.99\nexplains = 1.01\n")
     project = load_project_config(tmp_path)
-    result = compare_run(
-        phased_run({**BASE_MS, "data_wait": 9.0}), BASELINE, GateSettings(project, trials=3, max_trials=3)
-    )
+    result = compare_run(phased_run({**BASE_MS, "data_wait": 9.0}), BASELINE, GateSettings(project, first_n=3, max_n=3))
     (d,) = diagnose(result)
     assert "data pipeline" not in [f.suspect for f in d.findings]
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate.diagnosis]\ndata_wait_shares = 0.3\n")
@@ -322,7 +320,9 @@ def with_workers(run, loader_ms, cores=2):
         dataclasses.replace(t, system=dataclasses.replace(system, loader_cpu_s=loader_ms / 1000 * STEPS * (1 + i / 50)))
         for i, t in enumerate(workload.configs["fp32"].trials)
     ]
-    environment = {**run.environment, "cpu": {**run.environment["cpu"], "available_cores": cores}}
+    cpu = run.environment.cpu
+    assert cpu is not None
+    environment = dataclasses.replace(run.environment, cpu=dataclasses.replace(cpu, available_cores=cores))
     configs = {"fp32": ConfigResult("fp32", trials)}
     return dataclasses.replace(run, environment=environment, workloads=[dataclasses.replace(workload, configs=configs)])
 
@@ -402,3 +402,12 @@ def test_against_a_stored_baseline_a_part_must_move_beyond_the_sessions_noise_to
     doubled = compare_run(scattered(phased_run({**BASE_MS, "backward": 12.0})), BASELINE, SETTINGS)
     (d,) = diagnose(doubled)
     assert d.early and d.suspect == "model compute"
+
+
+def test_the_diagnosis_reads_the_counts_with_the_projects_tolerances():
+    """`[tool.perfgate.counts]` decides when a count moved, for the diagnosis as for the gate; a count the project
+    only reports keeps the gate's default tolerance."""
+    tolerances = count_tolerances(CountTolerances(flops_per_sample=0.5, operators_per_step=REPORT))
+    assert tolerances["flops_per_sample"] == 0.5
+    assert tolerances["operators_per_step"] == 0.05 and tolerances["kernels_per_step"] == 0.05
+    assert count_tolerances(CountTolerances()) == COUNT_TOLERANCES

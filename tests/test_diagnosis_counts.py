@@ -12,7 +12,7 @@ from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import Counts
 from tests.helpers.results import BASE_MS, phased_run
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 MIB = 2**20
 PLACES = ["model.py:42 in forward: call to builtin print", "model.py:57 in forward: data-dependent branch"]
 

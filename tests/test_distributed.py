@@ -34,7 +34,7 @@ from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.results import BASE_MS, STEPS, phased_run, validate_results
 from tests.helpers.workloads import WORKLOADS
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 def rank_record(rank, ms, comm_ms=None, *, trial=0, peak=50 << 20, jitter=0.01):
@@ -71,7 +71,7 @@ def ranked_run(rank_ms, comm_ms):
     run = phased_run(BASE_MS)
     (workload,) = run.workloads
     trials = [job(rank_ms, comm_ms, trial=i).result for i in range(3)]
-    settings = {**workload.settings, "nproc": 2}
+    settings = dataclasses.replace(workload.settings, nproc=2)
     configs = {"fp32": ConfigResult("fp32", trials)}
     return dataclasses.replace(run, workloads=[dataclasses.replace(workload, settings=settings, configs=configs)])
 

@@ -17,7 +17,7 @@ from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate, format_pytest_summary, format_update
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from perfgate.judge.settings import GateSettings, Look
 from perfgate.judge.verdict import GateResult, Status, compare_entries
 from perfgate.records.baselines import BaselineEntry, ConfigEntry
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 def verdict(candidate):
@@ -45,7 +47,7 @@ def test_exit_codes_follow_the_worst_verdict_a_regression_before_a_failed_config
     def result(*statuses):
         workloads = compare_entries(GATE_BASE, gate_entry([500, 503, 498], [1000, 1003, 998]), SETTINGS)
         configs = [
-            type(workloads.configs[0])(workloads.workload, f"c{i}", s, "", workloads.configs[0].limits)
+            type(workloads.configs[0])(workloads.workload, f"c{i}", s, "", workloads.configs[0].thresholds)
             for i, s in enumerate(statuses)
         ]
         return GateResult([type(workloads)(workloads.workload, configs)], SETTINGS)
@@ -56,7 +58,7 @@ def test_exit_codes_follow_the_worst_verdict_a_regression_before_a_failed_config
     assert result(Status.FAILED).exit_code == 4  # a config that was measured before and now fails: the workload's
     assert result(Status.FAILED, Status.NO_BASELINE).exit_code == 4
     assert result(Status.NO_CHANGE, Status.NO_BASELINE).exit_code == 3
-    strict = GateSettings(trials=3, max_trials=3, fail_on_inconclusive=True)
+    strict = GateSettings(first_n=3, max_n=3, fail_on_inconclusive=True)
     inconclusive = result(Status.INCONCLUSIVE)
     assert GateResult(inconclusive.workloads, strict).exit_code == 1
     open_and_missing = result(Status.INCONCLUSIVE, Status.NO_BASELINE)
@@ -71,7 +73,7 @@ def test_the_adjusted_test_never_decides_alone_even_for_a_clear_slowdown_against
     # and a baseline with a disturbed trial leaves the check open: rerun perfgate update, or check in pairs.
     base = gate_entry([304.8, 219.6, 300.8], [1000, 722, 990])
     candidate = gate_entry([125, 131, 139, 128, 136, 133, 127, 130], [1001, 995, 1003, 990, 1008, 998, 1002, 996])
-    settings = GateSettings(trials=3, max_trials=8)
+    settings = GateSettings(first_n=3, max_n=8)
     (config,) = compare_entries(base, candidate, settings, looks={("w", "fp32"): Look(8, 7, True)}).configs
     assert config.throughput is not None and config.throughput.verdict == "inconclusive"
     assert config.adjusted is not None and config.adjusted.verdict == "regression"
@@ -89,7 +91,7 @@ def test_one_slow_trial_whose_probe_ran_faster_is_not_a_regression_on_the_adjust
     # A clean check of the vision workload on this machine: its one trial ran 14% slower than the baseline's
     # three while its probe ran 7% faster. Adjusted, that is a significant -19%; the raw test says p = 0.12.
     base = gate_entry([716, 770, 665], [1000, 1075, 930])
-    (config,) = compare_entries(base, gate_entry([623], [1069]), GateSettings(trials=1, max_trials=1)).configs
+    (config,) = compare_entries(base, gate_entry([623], [1069]), GateSettings(first_n=1, max_n=1)).configs
     assert config.throughput is not None and config.throughput.verdict == "inconclusive"
     assert config.throughput.ratio < 0.9
     # Adjusted, -19%; but one trial against three counts as three pairs, too few to call a change at all.
@@ -97,7 +99,7 @@ def test_one_slow_trial_whose_probe_ran_faster_is_not_a_regression_on_the_adjust
     assert config.status == Status.INCONCLUSIVE
     assert "cannot call a change beyond the 5% threshold" in config.reason
     # Two such trials: the adjusted test no longer decides alone (it did until 2026-11-26).
-    (two,) = compare_entries(base, gate_entry([623, 628], [1069, 1072]), GateSettings(trials=2, max_trials=2)).configs
+    (two,) = compare_entries(base, gate_entry([623, 628], [1069, 1072]), GateSettings(first_n=2, max_n=2)).configs
     assert two.throughput is not None and two.throughput.verdict == "inconclusive"
     assert two.status == Status.INCONCLUSIVE
 
@@ -121,7 +123,7 @@ def test_changed_losses_and_data_are_evidence_not_a_refusal():
 
 def test_a_changed_batch_size_is_still_not_comparable():
     candidate = gate_entry([500, 505, 495])
-    candidate = BaselineEntry(**{**candidate.__dict__, "settings": {**candidate.settings, "batch_size": 16}})
+    candidate = BaselineEntry(**{**candidate.__dict__, "settings": replace(candidate.settings, batch_size=16)})
     result = compare_entries(GATE_BASE, candidate, SETTINGS)
     assert result.problem_status == Status.NOT_COMPARABLE
     assert "batch_size 8 -> 16" in (result.problem or "")

@@ -217,7 +217,7 @@ def test_the_lab_report_flags_a_throttled_trial_beside_its_config():
 
 def test_a_paired_check_flags_a_throttled_trial_on_its_side_and_still_counts_its_pair():
     base, head = gpu_run(throttled=1), gpu_run(sps=(100.0, 101.0, 99.0))
-    result = compare_results(paired(base, head), GateSettings(trials=3, max_trials=3))
+    result = compare_results(paired(base, head), GateSettings(first_n=3, max_n=3))
     (verdict,) = result.verdicts
     assert verdict.throughput is not None and verdict.throughput.n_candidate == 3  # the throttled pair is counted
     assert f"  ! fp32 base trial 2: {NOTE}" in format_gate(result, command="perfgate check").splitlines()
@@ -231,7 +231,7 @@ def test_a_paired_check_flags_a_throttled_trial_on_its_side_and_still_counts_its
 
 
 def test_a_paired_check_whose_sides_ran_on_different_gpu_models_is_refused_in_one_line():
-    result = compare_results(paired(gpu_run(A100), gpu_run(H100)), GateSettings(trials=3, max_trials=3))
+    result = compare_results(paired(gpu_run(A100), gpu_run(H100)), GateSettings(first_n=3, max_n=3))
     (workload,) = result.workloads
     assert workload.problem_status == Status.NOT_COMPARABLE and not workload.configs and result.exit_code == 3
     assert workload.problem == (
@@ -240,14 +240,14 @@ def test_a_paired_check_whose_sides_ran_on_different_gpu_models_is_refused_in_on
         "CUDA_VISIBLE_DEVICES)"
     )
     assert f"  ! {workload.problem}" in format_gate(result, command="perfgate check").splitlines()
-    same = compare_results(paired(gpu_run(H100), gpu_run(H100)), GateSettings(trials=3, max_trials=3))
+    same = compare_results(paired(gpu_run(H100), gpu_run(H100)), GateSettings(first_n=3, max_n=3))
     assert same.workloads[0].problem is None and same.verdicts[0].status == Status.NO_CHANGE
 
 
 def test_a_baseline_stored_on_another_gpu_model_is_refused_naming_both_and_what_to_do(tmp_path):
     store = BaselineStore(tmp_path / "baselines")
     store.write_run(gpu_run(A100))
-    result = compare_results(gpu_run(H100), GateSettings(trials=3, max_trials=3), store=store)
+    result = compare_results(gpu_run(H100), GateSettings(first_n=3, max_n=3), store=store)
     (workload,) = result.workloads
     assert workload.problem_status == Status.NO_BASELINE and result.exit_code == 3
     assert workload.problem == (
@@ -256,7 +256,7 @@ def test_a_baseline_stored_on_another_gpu_model_is_refused_naming_both_and_what_
         f"perfgate update (writes {store.path_for('w')}; commit it), or run the check where the baseline was taken"
     )
     assert "\n" not in workload.problem
-    same = compare_results(gpu_run(A100), GateSettings(trials=3, max_trials=3), store=store)
+    same = compare_results(gpu_run(A100), GateSettings(first_n=3, max_n=3), store=store)
     assert same.workloads[0].problem is None and same.verdicts[0].status == Status.NO_CHANGE
 
 

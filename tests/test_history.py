@@ -28,7 +28,7 @@ def test_a_record_reads_back_as_written_with_its_verdicts_and_commit(tmp_path):
     assert path.parent == tmp_path / "history" and path.name.startswith("20261123T100000-aaaaaaaaaaaa-")
     (record,) = store.load().records
     assert record.commit == "a" * 40 and record.mode == "stored baselines" and record.source == str(path)
-    assert record.verdicts["w/fp32"]["status"] in ("no change", "inconclusive", "improvement")
+    assert record.verdicts["w/fp32"].status in ("no change", "inconclusive", "improvement")
     written = recorded().entries[0].configs["fp32"].samples_per_sec
     assert record.entries[0].configs["fp32"].samples_per_sec == pytest.approx(written, rel=1e-6)  # 6 digits kept
     assert json.loads(path.read_text())["perfgate_history"] == 1
@@ -205,12 +205,12 @@ def test_a_check_against_the_parent_records_the_head_run_with_its_paired_verdict
     assert (record.commit, record.base_commit, record.base_ref) == (head, base, "HEAD~1")
     assert record.mode.startswith(f"paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]})")
     (verdict,) = record.verdicts.values()
-    assert list(record.verdicts) == ["tiny/fp32"] and verdict["status"] in {s.value for s in Status}
+    assert list(record.verdicts) == ["tiny/fp32"] and verdict.status in {s.value for s in Status}
     assert record.exit_code == checked.returncode
     for side in (record.entries, record.base_entries):  # the head's trial is the series', the base's kept beside it
         assert [(e.workload, len(e.configs["fp32"].trials)) for e in side] == [("tiny", 1)]
     (series,) = series_of(history)
-    assert [(run.commit, run.verdict) for run in series.runs] == [(head, verdict["status"])]
+    assert [(run.commit, run.verdict) for run in series.runs] == [(head, verdict.status)]
 
 
 def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_formats(tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ from tests.helpers.baselines import STORE_FINGERPRINT, gate_entry, store_entry
 from tests.helpers.results import BASE_MS, phased_run, validate_results
 
 MIB = 1 << 20
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 SAVED_RESULTS = Path(__file__).parent / "data" / "results-v2.json"  # a results file written by perfgate
 # A child that writes `{mib}` MiB (resident and its own), says so, and lives until its standard input closes.
 HOLDER = "import sys\nkept = b'x' * ({mib} << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n"

@@ -1,5 +1,5 @@
 """The package's dependency order, held by reading every import (inside functions and under
-TYPE_CHECKING too): base modules <- records <- measure, judge <- report <- check <- front ends.
+TYPE_CHECKING too): base modules <- records <- measure, judge <- report <- check <- app <- front ends.
 
 README.md ("How the code is laid out") says what each layer holds.
 """
@@ -27,10 +27,15 @@ BASE = {
     "project",
     "references",
     "builtin",
+    "outcome",
+    "_files",
 }
-FRONT_ENDS = {"options", "cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold", "demo"}
-LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4}
-FRONT = 5
+FRONT_ENDS = {"cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold", "demo"}
+LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4, "app": 5}
+FRONT = 6
+THIN = ("cli", "pytest_plugin")  # the front ends that only translate to and from the application layer
+MOST_LINES = 900  # the two together
+MOST_MODULES = 12  # each, counted as `graph` counts them
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -168,3 +173,48 @@ def test_the_checks_catch_an_import_up_the_layers(tmp_path: Path, module: str, l
     (root / module).write_text(line)
     problems = violations(graph(root))
     assert len(problems) == 1 and (found or "imports perfgate.check.run") in problems[0], problems
+
+
+def test_front_ends_stay_thin() -> None:
+    """The CLI and the pytest plugin translate to and from `perfgate.app`; the gate itself lives there."""
+    edges = graph(PACKAGE)
+    lines = {name: len((PACKAGE / f"{name}.py").read_text(encoding="utf-8").splitlines()) for name in THIN}
+    assert sum(lines.values()) <= MOST_LINES, lines
+    imported = {name: sorted(edges[f"perfgate.{name}"]) for name in THIN}
+    assert all(len(found) <= MOST_MODULES for found in imported.values()), imported
+
+
+DECLARING = {"add_argument", "addoption", "addini"}
+
+
+def literal_flags(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    """Each `add_argument("--x")`, `addoption("--x")` or `addini(...)` call whose first argument is a literal
+    that starts with "-" (addini: any literal name): an option declared outside the options module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in DECLARING or not node.args:
+            continue
+        first = node.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        name = first.value
+        if name.startswith("-") or node.func.attr == "addini":
+            found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.func.attr}({name!r})")
+    return found
+
+
+def test_no_option_is_declared_with_a_literal_flag_outside_the_options_module() -> None:
+    options_module = PACKAGE / "app" / "options.py"
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != options_module for hit in literal_flags(path)]
+    assert found == []
+
+
+def test_the_literal_flag_check_finds_one(tmp_path: Path) -> None:
+    module = tmp_path / "perfgate" / "x.py"
+    module.parent.mkdir()
+    module.write_text('import argparse\nargparse.ArgumentParser().add_argument("--made-up", type=int)\n')
+    assert literal_flags(module, tmp_path) == ["perfgate/x.py:2 add_argument('--made-up')"]
+    module.write_text('import argparse\nargparse.ArgumentParser().add_argument("made_up")\n')  # a positional
+    assert literal_flags(module, tmp_path) == []

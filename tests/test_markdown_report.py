@@ -7,11 +7,11 @@ from dataclasses import replace
 from markdown_it import MarkdownIt
 
 from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries
-from perfgate.report.markdown import MARKER, append_job_summary, format_markdown, merge_gates
+from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries, merge_results
+from perfgate.report.markdown import MARKER, append_job_summary, format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 def result(*candidates):
@@ -81,12 +81,12 @@ def test_the_checks_of_one_pytest_session_merge_into_one_report():
     other = GateResult(
         [WorkloadVerdict("v", [], None, problem="no baseline for v", problem_status=Status.NO_BASELINE)], SETTINGS
     )
-    merged = merge_gates([fp32, bf16, other])
+    merged = merge_results([fp32, bf16, other])
     assert [(w.workload, [v.config for v in w.configs]) for w in merged.workloads] == [
         ("w", ["fp32", "bf16"]),
         ("v", []),
     ]
-    assert merged.exit_code == 1 and merge_gates([fp32]) is fp32
+    assert merged.exit_code == 1 and merge_results([fp32]) is fp32
     text = format_markdown(merged)
     assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32); 1 no change; 1 no baseline (v).")
     assert len(tables(text)[0]) == 1  # one table for w, whichever check measured its configs
@@ -112,7 +112,7 @@ def test_what_changed_is_shown_even_when_the_verdict_is_no_change():
     base = phased_run(BASE_MS)
     (workload,) = base.workloads
     changed = replace(base, workloads=[replace(workload, first_losses={"fp32": [2.0]})])
-    result = compare_run(changed, {"w": entry_from_workload(base, workload)}, GateSettings(trials=3, max_trials=3))
+    result = compare_run(changed, {"w": entry_from_workload(base, workload)}, GateSettings(first_n=3, max_n=3))
     (verdict,) = result.verdicts
     assert verdict.status == Status.NO_CHANGE
     text = format_gate(result, command="perfgate check")

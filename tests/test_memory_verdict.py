@@ -176,7 +176,7 @@ def with_memory(entry, peaks_mib, kind):
 
 
 def test_a_paired_check_judges_memory_per_pair_and_a_stored_one_with_session_noise():
-    settings = GateSettings(trials=5, max_trials=5)
+    settings = GateSettings(first_n=5, max_n=5)
     rates = [500, 505, 495, 502, 498]
     base = with_memory(gate_entry(rates), [400, 440, 380, 420, 400], "cpu-job-above-setup")
     head = with_memory(gate_entry(rates), [432, 475.2, 410.4, 453.6, 432], "cpu-job-above-setup")  # +8% a pair

@@ -40,15 +40,15 @@ def test_the_most_specific_threshold_wins(tmp_path):
         '"vision-small/bf16-compile" = { throughput = "15%" }\n'
     )
     project = load_project_config(tmp_path)
-    lm = project.limits("lm-small", "fp32")
+    lm = project.thresholds_for("lm-small", "fp32")
     assert (lm.throughput, lm.memory) == pytest.approx((0.04, 0.06))
-    vision = project.limits("vision-small", "fp32")
+    vision = project.thresholds_for("vision-small", "fp32")
     assert (vision.throughput, vision.memory) == pytest.approx((0.10, 0.06))
-    compiled = project.limits("vision-small", "bf16-compile")
+    compiled = project.thresholds_for("vision-small", "bf16-compile")
     assert (compiled.throughput, compiled.memory) == pytest.approx((0.15, 0.20))
     # A --threshold on the command line replaces the global value, not the overrides.
-    assert project.limits("lm-small", "fp32", threshold=0.08).throughput == pytest.approx(0.08)
-    assert project.limits("vision-small", "fp32", threshold=0.08).throughput == pytest.approx(0.10)
+    assert project.thresholds_for("lm-small", "fp32", threshold=0.08).throughput == pytest.approx(0.08)
+    assert project.thresholds_for("vision-small", "fp32", threshold=0.08).throughput == pytest.approx(0.10)
 
 
 def test_an_unknown_key_suggests_the_nearest_valid_one(tmp_path):

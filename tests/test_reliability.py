@@ -21,6 +21,7 @@ from perfgate.measure.environment import git_state
 from perfgate.records.baselines import BaselineError, BaselineStore, parse_baseline
 from perfgate.records.locking import LockTimeout, locked_folder
 from perfgate.records.results import parse_results
+from perfgate.records.shapes import GitState
 from tests.helpers.baselines import store_entry
 from tests.helpers.cli import run_in_process, run_main, start_perfgate
 from tests.helpers.git import git
@@ -187,11 +188,11 @@ def repo(tmp_path):
 @pytest.mark.e2e
 def test_a_shallow_clone_is_recorded_as_such(repo, tmp_path):
     """(Not a repository, no commits, a detached HEAD and a dirty tree: tests/test_environment.py.)"""
-    assert git_state(repo)["shallow"] is False
+    assert git_state(repo).shallow is False
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), str(clone))
     state = git_state(clone)
-    assert state == {"sha": git(repo, "rev-parse", "HEAD"), "branch": "main", "dirty": False, "shallow": True}
+    assert state == GitState(sha=git(repo, "rev-parse", "HEAD"), branch="main", dirty=False, shallow=True)
 
 
 @pytest.mark.e2e
@@ -329,7 +330,7 @@ def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fail
         configs = {"fp32": ConfigResult("fp32", trials)}
         return replace(current, workloads=[replace(workload, configs=configs)])
 
-    settings = GateSettings(trials=3, max_trials=3)
+    settings = GateSettings(first_n=3, max_n=3)
     (verdict,) = compare_run(with_failures(1), BASELINE, settings).verdicts
     assert verdict.trials_failed == 1 and verdict.reason.endswith("(1 trial failed and not counted)")
     assert verdict.throughput is not None and verdict.throughput.n_candidate == 2

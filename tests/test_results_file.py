@@ -138,7 +138,7 @@ def test_ctrl_c_during_a_write_leaves_the_old_file_and_no_debris(tmp_path, monke
     def interrupted(fd: int) -> None:  # the new text is written but not yet renamed into place
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("perfgate.records.results.os.fsync", interrupted)
+    monkeypatch.setattr("perfgate._files.os.fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_text_atomic(path, "new" * 1000)
     assert path.read_text() == "old"

@@ -8,15 +8,18 @@ one made-up machine, fp32 20% slower than its baseline, bf16 unchanged with one 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from perfgate.judge.settings import GateSettings
+from perfgate.errors import ResultsError
+from perfgate.judge.settings import GateSettings, Look
 from perfgate.judge.verdict import Status, compare_results
 from perfgate.records.baselines import BaselineStore, render_baseline
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-from perfgate.records.results import load_results
+from perfgate.records.results import SCHEMA_PATH as SCHEMA
+from perfgate.records.results import load_results, parse_results
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_gate, format_run
 from tests.helpers.cli import run_main
@@ -35,7 +38,7 @@ MACHINE = {
     "cpu_capability": None,  # the saved environment records none
     "threads": 2,
 }
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 REGENERATE = "perfgate now writes this file differently; if that is meant, run python tests/data/make_data.py"
 
 
@@ -45,11 +48,11 @@ def test_the_saved_results_file_is_valid_and_reads_back_its_trials():
     assert document["schema_version"] == 2 and "gate" not in document and "against" not in document
     run = load_results(RESULTS)
     assert (run.perfgate_version, run.created_at) == ("0.1.0", "2026-11-22T10:00:00+00:00")
-    assert run.environment["git"]["sha"] == "2" * 40
+    assert run.environment.git is not None and run.environment.git.sha == "2" * 40
     assert machine_fingerprint(run.environment) == MACHINE
     (workload,) = run.workloads
     assert (workload.name, workload.reference) == ("mlp", "perf/mlp.py:mlp")
-    assert workload.settings["batch_size"] == 8 and workload.settings["steps"] == 4
+    assert workload.settings.batch_size == 8 and workload.settings.steps == 4
     assert list(workload.configs) == ["fp32", "bf16"]
     fp32, bf16 = workload.configs["fp32"], workload.configs["bf16"]
     assert [t.samples_per_sec for t in fp32.trials] == [800.0, 806.0, 795.0, 802.0]
@@ -89,7 +92,7 @@ def test_the_baseline_store_reads_the_saved_file():
     entry = store.find("mlp", MACHINE)
     assert entry is not None
     assert (entry.workload, entry.measured_at, entry.commit) == ("mlp", "2026-11-20T09:00:00+00:00", "1" * 40)
-    assert entry.data_checksum == "sha256:" + "ab" * 32 and entry.settings["trials"] == 5
+    assert entry.data_checksum == "sha256:" + "ab" * 32 and entry.settings.trials == 5
     assert list(entry.configs) == ["fp32", "bf16"]
     assert entry.configs["fp32"].samples_per_sec == [1000.0, 1012.0, 990.0, 1004.0, 996.0]
     assert entry.configs["fp32"].first_losses == [2.5, 2.375]
@@ -187,3 +190,73 @@ def test_report_shows_a_lab_run_as_the_labs_table_in_every_format(monkeypatch, c
     chart = run_main(capsys, "report", RESULTS.name, "--png", str(tmp_path / "chart.png"))
     assert chart.returncode == 2 and not (tmp_path / "chart.png").exists()
     assert chart.stderr.startswith("error: --png charts a check's verdicts, and this is a lab run that no check")
+
+
+# --- The typed records write back what they read (issue 32) -------------------------------------------------
+
+
+def test_the_results_schema_names_the_micro_statuses_perfgate_has():
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    statuses = schema["$defs"]["micro_benchmark"]["properties"]["status"]["enum"]
+    assert statuses == [s.value for s in Status if s is not Status.ACCEPTED]
+
+
+def test_the_typed_run_writes_back_the_saved_files_keys_in_their_order():
+    saved = json.loads(RESULTS.read_text(encoding="utf-8"))
+    again = json.loads(json.dumps(load_results(RESULTS).to_dict()))
+    assert same_document(again, saved), REGENERATE
+    assert list(again["environment"]) == list(saved["environment"])
+    for part in ("device", "cpu", "git"):
+        assert list(again["environment"][part]) == list(saved["environment"][part])
+    assert list(again["workloads"][0]["settings"]) == list(saved["workloads"][0]["settings"])  # device first
+
+
+def test_a_checks_gate_record_is_written_in_order_and_read_back_strictly(tmp_path):
+    gate = SETTINGS.to_record(
+        Path("baselines"),
+        mode="stored baselines",
+        looks={("mlp", "fp32"): Look(4, 3, True)},
+        divisors={("mlp", "fp32"): (2.0, 1.0)},
+    )
+    path = tmp_path / "check.json"
+    replace(load_results(RESULTS), gate=gate).write_json(path)
+    document = json.loads(path.read_text(encoding="utf-8"))
+    validate_results(document)
+    assert list(document["gate"]) == [
+        "threshold",
+        "alpha",
+        "trials",
+        "max_trials",
+        "fail_on_inconclusive",
+        "baseline_dir",
+        "spending",
+        "accepted",
+        "mode",
+        "looks",
+        "divisors",
+    ]
+    assert document["gate"]["looks"] == {"mlp/fp32": [4, 3, True]}
+    assert document["gate"]["divisors"] == {"mlp/fp32": [2.0, 1.0]}
+    assert load_results(path).gate == gate
+    older = {key: document["gate"][key] for key in list(document["gate"])[:6]}  # a file from before the rest
+    (tmp_path / "older.json").write_text(json.dumps({**document, "gate": older}), encoding="utf-8")
+    run = load_results(tmp_path / "older.json")
+    assert run.gate is not None and run.gate.looks is None and run.gate.to_dict() == older
+    (tmp_path / "unknown.json").write_text(json.dumps({**document, "gate": {**older, "budget": 1}}), encoding="utf-8")
+    with pytest.raises(ResultsError, match="the gate record has the unknown field 'budget'"):
+        load_results(tmp_path / "unknown.json")
+
+
+def test_an_unknown_environment_key_is_kept_and_an_unknown_settings_key_is_refused(tmp_path):
+    document = json.loads(RESULTS.read_text(encoding="utf-8"))
+    document["environment"]["kernel"] = "6.1.0"  # the environment is an open record: a newer perfgate may add
+    document["environment"]["cpu"]["flags"] = ["avx2"]
+    run = parse_results(json.dumps(document), source="r.json")
+    assert run.environment.extra == {"kernel": "6.1.0"} and run.environment.cpu is not None
+    assert run.environment.cpu.extra == {"flags": ["avx2"]}
+    again = json.loads(json.dumps(run.to_dict()))
+    assert list(again["environment"]) == list(document["environment"])
+    assert again["environment"]["cpu"] == document["environment"]["cpu"]
+    document["workloads"][0]["settings"]["speed"] = 1  # perfgate alone writes the settings: a stranger is refused
+    with pytest.raises(ResultsError, match="a workload's settings has the unknown field 'speed'"):
+        parse_results(json.dumps(document), source="r.json")

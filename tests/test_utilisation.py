@@ -75,7 +75,7 @@ def lab_run(
         "fp32": config("fp32", base, fp32_sps, fp32, device),
         "bf16": config("bf16", base, BF16_SPS, bf16, device),
     }
-    settings = {**workload.settings, "device": device, **({"nproc": nproc} if nproc else {})}
+    settings = dataclasses.replace(workload.settings, device=device, nproc=nproc or None)
     environment = (
         run.environment
         if gpu is None
@@ -261,7 +261,7 @@ def test_a_checks_markdown_and_json_carry_the_heads_utilisation_with_the_project
     head = lab_run()
     base = lab_run()
     paired = dataclasses.replace(head, against=Against("main", "0123456789abcdef", None, True, base))
-    settings = GateSettings(project=ProjectConfig(peak_tflops={"fp32": 33.5}), trials=3, max_trials=3)
+    settings = GateSettings(project=ProjectConfig(peak_tflops={"fp32": 33.5}), first_n=3, max_n=3)
     result = compare_results(paired, settings)
     assert "fp32: 20% of the peak_tflops in [tool.perfgate] (6.70 TFLOP/s of 33.5 TFLOP/s)" in format_markdown(result)
     configs = json.loads(json.dumps(gate_to_dict(result)))["workloads"][0]["configs"]

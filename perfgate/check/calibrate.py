@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perfgate.check.paired import decide_paired, takes_turns
+from perfgate.check.paired import decide_paired, remove_leftovers, takes_turns
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import DETECTION_POWER, MIN_DECIDING, boundary_level, look_levels, student_t_ppf
 from perfgate.judge.verdict import GateResult, compare_pairs
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
+from perfgate.naming import CLI, FrontEnd
 from perfgate.records.results import pairing_text
 from perfgate.references import Reference
 
@@ -88,6 +89,7 @@ def run_calibration(
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:
     """Measure the runner's paired A/A noise, then check a planted slowdown as a paired check would."""
+    remove_leftovers(notify)
     tree = working_tree()
 
     def session(planted: float = 0.0) -> PairedSession:
@@ -100,7 +102,7 @@ def run_calibration(
             "itself",
             parallel=parallel,
             fork=fork,
-            interleaved=takes_turns(parallel, interleaved, run_settings.device),
+            interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
             progress=progress,
             planted_slowdown=planted,
         )
@@ -116,7 +118,8 @@ def run_calibration(
         aa_forked = aa.fork
         aa_interleaved = aa.interleaved
     if notify:
-        notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check --against decides")
+        against = run_settings.front_end.option("against")
+        notify(f"planted: head {100 * slowdown:g}% slower, decided as perfgate check {against} decides")
     started = time.monotonic()
     with session(slowdown) as planted:
         planted_result = decide_paired(planted, settings, started, notify)
@@ -128,8 +131,8 @@ def run_calibration(
         key = (verdict.workload, verdict.config)
         noise = verdict.throughput.noise if verdict.throughput is not None else math.nan
         per_pair = pair_s.get(key, math.nan)
-        budget_pairs = max(settings.trials, min(settings.max_trials, int(config_budget_s // per_pair)))
-        threshold = verdict.limits.throughput
+        budget_pairs = max(settings.first_n, min(settings.max_n, int(config_budget_s // per_pair)))
+        threshold = verdict.thresholds.throughput
         other = planted_by_key.get(key)
         configs.append(
             ConfigCalibration(
@@ -151,16 +154,18 @@ def run_calibration(
     return Calibration(
         configs=configs,
         slowdown=slowdown,
-        threshold_text=", ".join(sorted({f"{100 * v.limits.throughput:g}%" for v in aa_result.verdicts})) or "5%",
+        threshold_text=", ".join(sorted({f"{100 * v.thresholds.throughput:g}%" for v in aa_result.verdicts})) or "5%",
         settings_text=f"{threads} on {run_settings.device}, each pair's trials "
-        f"{how}; time budget {budget_s:g} s, at most {settings.max_trials} pairs per config",
+        f"{how}; time budget {budget_s:g} s, at most {settings.max_n} pairs per config",
         aa=aa_result,
         planted=planted_result,
     )
 
 
-def format_calibration(calibration: Calibration) -> str:
-    """The calibration table and what it means for a gate on this runner."""
+def format_calibration(calibration: Calibration, front_end: FrontEnd = CLI) -> str:
+    """The calibration table and what it means for a gate on this runner (`front_end`: how the advice spells
+    the options)."""
+    option = front_end.option
     header = ["workload", "config", "pair noise", "s/pair", "pairs in budget", "detects", "planted", "pairs", "ratio"]
     rows = [header]
     for c in calibration.configs:
@@ -201,15 +206,16 @@ def format_calibration(calibration: Calibration) -> str:
     if len(caught) == len(calibration.configs) and math.isfinite(worst):
         lines.append(
             f"This runner resolves slowdowns of {_slowdown_text(worst)} or more in every config within the budget, and "
-            f"caught the planted {100 * calibration.slowdown:g}% everywhere. Next: perfgate check --against main"
+            f"caught the planted {100 * calibration.slowdown:g}% everywhere. Next: perfgate check {option('against')} "
+            "main"
         )
     else:
         missed = [f"{c.workload} {c.config}" for c in calibration.configs if c.planted_status != "regression"]
         lines.append(
             f"The planted {100 * calibration.slowdown:g}% slowdown was not called a regression in: "
             f"{', '.join(missed)}. "
-            "Give the check more time (--time-budget, --max-trials), use fewer threads per trial (--threads 1), or "
-            "a quieter runner."
+            f"Give the check more time ({option('time-budget')}, {option('max-trials')}), use fewer threads per trial "
+            f"({option('threads')} 1), or a quieter runner."
         )
     return "\n".join(lines) + "\n"
 

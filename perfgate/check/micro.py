@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from perfgate.check.sequential import measure_until_decided
 from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadError
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S
@@ -41,15 +42,14 @@ from perfgate.judge.stats import (
     holm_steps,
     look_levels,
 )
-from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
-from perfgate.measure.paired import base_checkout, source_folders
+from perfgate.measure.paired import SIDES, base_checkout, source_folders
+from perfgate.outcome import Status
 from perfgate.records.micro import MicroBenchmark, parse_pytest_benchmark
 
 INNER_SESSION_ENV = "PERFGATE_INNER_SESSION"  # set in the paired sessions: perfgate's plugin stays off there
 DEFAULT_MIN_PAIRS = 3
-SIDES = ("base", "head")
 PYTEST_OK_CODES = (0, 1, 5)  # passed; a test failed; nothing collected: the JSON holds what was measured
 
 Measure = Callable[[str, int], Mapping[str, MicroBenchmark]]  # (side, pair) -> that session's benchmarks
@@ -124,7 +124,11 @@ def decide_pairs(
         elif name not in sessions["head"][0]:
             reason = "not measured in the working tree's paired session: its test failed or was not collected there"
             verdicts[name] = MicroVerdict(name, Status.FAILED, reason, baseline=sessions["base"][0][name])
-    while names:
+
+    def look(_: bool) -> list[str]:
+        """Judge each undecided benchmark that has a new pair; the benchmarks still inconclusive, none after the
+        last look. Whether a look is the last is known before it (the pairs run, the budget), so it spends what
+        is left of the error rates itself: `measure_until_decided` never needs to look again."""
         final = len(durations) >= most or not budget_left()
         looked: dict[str, tuple[list[MicroBenchmark], list[MicroBenchmark], LookLevels]] = {}
         for name in names:
@@ -137,11 +141,14 @@ def decide_pairs(
             previous[name] = len(base)
         verdicts.update(_look(looked, threshold))
         pending = [n for n in names if verdicts[n].status == Status.INCONCLUSIVE]
-        if not pending or final:
-            break
+        return [] if final else pending
+
+    def say(pending: Sequence[str]) -> None:
         if notify:
             notify(f"inconclusive so far: {', '.join(pending)}; running one more session pair")
-        run_pair()
+
+    if names:
+        measure_until_decided(look, lambda _: run_pair(), lambda _: True, say)
     stopped = None
     if any(v.status == Status.INCONCLUSIVE for v in verdicts.values()):
         stopped = f"{most} pairs, the most allowed" if len(durations) >= most else f"time budget {time_budget_s:g} s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from perfgate.check.sequential import decide_sequentially
 from perfgate.errors import UsageError
@@ -12,7 +13,8 @@ from perfgate.judge.settings import GateSettings, LookTracker
 from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import pairs_needed_note
 from perfgate.measure.lab import ProgressCallback, RunSettings
-from perfgate.measure.paired import PairedSession, base_checkout
+from perfgate.measure.paired import PairedSession, base_checkout, sweep_leftovers
+from perfgate.naming import CLI, FrontEnd
 from perfgate.references import Reference
 
 
@@ -23,7 +25,7 @@ def decide_paired(
     configs until each is decided or the budget or `max_trials` is reached (`decide_sequentially`)."""
     keys = list(session.sides["head"].trials)
     budget_s = settings.budget_s(len(keys))
-    for index in range(settings.trials):
+    for index in range(settings.first_n):
         if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > budget_s:
             break
         session.run_more(keys)
@@ -48,7 +50,7 @@ def decide_paired(
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
 
 
-def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu") -> bool:
+def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu", front_end: FrontEnd = CLI) -> bool:
     """Whether a pair's trials take turns at their steps: unless asked otherwise, yes, but for pairs run at
     the same time (`parallel`) and on CUDA. Measured three times quieter per minute of runner time than trials
     one after the other, and the only pairing that met the paired check's targets here (docs/performance.md).
@@ -58,11 +60,13 @@ def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu") -
     one after the other there, and asking for turns is a UsageError."""
     if device == "cuda":
         if interleaved:
+            option = front_end.option
             raise UsageError(
-                "--interleaved-pairs cannot be timed on CUDA: a side stopped at a step boundary still has its "
-                "kernels queued on the GPU, and they run in the other side's turn",
-                where="--device cuda",
-                hint="leave it out or use --no-interleaved-pairs (each pair's trials one after the other, ABBA)",
+                f"{option('interleaved-pairs')} cannot be timed on CUDA: a side stopped at a step boundary still has "
+                "its kernels queued on the GPU, and they run in the other side's turn",
+                where=f"{option('device')} cuda",
+                hint=f"leave it out or use {option('no-interleaved-pairs')} (each pair's trials one after the other, "
+                "ABBA)",
             )
         return False
     return not parallel if interleaved is None else interleaved
@@ -84,8 +88,9 @@ def run_paired_check(
 
     `interleaved` (None: `takes_turns`) lets a pair's trials take turns at their steps."""
     started = time.monotonic()
+    remove_leftovers(notify)
     with (
-        base_checkout(ref) as (base, head),
+        base_checkout(ref, where=run_settings.front_end.option("against")) as (base, head),
         PairedSession(
             references,
             run_settings,
@@ -94,13 +99,23 @@ def run_paired_check(
             ref,
             parallel=parallel,
             fork=fork,
-            interleaved=takes_turns(parallel, interleaved, run_settings.device),
+            interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
             progress=progress,
         ) as session,
     ):
         if notify:
             notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
         return decide_paired(session, settings, started, notify)
+
+
+def remove_leftovers(notify: Callable[[str], None] | None, repo_dir: Path | None = None) -> list[str]:
+    """Remove the worktrees and temporary folders that killed checks left (`measure.paired.sweep_leftovers`),
+    each said on `notify`; what was removed."""
+    removed = sweep_leftovers(repo_dir)
+    for item in removed:
+        if notify:
+            notify(f"removed {item}, left by a perfgate check that was killed")
+    return removed
 
 
 def _time_needed(result: GateResult, session: PairedSession) -> list[WorkloadVerdict]:

@@ -1,13 +1,18 @@
-"""Measure until decided: more trials (or pairs) for the configs whose verdict is still open."""
+"""Measure until decided: more trials (or pairs) for the configs whose verdict is still open.
+
+`measure_until_decided` is the one loop, for the workloads' checks (stored and paired: `decide_sequentially`)
+and for pytest-benchmark tests in session pairs (`check.micro.decide_pairs`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import Verdict
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status
+from perfgate.judge.verdict import ConfigVerdict, GateResult
+from perfgate.outcome import Status
 
 
 def _throughput_open(verdict: ConfigVerdict) -> bool:
@@ -15,6 +20,33 @@ def _throughput_open(verdict: ConfigVerdict) -> bool:
     if verdict.throughput is None or verdict.status not in (Status.REGRESSION, Status.INCONCLUSIVE):
         return False
     return verdict.throughput_verdict == Verdict.INCONCLUSIVE
+
+
+K = TypeVar("K")
+
+
+def measure_until_decided(
+    look: Callable[[bool], Sequence[K]],
+    run_more: Callable[[Sequence[K]], None],
+    room_for: Callable[[Sequence[K]], bool],
+    notify: Callable[[Sequence[K]], None] | None = None,
+) -> bool:
+    """Look, and while anything is open measure one more round of it and look again, until nothing is open or
+    one more round does not fit (`room_for`: the budget, the most allowed); then look once more, as the final
+    look, at the same data (it spends what is left of the error rates). True when that final look ended it.
+
+    `look(final)` judges what has new data (`final`: no more will come) and returns the keys still open that
+    one more round would measure; `notify(pending)` says what runs next, before `run_more(pending)`."""
+    pending = look(False)
+    while pending:
+        if not room_for(pending):
+            look(True)
+            return True
+        if notify is not None:
+            notify(pending)
+        run_more(pending)
+        pending = look(False)
+    return False
 
 
 def decide_sequentially(
@@ -31,7 +63,7 @@ def decide_sequentially(
     """Judge, and while verdicts are open add one more `unit` of each open config, until every config is
     decided, has `max_trials`, or the next round would pass the time budget (that look is then the
     last, and spends what is left of the error rates)."""
-    most = max(settings.trials, settings.max_trials)
+    most = max(settings.first_n, settings.max_n)
 
     def open_configs(result: GateResult) -> list[tuple[str, str]]:
         # A config stays open while its throughput is undecided, even when peak memory already failed it:
@@ -45,23 +77,24 @@ def decide_sequentially(
 
     budget_s = settings.budget_s(len(sizes()))
 
-    def budget_left_after(pending: list[tuple[str, str]]) -> bool:
-        return time.monotonic() - started + round_s(pending) <= budget_s
+    def budget_left_after(pending: Sequence[tuple[str, str]]) -> bool:
+        return time.monotonic() - started + round_s(list(pending)) <= budget_s
 
-    result = judge(False)
-    while True:
-        pending = open_configs(result)
-        if not pending:
-            if any(v.status == Status.INCONCLUSIVE for v in result.verdicts) and most > settings.trials:
-                return result, f"{settings.front_end.option('max-trials')} {settings.max_trials} reached"
-            return result, None
-        if not budget_left_after(pending):
-            # The data will not grow: look once more as the last look, with what is left of the error rates.
-            final = judge(True)
-            if any(v.status == Status.INCONCLUSIVE for v in final.verdicts):
-                return final, f"time budget {budget_s:g} s reached"
-            return final, None
+    latest: list[GateResult] = []
+
+    def look(final: bool) -> list[tuple[str, str]]:
+        latest.append(judge(final))
+        return open_configs(latest[-1])
+
+    def say(pending: Sequence[tuple[str, str]]) -> None:
         if notify:
             notify(f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more {unit} of each")
-        run_more(pending)
-        result = judge(False)
+
+    budget_ended = measure_until_decided(look, lambda pending: run_more(list(pending)), budget_left_after, say)
+    result = latest[-1]
+    still_open = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
+    if budget_ended:  # the data did not grow at the last look, which spent what was left of the error rates
+        return result, f"time budget {budget_s:g} s reached" if still_open else None
+    if still_open and most > settings.first_n:
+        return result, f"{settings.front_end.option('max-trials')} {settings.max_n} reached"
+    return result, None

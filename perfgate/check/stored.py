@@ -39,7 +39,7 @@ def run_check(
             session.keep(list(baselines))
         if not session.workload_names:
             return GateResult(compare_run(session.result(), {}, settings, problems).workloads, settings, None)
-        session.run_trials(settings.trials)
+        session.run_trials(settings.first_n)
         tracker = LookTracker(settings)
 
         def judged() -> dict[tuple[str, str], list[TrialResult]]:

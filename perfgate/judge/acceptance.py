@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import PerfgateError, UsageError
+from perfgate.naming import CLI, MAX_NAME_CHARS, WORKLOAD_NAME, FrontEnd
 from perfgate.project import parse_fraction
 from perfgate.variants import CONFIG_NAMES
 
@@ -32,11 +33,20 @@ TRAILER = "Perf-Accept"
 LABEL_PREFIX = "perf-accept:"
 EXAMPLE = "lm-small/fp32 15%"
 ORIGINS = ("trailer", "label", "option")
-FORMS = {
-    "trailer": f"write the trailer as {TRAILER}: WORKLOAD/CONFIG PCT, e.g. {TRAILER}: {EXAMPLE}",
-    "label": f"name the label {LABEL_PREFIX} WORKLOAD/CONFIG PCT, e.g. {LABEL_PREFIX} {EXAMPLE}",
-    "option": f"give --accept 'WORKLOAD/CONFIG PCT', e.g. --accept '{EXAMPLE}'",
-}
+
+
+def forms(front_end: FrontEnd = CLI) -> dict[str, str]:
+    """How to write an acceptance, by origin (the option as `front_end` spells it)."""
+    accept = front_end.option("accept")
+    return {
+        "trailer": f"write the trailer as {TRAILER}: WORKLOAD/CONFIG PCT, e.g. {TRAILER}: {EXAMPLE}",
+        "label": f"name the label {LABEL_PREFIX} WORKLOAD/CONFIG PCT, e.g. {LABEL_PREFIX} {EXAMPLE}",
+        "option": f"give {accept} 'WORKLOAD/CONFIG PCT', e.g. {accept} '{EXAMPLE}'",
+    }
+
+
+FORMS = forms()
+ACCEPT_FROM = CLI.option("accept-from")  # the option naming the commit whose trailers count, by default
 TRAILER_LINE = re.compile(rf"{TRAILER}\s*:", re.IGNORECASE)  # what a trailer line would start with
 TARGET_FORMS = "WORKLOAD/CONFIG, WORKLOAD, */CONFIG or *"
 
@@ -106,25 +116,30 @@ class Acceptance:
         return parse_acceptance(f"{record['target']} {record['slowdown']}", origin, source)
 
 
-def parse_acceptance(text: str, origin: str, source: str) -> Acceptance:
+def parse_acceptance(text: str, origin: str, source: str, front_end: FrontEnd = CLI) -> Acceptance:
     """`TARGET PCT` (a trailer's value, a label's name after `perf-accept:`, an `--accept` value) as an
     Acceptance; anything else is a one-line error naming what was wrong and the expected form."""
     words = text.split()
     if len(words) != 2:
         problem = "it is empty" if not words else f"expected a target and a percentage, got {' '.join(words)!r}"
-        raise _malformed(text, origin, source, problem)
+        raise _malformed(text, origin, source, problem, front_end)
     target, percent = words
     workload, slash, config = target.partition("/")
     if not workload or (slash and not config):
-        raise _malformed(text, origin, source, f"the target {target!r} is not one of {TARGET_FORMS}")
-    if workload != "*" and not all(c.isalnum() or c in "-_." for c in workload):
-        raise _malformed(text, origin, source, f"{workload!r} is not a workload name: letters, digits, -, _ and . only")
+        raise _malformed(text, origin, source, f"the target {target!r} is not one of {TARGET_FORMS}", front_end)
+    if len(workload) > MAX_NAME_CHARS:
+        problem = f"{workload[:40]!r}... is not a workload name: at most {MAX_NAME_CHARS} characters"
+        raise _malformed(text, origin, source, problem, front_end)
+    if workload != "*" and not WORKLOAD_NAME.fullmatch(workload):  # the results schema's own rule
+        problem = f"{workload!r} is not a workload name: letters, digits, -, _ and . only"
+        raise _malformed(text, origin, source, problem, front_end)
     if slash and config not in CONFIG_NAMES:
-        raise _malformed(text, origin, source, f"unknown config {config!r} (one of {', '.join(CONFIG_NAMES)})")
+        problem = f"unknown config {config!r} (one of {', '.join(CONFIG_NAMES)})"
+        raise _malformed(text, origin, source, problem, front_end)
     try:
         slowdown = parse_fraction(percent, "")
     except PerfgateError as error:
-        raise _malformed(text, origin, source, error.what) from None
+        raise _malformed(text, origin, source, error.what, front_end) from None
     return Acceptance(workload, config or None, slowdown, origin, source)
 
 
@@ -135,14 +150,19 @@ def parse_label(name: str) -> Acceptance:
     return parse_acceptance(name.strip()[len(LABEL_PREFIX) :], "label", name)
 
 
-def _malformed(text: str, origin: str, source: str, problem: str) -> AcceptanceError:
+def _malformed(text: str, origin: str, source: str, problem: str, front_end: FrontEnd = CLI) -> AcceptanceError:
     shown = {
-        "trailer": f"{TRAILER} trailer {f'{TRAILER}: {text.strip()}'!r}",
-        "label": f"perf-accept label {source!r}",
-        "option": f"--accept value {text!r}",
+        "trailer": f"{TRAILER} trailer {_quoted(f'{TRAILER}: {text.strip()}')}",
+        "label": f"perf-accept label {_quoted(source)}",
+        "option": f"{front_end.option('accept')} value {_quoted(text)}",
     }[origin]
     where = f"commit {source[:7]}" if origin == "trailer" else None
-    return AcceptanceError(f"malformed {shown}: {problem}", where=where, hint=FORMS[origin])
+    return AcceptanceError(f"malformed {shown}: {problem}", where=where, hint=forms(front_end)[origin])
+
+
+def _quoted(text: str, limit: int = 120) -> str:
+    """`text` quoted as the message shows it, cut short when long (a 5,000-character label)."""
+    return repr(text) if len(text) <= limit else f"{text[: limit // 2]!r}... ({len(text)} characters)"
 
 
 def strongest(acceptances: Iterable[Acceptance], workload: str, config: str) -> Acceptance | None:
@@ -151,9 +171,7 @@ def strongest(acceptances: Iterable[Acceptance], workload: str, config: str) -> 
     return max(covering, key=lambda a: (a.specificity, a.slowdown), default=None)
 
 
-def commit_acceptances(
-    commit: str, directory: Path, where: str = "--accept-from"
-) -> tuple[list[Acceptance], list[str]]:
+def commit_acceptances(commit: str, directory: Path, where: str = ACCEPT_FROM) -> tuple[list[Acceptance], list[str]]:
     """The `Perf-Accept` trailers of `commit`'s message, and a warning for each `Perf-Accept` line that git
     does not read as a trailer (not in the message's last paragraph, so ignored).
 
@@ -169,7 +187,7 @@ def commit_acceptances(
     if not commit.strip() or commit.startswith("-"):
         raise AcceptanceError(f"{commit!r} is not a commit", where=where, hint="give a commit id, e.g. HEAD")
     try:
-        sha = str(repo.git.rev_parse("--verify", "--quiet", f"{commit}^{{commit}}")).strip()
+        sha = str(repo.git.rev_parse("--verify", "-q", f"{commit}^{{commit}}")).strip()
     except git.GitCommandError:
         raise AcceptanceError(
             f"unknown commit {commit}",

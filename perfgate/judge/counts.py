@@ -25,8 +25,11 @@ from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts
 
 __all__ = [
     "COUNTED",
+    "COUNT_HEADERS",
+    "COUNT_NAMES",
     "LABELS",
     "REPORT",
+    "CountName",
     "CountRow",
     "CountTolerances",
     "CountsComparison",
@@ -39,15 +42,33 @@ __all__ = [
 ]
 
 COUNTED = tuple(f.name for f in fields(CountTolerances))  # the counts judged, in the order reports show them
-LABELS = {
-    "flops_per_sample": "FLOPs per sample",
-    "operators_per_step": "operators per step",
-    "kernels_per_step": "kernels per step",
-    "allocated_peak_bytes": "allocated peak",
-    "parameters": "parameters",
-    "graph_breaks": "graph breaks",
-    "recompiles": "recompiles",
+
+
+@dataclass(frozen=True)
+class CountName:
+    """How the reports name one count of `records.shapes.Counts`: in a verdict's reason (`label`), in the
+    diagnosis's findings (`phrase`) and as a table's column (`header`); None where a count is not shown there
+    (trainable parameters and compiled graphs are not gated)."""
+
+    label: str | None
+    phrase: str
+    header: str | None
+
+
+# Every count, in the order the diagnosis compares them: the one table of their names.
+COUNT_NAMES = {
+    "flops_per_sample": CountName("FLOPs per sample", "FLOPs per sample", "FLOPs/sample"),
+    "operators_per_step": CountName("operators per step", "operators a step", "operators/step"),
+    "kernels_per_step": CountName("kernels per step", "kernels a step", "kernels/step"),
+    "parameters": CountName("parameters", "parameters", "parameters"),
+    "trainable_parameters": CountName(None, "trainable parameters", None),
+    "allocated_peak_bytes": CountName("allocated peak", "allocated peak", "allocated peak"),
+    "graphs": CountName(None, "compiled graphs", None),
+    "graph_breaks": CountName("graph breaks", "graph breaks", "graph breaks"),
+    "recompiles": CountName("recompiles", "recompiles", "recompiles"),
 }
+LABELS = {name: n.label for name, n in COUNT_NAMES.items() if n.label is not None}  # the gated counts
+COUNT_HEADERS = {name: n.header for name, n in COUNT_NAMES.items() if n.header is not None}
 _NOUNS = {"graph_breaks": ("graph break", "graph breaks"), "recompiles": ("recompile", "recompiles")}
 
 Value = int | float

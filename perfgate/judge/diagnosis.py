@@ -45,7 +45,8 @@ The exact counts (`Counts`: one untimed step on each side) are stronger evidence
 both sides have them, operators that grew replace the torch calls (which FLOPs that grew silence: the calls came
 with compute), the counted graph breaks replace the trials' figure, and a slower step with unchanged counts is
 no model-compute finding; where the base has none (baseline files written before them) nothing here reads
-them. A count moved when it changed beyond `COUNT_TOLERANCES` (the counts gate's defaults); operators, kernels
+them. A count moved when it changed beyond its tolerance (`count_tolerances`: the project's `[tool.perfgate.counts]`,
+the counts gate's default where it only reports the count); operators, kernels
 and the allocated peak are compared only between counts on one device type (`DEVICE_DEPENDENT_COUNTS`).
 
 Each finding is one line plus its evidence. The findings are ranked by what explains the change (see
@@ -67,27 +68,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfgate.formatting import format_bytes, format_names
+from perfgate.judge.counts import COUNT_NAMES
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry, of_trials, signed_bytes
-from perfgate.judge.verdict import GateResult, Status
+from perfgate.judge.verdict import GateResult
+from perfgate.outcome import Status
 from perfgate.project import CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
-from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Profile
+from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult, WorkloadSettings
+from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Environment, Profile
 from perfgate.records.summary import PHASES, operator_self_s, percentile
 
-Thresholds = DiagnosisThresholds  # the name the rules use
-DEFAULT_THRESHOLDS = Thresholds()
+DEFAULT_THRESHOLDS = DiagnosisThresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
 DATA = frozenset({"data_wait", "h2d"})
 COMPUTE = frozenset({"forward", "backward", "optimizer"})
 RANK_SUSPECTS = frozenset({"load imbalance", "straggler"})  # data-parallel trials: a rank, named
-SUSPECT_OF_PHASE = {
-    "data_wait": "data pipeline",
-    "h2d": "data pipeline",
-    "forward": "model compute",
-    "backward": "model compute",
-    "optimizer": "model compute",
-}
 # The step's exact counts (`Counts`, counted on both sides): a count moved when it changed by more than the counts
 # gate's default tolerance for it (`project.CountTolerances`): FLOPs per sample 2%, operators and kernels a step 5%,
 # the allocated peak 5%; parameters, graphs, graph breaks and recompiles at any change.
@@ -96,17 +91,18 @@ COUNT_TOLERANCES = {
     for name, value in vars(CountTolerances()).items()
     if isinstance(value, float) and name not in ("graph_breaks", "recompiles")
 }
-COUNT_NAMES = {
-    "flops_per_sample": "FLOPs per sample",
-    "operators_per_step": "operators a step",
-    "kernels_per_step": "kernels a step",
-    "parameters": "parameters",
-    "trainable_parameters": "trainable parameters",
-    "allocated_peak_bytes": "allocated peak",
-    "graphs": "compiled graphs",
-    "graph_breaks": "graph breaks",
-    "recompiles": "recompiles",
-}
+
+
+def count_tolerances(counts: CountTolerances) -> dict[str, float]:
+    """The share each relative count may move by before the diagnosis calls it moved: the project's tolerance
+    (`ProjectConfig.counts`), else (a count it only reports) the counts gate's default, `COUNT_TOLERANCES`."""
+    tolerances = {}
+    for name, default in COUNT_TOLERANCES.items():
+        value = getattr(counts, name)
+        tolerances[name] = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+    return tolerances
+
+
 SAME_WORK = "runtime or machine"  # the suspect of a slower step whose every count is unchanged
 FLOPS_LINE = "model compute: FLOPs per sample"  # how a model-compute finding the counts prove begins
 ALLOCATED_KINDS = {
@@ -249,7 +245,7 @@ class Diagnosis:
 
 
 def diagnose(
-    result: GateResult, *, every_config: bool = False, thresholds: Thresholds | None = None
+    result: GateResult, *, every_config: bool = False, thresholds: DiagnosisThresholds | None = None
 ) -> list[Diagnosis]:
     """A diagnosis for each regressed config (each measured config with `every_config`), and for each config
     whose samples/s verdict is still open while its step is slower beyond the trials' noise (early evidence).
@@ -291,9 +287,10 @@ def diagnose(
                 memory_regressed=verdict.memory is not None and verdict.memory.verdict == "regression",
                 th=th,
                 changes=verdict.evidence,
-                threshold=verdict.limits.throughput,
+                threshold=verdict.thresholds.throughput,
                 machine_ratio=verdict.machine.ratio if verdict.machine is not None else None,
                 session_noise=0.0 if result.run.against is not None else th.session_noise,
+                tolerances=count_tolerances(result.settings.project.counts),
             )
             if diagnosis is not None and (diagnosis.early or not open_only):
                 diagnoses.append(diagnosis)
@@ -307,16 +304,17 @@ def diagnose_config(
     current: ConfigResult,
     measured: WorkloadResult,
     *,
-    base_settings: Mapping[str, Any] | None = None,
+    base_settings: WorkloadSettings | None = None,
     steps: int | None,
     cores: int | None,
     slower: bool,
     memory_regressed: bool = False,
-    th: Thresholds = DEFAULT_THRESHOLDS,
+    th: DiagnosisThresholds = DEFAULT_THRESHOLDS,
     changes: Sequence[str] = (),
     threshold: float = 0.05,
     machine_ratio: float | None = None,
     session_noise: float = 0.0,
+    tolerances: Mapping[str, float] = COUNT_TOLERANCES,
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded. `changes` is the
     verdict's evidence of what else changed (the model's numerics, the data pipeline's output).
@@ -326,7 +324,8 @@ def diagnose_config(
     trials' noise (and, against a stored baseline, its session's `session_noise`), with the machine's own
     speed change, `machine_ratio` from the probe, taken out), the
     part that explains most of the growth leads and memory follows; otherwise memory leads when it is
-    what changed. A finding true of the baseline too, or one that explains no slower step, is no suspect."""
+    what changed. A finding true of the baseline too, or one that explains no slower step, is no suspect.
+    `tolerances`: how far each count may move unnoticed (`count_tolerances`)."""
     ok = [t for t in current.trials if t.ok and t.step_s]
     if not ok:
         return None
@@ -355,7 +354,7 @@ def diagnose_config(
     grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
     pipeline = _Pipeline(measured.settings, base_settings, cores, loader_cpu, contention)
     ranks = _ranks(baseline, ok, steps, step, slowdown, th, session_noise)
-    counted = _counted(baseline, ok)  # None without counts on both sides (baselines written before them)
+    counted = _counted(baseline, ok, tolerances)  # None without counts on both sides (baselines written before them)
     added = _added_operators(counted, ok, baseline, step, th)
     findings = [
         *ranks.findings,
@@ -417,7 +416,7 @@ def _ranks(
     steps: int | None,
     step: Movement,
     slowdown: bool,
-    th: Thresholds,
+    th: DiagnosisThresholds,
     session_noise: float,
 ) -> _RankFindings:
     """The data-parallel rules, from each rank's phases and the timed all-reduce against the baseline's ranks:
@@ -444,7 +443,7 @@ Ranks = list[list[dict[str, float]]]  # per trial, per rank: seconds (and bytes)
 
 
 def _communication(
-    before: Ranks, now: Ranks, step: Movement, growth: float, th: Thresholds, session_noise: float
+    before: Ranks, now: Ranks, step: Movement, growth: float, th: DiagnosisThresholds, session_noise: float
 ) -> tuple[list[Finding], float]:
     """The all-reduce's time in flight grew, on the rank that waited least; with how much longer backward waited
     for it a step (that much of the step's growth is communication's, not the model's)."""
@@ -485,7 +484,7 @@ def _communication(
 
 
 def _imbalance(
-    before: Ranks, now: Ranks, step: Movement, growth: float, th: Thresholds, session_noise: float
+    before: Ranks, now: Ranks, step: Movement, growth: float, th: DiagnosisThresholds, session_noise: float
 ) -> list[Finding]:
     """One rank's lead over the others outside the all-reduce grew: a load imbalance when one phase carries it,
     a straggler when none does."""
@@ -659,8 +658,8 @@ class _Pipeline:
     """What the data-pipeline rule reads besides the phases: the DataLoader's settings on both sides, the
     machine's cores, the workers' CPU per step and the step time it took from training."""
 
-    settings: Mapping[str, Any]
-    base_settings: Mapping[str, Any] | None
+    settings: WorkloadSettings
+    base_settings: WorkloadSettings | None
     cores: int | None
     loader_cpu: Movement | None
     contention_s: float
@@ -671,7 +670,7 @@ def _data_pipeline(
     step_s: Sequence[float],
     pipeline: _Pipeline,
     slower: bool,
-    th: Thresholds,
+    th: DiagnosisThresholds,
     changes: Sequence[str] = (),
 ) -> list[Finding]:
     settings, cores, loader_cpu, contention = (
@@ -740,10 +739,10 @@ def _data_pipeline(
     return [Finding("data pipeline", line, tuple(evidence), standing)]
 
 
-def _threads_context(settings: Mapping[str, Any], cores: int | None) -> str:
+def _threads_context(settings: WorkloadSettings, cores: int | None) -> str:
     """`measured at 2 torch threads, num_workers=2, 2 cores`: what the DataLoader's workers shared the machine with."""
-    threads = settings.get("threads")
-    workers = int((settings.get("loader") or {}).get("num_workers", 0) or 0)
+    threads = settings.threads
+    workers = int((settings.loader or {}).get("num_workers", 0) or 0)
     parts = [f"measured at {threads} torch thread{'s' if threads != 1 else ''}" if threads else "measured"]
     parts.append(f"num_workers={workers}")
     if cores:
@@ -751,11 +750,11 @@ def _threads_context(settings: Mapping[str, Any], cores: int | None) -> str:
     return ", ".join(parts)
 
 
-def _loader_changes(before: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:
+def _loader_changes(before: WorkloadSettings | None, now: WorkloadSettings) -> list[str]:
     """`num_workers 2 -> 0` for each DataLoader setting that differs from the baseline's."""
     if before is None:
         return []
-    old, new = before.get("loader") or {}, now.get("loader") or {}
+    old, new = before.loader or {}, now.loader or {}
     return [
         f"{key} {old.get(key, 'default')} -> {new.get(key, 'default')}"
         for key in sorted({*old, *new})
@@ -763,8 +762,8 @@ def _loader_changes(before: Mapping[str, Any] | None, now: Mapping[str, Any]) ->
     ]
 
 
-def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
-    loader = settings.get("loader") or {}
+def _loader_hints(settings: WorkloadSettings, cores: int | None) -> list[str]:
+    loader = settings.loader or {}
     workers = int(loader.get("num_workers", 0) or 0)
     hints = []
     if workers == 0:
@@ -772,7 +771,7 @@ def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
         hints.append(f"num_workers=0: batches are loaded in the training process{spare}; try num_workers > 0")
     elif cores and workers >= cores:
         hints.append(f"num_workers={workers} with {cores} cores: the workers compete with the training process")
-    if settings.get("device") == "cuda" and not loader.get("pin_memory"):
+    if settings.device == "cuda" and not loader.get("pin_memory"):
         hints.append("pin_memory is off: host-to-device copies cannot overlap with compute")
     return hints
 
@@ -780,7 +779,7 @@ def _loader_hints(settings: Mapping[str, Any], cores: int | None) -> list[str]:
 def _model_compute(
     phases: Sequence[PhaseChange],
     slower: bool,
-    th: Thresholds,
+    th: DiagnosisThresholds,
     changes: Sequence[str] = (),
     operators: Sequence[tuple[str, float, float]] = (),
     contention_s: float = 0.0,
@@ -831,7 +830,9 @@ def _model_compute(
     return [Finding("model compute", line, evidence, explains=share)]
 
 
-def _tail_latency(step_s: Sequence[float], baseline: ConfigEntry | None, slower: bool, th: Thresholds) -> list[Finding]:
+def _tail_latency(
+    step_s: Sequence[float], baseline: ConfigEntry | None, slower: bool, th: DiagnosisThresholds
+) -> list[Finding]:
     if len(step_s) < 4:
         return []
     p50, p95 = percentile(step_s, 50), percentile(step_s, 95)
@@ -857,7 +858,7 @@ def _memory(
     trials: Sequence[TrialResult],
     baseline: ConfigEntry | None,
     regressed: bool,
-    th: Thresholds,
+    th: DiagnosisThresholds,
     counted: _Counted | None = None,
 ) -> list[Finding]:
     """Memory growth step over step, and the peak: the verdict's peak-memory regression and, from the counts, an
@@ -949,7 +950,7 @@ def _step_growth(
 def _framework(
     trials: Sequence[TrialResult],
     baseline: ConfigEntry | None,
-    th: Thresholds,
+    th: DiagnosisThresholds,
     step: Movement | None = None,
     counted: _Counted | None = None,
     added: _AddedOperators | None = None,
@@ -1058,6 +1059,7 @@ class _Counted:
 
     base: Counts
     head: Counts
+    tolerances: Mapping[str, float] = field(default_factory=lambda: dict(COUNT_TOLERANCES))
 
     @property
     def same_device(self) -> bool:
@@ -1075,16 +1077,16 @@ class _Counted:
         return None if before is None or now is None else (float(before), float(now))
 
     def growth(self, name: str) -> float | None:
-        """The count's relative growth, where it grew beyond its tolerance (`COUNT_TOLERANCES`); else None."""
+        """The count's relative growth, where it grew beyond its tolerance (`tolerances`); else None."""
         pair = self.pair(name)
-        if pair is None or pair[1] <= pair[0] * (1 + COUNT_TOLERANCES.get(name, 0.0)):
+        if pair is None or pair[1] <= pair[0] * (1 + self.tolerances.get(name, 0.0)):
             return None
         return pair[1] / pair[0] - 1 if pair[0] > 0 else math.inf
 
     def moved(self, name: str) -> bool:
         """The count changed, either way, beyond its tolerance."""
         pair = self.pair(name)
-        return pair is not None and abs(pair[1] - pair[0]) > COUNT_TOLERANCES.get(name, 0.0) * pair[0]
+        return pair is not None and abs(pair[1] - pair[0]) > self.tolerances.get(name, 0.0) * pair[0]
 
     @property
     def same_work(self) -> bool:
@@ -1098,7 +1100,7 @@ class _Counted:
         pair = self.pair(name)
         if pair is None:
             return ""
-        return f"{COUNT_NAMES[name]} {_count_text(name, pair[0])} -> {_count_text(name, pair[1])}"
+        return f"{COUNT_NAMES[name].phrase} {_count_text(name, pair[0])} -> {_count_text(name, pair[1])}"
 
     def figures(self) -> list[str]:
         """Each compared count's figure (trainable parameters only where they are not all the parameters)."""
@@ -1107,12 +1109,14 @@ class _Counted:
         return [f for f in map(self.figure, names) if f]
 
 
-def _counted(baseline: ConfigEntry | None, ok: Sequence[TrialResult]) -> _Counted | None:
+def _counted(
+    baseline: ConfigEntry | None, ok: Sequence[TrialResult], tolerances: Mapping[str, float] = COUNT_TOLERANCES
+) -> _Counted | None:
     """Both sides' counts; None where either side has none (a baseline file written before counts were kept)."""
     head = next((t.counts for t in ok if t.counts is not None), None)
     if baseline is None or baseline.counts is None or head is None:
         return None
-    return _Counted(baseline.counts, head)
+    return _Counted(baseline.counts, head, dict(tolerances))
 
 
 def _count_text(name: str, value: float) -> str:
@@ -1157,7 +1161,11 @@ class _AddedOperators:
 
 
 def _added_operators(
-    counted: _Counted | None, ok: Sequence[TrialResult], baseline: ConfigEntry | None, step: Movement, th: Thresholds
+    counted: _Counted | None,
+    ok: Sequence[TrialResult],
+    baseline: ConfigEntry | None,
+    step: Movement,
+    th: DiagnosisThresholds,
 ) -> _AddedOperators | None:
     pair = counted.pair("operators_per_step") if counted is not None else None
     if counted is None or baseline is None or pair is None or counted.growth("operators_per_step") is None:
@@ -1240,7 +1248,7 @@ def _same_work(
     counted: _Counted | None,
     slower: bool,
     phases: Sequence[PhaseChange],
-    th: Thresholds,
+    th: DiagnosisThresholds,
     machine_ratio: float | None,
 ) -> list[Finding]:
     """A slower step whose every count is unchanged does the same work: the model did not slow it. Where the data
@@ -1279,7 +1287,7 @@ def _same_work(
     return [*findings, Finding(SAME_WORK, line, tuple(evidence))]
 
 
-def _utilisation(trials: Sequence[TrialResult], th: Thresholds) -> list[Finding]:
+def _utilisation(trials: Sequence[TrialResult], th: DiagnosisThresholds) -> list[Finding]:
     gpu = [s.gpu_util_percent for t in trials if (s := t.system) and s.gpu_util_percent]
     if not gpu:
         return []
@@ -1379,13 +1387,12 @@ def _baseline_per_step(baseline: ConfigEntry | None, phase: str, steps: int | No
 
 
 def _steps(entry: BaselineEntry | None) -> int | None:
-    steps = (entry.settings if entry else {}).get("steps")
+    steps = entry.settings.steps if entry else None
     return int(steps) if isinstance(steps, int) and steps > 0 else None
 
 
-def _cores(environment: Mapping[str, Any]) -> int | None:
-    cores = (environment.get("cpu") or {}).get("available_cores")
-    return int(cores) if isinstance(cores, int) else None
+def _cores(environment: Environment) -> int | None:
+    return None if environment.cpu is None else environment.cpu.available_cores
 
 
 def _per_step(p: PhaseChange) -> str:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.judge.stats import ThroughputComparison, compare_probed, holm_steps
-from perfgate.judge.verdict import Status
 from perfgate.judge.wording import throughput_reason
+from perfgate.outcome import Status
 from perfgate.records.micro import DEFAULT_RUN_NOISE, MICRO_FILE, MIN_SESSIONS, UPDATE_COMMAND, MicroBenchmark
 
 

@@ -11,7 +11,8 @@ from perfgate.errors import UsageError
 from perfgate.judge.acceptance import Acceptance, strongest
 from perfgate.judge.stats import DEFAULT_ALPHA, DEFAULT_SPENDING, PASS_ERROR, LookLevels, look_levels, looks
 from perfgate.naming import CLI, FrontEnd
-from perfgate.project import Limits, ProjectConfig
+from perfgate.project import DEFAULT_TRIALS, ProjectConfig, Thresholds
+from perfgate.records.results import GateRecord
 
 DEFAULT_MAX_TRIALS = 8
 
@@ -32,8 +33,10 @@ class GateSettings:
     project: ProjectConfig = field(default_factory=ProjectConfig)
     threshold: float | None = None  # from the command line; overrides the project's global threshold
     alpha: float = DEFAULT_ALPHA
-    trials: int = 3
-    max_trials: int = DEFAULT_MAX_TRIALS
+    # n is what a look counts: trials a side against stored baselines, pairs in a paired check. The first look
+    # comes at `first_n` (`--trials`), the last at `max_n` (`--max-trials`) at the most.
+    first_n: int = DEFAULT_TRIALS
+    max_n: int = DEFAULT_MAX_TRIALS
     time_budget_s: float | None = None  # None: `budget_s`'s default, by the number of configs judged
     fail_on_inconclusive: bool = False
     front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
@@ -57,7 +60,7 @@ class GateSettings:
     @property
     def looks(self) -> int:
         """How often the check may test each config at most (after its first trials, then after each)."""
-        return looks(self.trials, max(self.trials, self.max_trials))
+        return looks(self.first_n, max(self.first_n, self.max_n))
 
     def levels(self, look: Look | None) -> LookLevels:
         """The error rates one look may spend: a spending plan over the check's looks; without a look
@@ -69,44 +72,69 @@ class GateSettings:
         return look_levels(
             look.n,
             look.previous_n,
-            max(self.trials, self.max_trials),
+            max(self.first_n, self.max_n),
             alpha=self.alpha,
             final=look.final,
             shape=self.spending,
         )
 
-    def limits(self, workload: str, config: str) -> Limits:
-        return self.project.limits(workload, config, threshold=self.threshold)
+    def thresholds_for(self, workload: str, config: str) -> Thresholds:
+        """The thresholds of one workload and config: the project's overrides, the command line's threshold."""
+        return self.project.thresholds_for(workload, config, threshold=self.threshold)
+
+    @property
+    def default_thresholds(self) -> Thresholds:
+        """The thresholds where no workload's override applies (pytest-benchmark tests, `perfgate history`)."""
+        return self.thresholds_for("", "")
 
     def acceptance(self, workload: str, config: str) -> Acceptance | None:
         """The slowdown accepted for one config, if any: the most specific target, then the largest."""
         return strongest(self.accepted, workload, config)
 
-    def record(self, baseline_dir: Path) -> dict[str, object]:
-        """What a results file keeps of these settings, so a later report judges the run the same way."""
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "trials": self.trials,
-            "max_trials": self.max_trials,
-            "fail_on_inconclusive": self.fail_on_inconclusive,
-            "baseline_dir": str(baseline_dir),
-            "spending": self.spending,
-            "accepted": [a.to_record() for a in self.accepted],
-        }
+    def to_record(
+        self,
+        baseline_dir: Path,
+        *,
+        mode: str | None = None,
+        looks: Looks | None = None,
+        divisors: Mapping[tuple[str, str], tuple[float, float]] | None = None,
+    ) -> GateRecord:
+        """What a results file keeps of a check judged with these settings (`GateResult.to_record` adds its
+        mode, looks and divisors), so a later report judges the run the same way."""
+        return GateRecord(
+            threshold=self.threshold,
+            alpha=self.alpha,
+            trials=self.first_n,
+            max_trials=self.max_n,
+            fail_on_inconclusive=self.fail_on_inconclusive,
+            baseline_dir=str(baseline_dir),
+            spending=self.spending,
+            accepted=tuple(a.to_record() for a in self.accepted),
+            mode=mode,
+            looks=None if looks is None else {f"{w}/{c}": (k.n, k.previous_n, k.final) for (w, c), k in looks.items()},
+            divisors=None if divisors is None else {f"{w}/{c}": (d[0], d[1]) for (w, c), d in divisors.items()},
+        )
+
+    def record(self, baseline_dir: Path) -> dict[str, Any]:
+        """The JSON object of `to_record` (the settings alone), for callers that build the gate's object
+        themselves (tests and older callers; a check records `GateResult.to_record`)."""
+        return self.to_record(baseline_dir).to_dict()
 
     @classmethod
-    def from_record(cls, project: ProjectConfig, record: Mapping[str, Any]) -> GateSettings:
-        """Settings saved by `record` (the project's thresholds still apply)."""
+    def from_record(cls, project: ProjectConfig, record: GateRecord | Mapping[str, Any]) -> GateSettings:
+        """Settings saved by `to_record` (the project's thresholds still apply); an older file's record lacks
+        the spending plan and the acceptances (the defaults)."""
+        if not isinstance(record, GateRecord):
+            record = GateRecord.from_dict(record)
         return cls(
             project=project,
-            threshold=record.get("threshold"),
-            alpha=float(record.get("alpha", DEFAULT_ALPHA)),
-            trials=int(record.get("trials", 1)),
-            max_trials=int(record.get("max_trials", 1)),
-            fail_on_inconclusive=bool(record.get("fail_on_inconclusive", False)),
-            spending=str(record.get("spending", DEFAULT_SPENDING)),
-            accepted=tuple(Acceptance.from_record(a) for a in record.get("accepted") or ()),
+            threshold=record.threshold,
+            alpha=float(record.alpha),
+            first_n=record.trials,
+            max_n=record.max_trials,
+            fail_on_inconclusive=record.fail_on_inconclusive,
+            spending=record.spending or DEFAULT_SPENDING,
+            accepted=tuple(Acceptance.from_record(a) for a in record.accepted or ()),
         )
 
     @classmethod
@@ -122,14 +150,19 @@ class GateSettings:
         fail_on_inconclusive: bool = False,
         front_end: FrontEnd = CLI,
         accepted: Sequence[Acceptance] = (),
+        paired: bool = False,
     ) -> GateSettings:
-        """Settings from a front end's options (None: not given) over the project's."""
+        """Settings from a front end's options (None: not given) over the project's. `paired`: a paired check,
+        whose pairs are cheap beside a stored baseline's trials: without --max-trials it may take up to
+        `DEFAULT_MAX_PAIRS` (the project's max_trials is for trials against stored baselines)."""
         if max_trials is not None and max_trials < trials:
             most, count = front_end.option("max-trials"), front_end.option("trials")
             raise UsageError(
                 f"{most} {max_trials} is below {count} {trials}",
                 hint=f"give {most} at least as large as {count} (or equal, for no extra trials)",
             )
+        if max_trials is None and paired:
+            max_trials = max(trials, DEFAULT_MAX_PAIRS)
         if max_trials is None:
             max_trials = max(trials, project.max_trials or DEFAULT_MAX_TRIALS)
         if alpha is None:
@@ -138,8 +171,8 @@ class GateSettings:
             project=project,
             threshold=threshold,
             alpha=alpha,
-            trials=trials,
-            max_trials=max_trials,
+            first_n=trials,
+            max_n=max_trials,
             time_budget_s=time_budget_s,
             fail_on_inconclusive=fail_on_inconclusive,
             front_end=front_end,
@@ -180,7 +213,7 @@ class LookTracker:
 
     def look(self, counts: Mapping[tuple[str, str], int], final: bool) -> dict[tuple[str, str], Look]:
         """The looks at these sample sizes; a config whose size did not grow since its last look keeps it."""
-        most = max(self.settings.trials, self.settings.max_trials)
+        most = max(self.settings.first_n, self.settings.max_n)
         for key, n in counts.items():
             before = self.previous.get(key, 0)
             if n <= before or n < 1:

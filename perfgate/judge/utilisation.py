@@ -13,10 +13,10 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from perfgate.project import PEAK_DTYPES
 from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult
+from perfgate.records.shapes import Environment
 from perfgate.variants import CONFIGS
 
 PEAK_SETTING = "peak_tflops"  # the `[tool.perfgate]` key whose figures replace the table's
@@ -227,12 +227,12 @@ def flops_cell(use: Utilisation | None) -> str:
     return format_flops(use.achieved_flops_per_s) + ("" if mfu is None else f" ({format_share(mfu)})")
 
 
-def cuda_device_name(environment: Mapping[str, Any], trials: Sequence[TrialResult]) -> str | None:
+def cuda_device_name(environment: Environment | None, trials: Sequence[TrialResult]) -> str | None:
     """The CUDA device a run measured on, as the environment recorded it (torch.cuda.get_device_name), else as NVML
     named it to a trial's system sampler (`GpuFacts.name`); None where neither did."""
-    device = environment.get("device") or {}
-    if device.get("type") == "cuda" and device.get("name"):
-        return str(device["name"])
+    device = None if environment is None else environment.device
+    if device is not None and device.type == "cuda" and device.name:
+        return device.name
     return next((t.system.gpu.name for t in trials if t.system is not None and t.system.gpu is not None), None)
 
 
@@ -266,7 +266,7 @@ def config_utilisation(
 
 def workload_utilisation(
     workload: WorkloadResult,
-    environment: Mapping[str, Any] | None = None,
+    environment: Environment | None = None,
     peak_tflops: Mapping[str, float] | None = None,
 ) -> WorkloadUtilisation | None:
     """Each config's `Utilisation` on the device the workload ran on (`environment`: the run's, `RunResult.
@@ -277,9 +277,9 @@ def workload_utilisation(
     if counts is None:
         return None
     on_gpu = counts.device == "cuda"
-    name = cuda_device_name(environment or {}, trials) if on_gpu else None
+    name = cuda_device_name(environment, trials) if on_gpu else None
     gpu = gpu_peak(name) if name is not None else None
-    ranks = int(workload.settings.get("nproc") or 1)
+    ranks = int(workload.settings.nproc or 1)
     given = {k: v for k, v in (peak_tflops or {}).items() if k in PEAK_DTYPES} if on_gpu else {}
     configs = {}
     for config_name, config in workload.configs.items():

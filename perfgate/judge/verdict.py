@@ -1,11 +1,11 @@
 """The verdict: measured configs against their baselines, decided once for every front end.
 
 `compare_run` judges a run against stored baselines, `compare_pairs` a paired check's head against
-its base; `fails_build` and `build_exit_code` are the one rule that turns verdicts into the build's
-answer. A slowdown accepted on purpose (`judge.acceptance`) is judged against its own bound and, within
-it, is `accepted`, which passes. A step's exact counts (`judge.counts`) are judged beside, with no
-statistics: one that grew beyond its tolerance makes the config a regression. Measuring until the
-verdicts are decided is `perfgate.check`'s work.
+its base; the one rule that turns verdicts into the build's answer is `perfgate.outcome`. A slowdown
+accepted on purpose (`judge.acceptance`) is judged against its own bound and, within it, is `accepted`,
+which passes. A step's exact counts (`judge.counts`) are judged beside, with no statistics: one that grew
+beyond its tolerance makes the config a regression. Measuring until the verdicts are decided is
+`perfgate.check`'s work.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 
-from perfgate.errors import EXIT_NO_BASELINE, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, worst_exit_code
 from perfgate.judge.acceptance import Acceptance, unused
 from perfgate.judge.counts import CountsComparison, SideCounts, compare_sides, side_counts
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
@@ -34,67 +32,18 @@ from perfgate.judge.stats import (
     holm_steps,
 )
 from perfgate.judge.wording import accepted_reason, memory_reason, throughput_reason
-from perfgate.project import Limits, ProjectConfig
+
+# The rule that fails the build lives in perfgate/outcome.py; its names stay importable from here.
+from perfgate.outcome import FAILING as FAILING
+from perfgate.outcome import Status as Status
+from perfgate.outcome import build_exit_code as build_exit_code
+from perfgate.outcome import fails_build as fails_build
+from perfgate.project import ProjectConfig, Thresholds
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
-from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult
+from perfgate.records.results import Against, GateRecord, RunResult, TrialResult, WorkloadResult, merge_runs
 
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
-
-
-class Status(StrEnum):
-    """A config's outcome: the four statistical verdicts, a slowdown accepted on purpose and within its
-    bound, and the reasons there is none."""
-
-    REGRESSION = "regression"
-    ACCEPTED = "accepted"
-    IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
-    INCONCLUSIVE = "inconclusive"
-    NOT_COMPARABLE = "not comparable"
-    FAILED = "failed"
-    NO_BASELINE = "no baseline"
-
-    @classmethod
-    def of(cls, verdict: Verdict) -> Status:
-        """The status of a statistical verdict (the same four words)."""
-        return cls(verdict.value)
-
-    @classmethod
-    def combined(cls, verdicts: Iterable[Verdict]) -> Status:
-        """One status from several verdicts (throughput, memory): any regression, else any open verdict,
-        else any improvement, else no change."""
-        found = set(verdicts)
-        for verdict in (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVEMENT):
-            if verdict in found:
-                return cls.of(verdict)
-        return cls.NO_CHANGE
-
-
-# The rule that fails the build, for every front end: the CLI's exit code, the pytest plugin's failed
-# tests and the Action's error annotations all come from these two functions.
-FAILING = frozenset({Status.REGRESSION, Status.FAILED, Status.NOT_COMPARABLE, Status.NO_BASELINE})
-
-
-def fails_build(status: Status, *, fail_on_inconclusive: bool = False, new_is_ok: bool = False) -> bool:
-    """Whether a verdict of this status fails the build. `fail_on_inconclusive`: an open verdict fails too;
-    `new_is_ok`: nothing to compare with is no failure (a paired check's benchmark that is new in the head)."""
-    if status == Status.NO_BASELINE and new_is_ok:
-        return False
-    return status in FAILING or (fail_on_inconclusive and status == Status.INCONCLUSIVE)
-
-
-def build_exit_code(statuses: Iterable[Status], *, problems: bool = False, fail_on_inconclusive: bool = False) -> int:
-    """The build's answer (`errors.EXIT_CODES`): a regression exits 1 (an open verdict too, with
-    `fail_on_inconclusive`), a config that failed 4, nothing to compare with (a workload's `problems` included)
-    3, else 0; where several apply, 1 wins over 4, and 4 over 3."""
-    found = set(statuses)
-    applies = {
-        EXIT_REGRESSION: Status.REGRESSION in found or (fail_on_inconclusive and Status.INCONCLUSIVE in found),
-        EXIT_WORKLOAD_FAILED: Status.FAILED in found,
-        EXIT_NO_BASELINE: bool(found & {Status.NOT_COMPARABLE, Status.NO_BASELINE}) or problems,
-    }
-    return worst_exit_code(code for code, applied in applies.items() if applied)
 
 
 @dataclass(frozen=True)
@@ -122,7 +71,7 @@ class ConfigVerdict:
     config: str
     status: Status
     reason: str  # one line that makes sense without the table
-    limits: Limits
+    thresholds: Thresholds
     throughput: ThroughputComparison | None = None
     memory: MemoryComparison | None = None
     trials_failed: int = 0
@@ -204,6 +153,11 @@ class GateResult:
             problems=any(w.problem for w in self.workloads),
             fail_on_inconclusive=self.settings.fail_on_inconclusive,
         )
+
+    def to_record(self, baseline_dir: Path) -> GateRecord:
+        """What a results file keeps of this check: its settings, its mode, each config's last look and the
+        divisors of alpha, so a later report judges the run exactly as the check did."""
+        return self.settings.to_record(baseline_dir, mode=self.mode, looks=self.looks, divisors=self.family)
 
 
 def missing_baseline(
@@ -321,7 +275,7 @@ def compare_results(
     names = [w.name for w in candidate.workloads]
     if baseline is None:
         assert store is not None, "compare_results needs a store or a baseline run"
-        fingerprint = machine_fingerprint(candidate.environment)
+        fingerprint = machine_fingerprint(candidate.environment.to_dict())
         baselines, problems = find_baselines(store, names, fingerprint, settings.update_command)
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
@@ -338,21 +292,20 @@ def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | Non
     from `perfgate run` is judged once with the project's settings."""
     from perfgate.records.baselines import DEFAULT_BASELINE_DIR
 
-    if run.gate is None:
+    gate = run.gate
+    if gate is None:
         settings = GateSettings.from_options(project, trials=1, max_trials=1)
         looks: dict[tuple[str, str], Look] = {}
     else:
-        settings = GateSettings.from_record(project, run.gate)
-        recorded = run.gate.get("looks")
-        if isinstance(recorded, dict):
-            looks = {_config_key(key): Look.from_record(value) for key, value in recorded.items()}
+        settings = GateSettings.from_record(project, gate)
+        if gate.looks is not None:
+            looks = {_config_key(key): Look(n, previous, final) for key, (n, previous, final) in gate.looks.items()}
         else:  # written before spending plans: every config judged as after the check's last look
             looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
-    directory = baseline_dir or Path(str((run.gate or {}).get("baseline_dir") or DEFAULT_BASELINE_DIR))
-    divisors = (run.gate or {}).get("divisors")
+    directory = baseline_dir or Path((gate.baseline_dir if gate is not None else "") or DEFAULT_BASELINE_DIR)
     family = (
-        {_config_key(key): (float(value[0]), float(value[1])) for key, value in divisors.items()}
-        if isinstance(divisors, dict)
+        {_config_key(key): (float(pair[0]), float(pair[1])) for key, pair in gate.divisors.items()}
+        if gate is not None and gate.divisors is not None
         else None  # written before one error rate per check, or by `perfgate run`: Holm's over this file
     )
     result = compare_results(run, settings, store=BaselineStore(directory), looks=looks, family=family)
@@ -407,8 +360,8 @@ def compare_entries(
     for config in configs or list(candidate.configs):
         reason = (failures or {}).get(config)
         if reason is not None and config in baseline.configs:
-            limits = settings.limits(name, config)
-            verdicts.append(ConfigVerdict(name, config, Status.FAILED, f"the config failed: {reason}", limits))
+            thresholds = settings.thresholds_for(name, config)
+            verdicts.append(ConfigVerdict(name, config, Status.FAILED, f"the config failed: {reason}", thresholds))
             continue
         verdict = _compare_config(
             name,
@@ -480,6 +433,13 @@ def compare_pairs(
     return one_error_rate(lambda family: _compare_pairs(head, base, settings, looks, against, family))
 
 
+def missing_on_base(against: Against, workload: str, done: str) -> WorkloadVerdict:
+    """The verdict of a workload a paired check's base side lacks: why the base could not run it
+    (`Against.problems`), else that it was not `done` ("measured", "counted") there."""
+    problem = against.problems.get(workload) or f"{workload} was not {done} at {against.ref}"
+    return WorkloadVerdict(workload, [], None, problem=problem, problem_status=Status.NO_BASELINE)
+
+
 def _compare_pairs(
     head: RunResult, base: RunResult, settings: GateSettings, looks: Looks, against: Against, family: Family | None
 ) -> GateResult:
@@ -488,10 +448,7 @@ def _compare_pairs(
     for workload in head.workloads:
         base_workload = base_workloads.get(workload.name)
         if base_workload is None:
-            problem = against.problems.get(workload.name) or f"{workload.name} was not measured at {against.ref}"
-            workloads.append(
-                WorkloadVerdict(workload.name, [], None, problem=problem, problem_status=Status.NO_BASELINE)
-            )
+            workloads.append(missing_on_base(against, workload.name, "measured"))
             continue
         head_paired, base_paired = pair_trials(workload, base_workload)
         models = gpu_models_differ(base_paired, head_paired)
@@ -556,10 +513,7 @@ def judge_counts_only(
         if against is not None:
             other = base_workloads.get(workload.name)
             if other is None:
-                problem = against.problems.get(workload.name) or f"{workload.name} was not counted at {against.ref}"
-                workloads.append(
-                    WorkloadVerdict(workload.name, [], None, problem=problem, problem_status=Status.NO_BASELINE)
-                )
+                workloads.append(missing_on_base(against, workload.name, "counted"))
                 continue
             base_entry: BaselineEntry | None = entry_from_workload(against.base, other)
             base_sides = {name: side_counts(c.trials) for name, c in other.configs.items()}
@@ -579,16 +533,16 @@ def judge_counts_only(
             continue
         configs = []
         for name, config in workload.configs.items():
-            limits = settings.limits(workload.name, name)
+            thresholds = settings.thresholds_for(workload.name, name)
             acceptance = settings.acceptance(workload.name, name)
             base_counts = base_sides.get(name, SideCounts(None))
             if not any(t.ok for t in config.trials):
-                configs.append(ConfigVerdict(workload.name, name, Status.FAILED, config.failure_reason, limits))
+                configs.append(ConfigVerdict(workload.name, name, Status.FAILED, config.failure_reason, thresholds))
                 continue
             if base_counts.counts is None:
                 fix = f"{base_name} could not count it" if against is not None else f"run {settings.update_command}"
                 reason = f"no counts of config {name} in {base_name}; {fix}"
-                configs.append(ConfigVerdict(workload.name, name, Status.NO_BASELINE, reason, limits))
+                configs.append(ConfigVerdict(workload.name, name, Status.NO_BASELINE, reason, thresholds))
                 continue
             exact = compare_sides(
                 base_counts,
@@ -603,7 +557,7 @@ def judge_counts_only(
             reason = exact.reason or ("every count the same" if same else "every count within its tolerance")
             if exact.notes:
                 reason += "; " + "; ".join(exact.notes)
-            configs.append(ConfigVerdict(workload.name, name, status, reason, limits, counts=exact))
+            configs.append(ConfigVerdict(workload.name, name, status, reason, thresholds, counts=exact))
         workloads.append(WorkloadVerdict(workload.name, configs, base_entry if against is None else None))
     return GateResult(workloads, settings, run, against=against)
 
@@ -677,28 +631,30 @@ def _compare_config(
 ) -> ConfigVerdict:
     """One config's verdict; `divisors` divide alpha for throughput and memory (`holm_divisors`); `counts`: the
     two sides' counts from their trials (None: the entry's)."""
-    limits = settings.limits(workload, config)
+    thresholds = settings.thresholds_for(workload, config)
     memory_alpha = levels.alpha / divisors[1]
     levels = replace(levels, alpha=levels.alpha / divisors[0])
     measured = candidate.configs.get(config)
     if base is None:
         fix = "the base has no measurement of it" if paired else f"run {settings.update_command}"
-        return ConfigVerdict(workload, config, Status.NO_BASELINE, f"no baseline for config {config}; {fix}", limits)
+        return ConfigVerdict(
+            workload, config, Status.NO_BASELINE, f"no baseline for config {config}; {fix}", thresholds
+        )
     if measured is None:
         reason = "the config failed: no trial produced a measurement"
-        return ConfigVerdict(workload, config, Status.FAILED, reason, limits)
-    throughput, adjusted, machine = _throughput(base, measured, limits.throughput, levels, paired)
+        return ConfigVerdict(workload, config, Status.FAILED, reason, thresholds)
+    throughput, adjusted, machine = _throughput(base, measured, thresholds.throughput, levels, paired)
     base_memory, measured_memory = of_entry(base), of_entry(measured)
     peaks = compared_peaks(base_memory, measured_memory, "the base" if paired else "the baseline")
     memory = (  # a paired check's peaks are in pair order (`pair_trials`, `compared_peaks`)
         compare_paired_memory(
-            peaks.baseline, peaks.candidate, tolerance=limits.memory, levels=replace(levels, alpha=memory_alpha)
+            peaks.baseline, peaks.candidate, tolerance=thresholds.memory, levels=replace(levels, alpha=memory_alpha)
         )
         if paired
         else compare_memory(
             peaks.baseline,
             peaks.candidate,
-            tolerance=limits.memory,
+            tolerance=thresholds.memory,
             alpha=memory_alpha,
             session_noise=peaks.session_noise,
         )
@@ -711,7 +667,7 @@ def _compare_config(
     acceptance = settings.acceptance(workload, config)
     if (
         acceptance is not None
-        and acceptance.slowdown > limits.throughput
+        and acceptance.slowdown > thresholds.throughput
         and combined_verdict(throughput, adjusted) in (Verdict.REGRESSION, Verdict.INCONCLUSIVE)
     ):
         # Judged again against the accepted bound, as the threshold is: within it only when the data rule out more.
@@ -739,7 +695,7 @@ def _compare_config(
         config,
         status,
         reason,
-        limits,
+        thresholds,
         throughput,
         memory,
         adjusted=adjusted,
@@ -781,7 +737,7 @@ def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list
     """The settings that make two runs incomparable: the amount of work and which samples it covers."""
     changes = []
     for key in ("batch_size", "steps", "warmup_steps", "seed", "slice_indices"):
-        old, new = baseline.settings.get(key), candidate.settings.get(key)
+        old, new = getattr(baseline.settings, key), getattr(candidate.settings, key)
         if old is not None and new is not None and old != new:
             shown = (str(old)[:19], str(new)[:19]) if key == "slice_indices" else (old, new)
             changes.append(f"{'data-slice sample indices' if key == 'slice_indices' else key} {shown[0]} -> {shown[1]}")
@@ -816,3 +772,36 @@ def _losses_match(old: Sequence[float], new: Sequence[float]) -> bool:
 
 def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
+
+
+def merge_results(gates: Sequence[GateResult]) -> GateResult:
+    """One result from several checks of one session (`pytest --perfgate` checks each fixture test and each
+    group of configured items on its own): every workload once, its configs from all of them (a later
+    verdict of a config replaces an earlier), the runs merged, the settings of the first."""
+    if not gates:
+        raise ValueError("merge_results needs at least one result")
+    if len(gates) == 1:
+        return gates[0]
+    workloads: dict[str, WorkloadVerdict] = {}
+    for gate in gates:
+        for w in gate.workloads:
+            earlier = workloads.get(w.workload)
+            if earlier is None or w.problem or earlier.problem:
+                workloads[w.workload] = w
+            else:
+                configs = {v.config: v for v in earlier.configs} | {v.config: v for v in w.configs}
+                workloads[w.workload] = replace(w, configs=list(configs.values()))
+    runs = [g.run for g in gates if g.run is not None]
+    sides = [g.against for g in gates]
+    first = sides[0]
+    same_base = first is not None and all(a is not None and a.base_commit == first.base_commit for a in sides)
+    return replace(
+        gates[0],
+        workloads=list(workloads.values()),
+        run=merge_runs(runs) if runs else None,
+        stopped_because=next((g.stopped_because for g in gates if g.stopped_because), None),
+        looks={key: look for g in gates for key, look in g.looks.items()},
+        against=sides[-1] if same_base else None,
+        comparisons=sum(g.comparisons for g in gates),
+        family={key: divisors for g in gates for key, divisors in g.family.items()},
+    )

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from perfgate.errors import UsageError
-from perfgate.records.shapes import PeakMemory
+from perfgate.records.shapes import DeviceInfo, PeakMemory
 from perfgate.records.summary import PHASES
 
 _PROC_STATUS = "/proc/self/status"
@@ -124,9 +124,9 @@ class Device:
         """The training process's peak resident memory (VmHWM) above its level after setup."""
         return max(0, _peak_rss_bytes() - self._setup_rss_bytes)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> DeviceInfo:
         """Name, count and driver of the device, for the environment fingerprint."""
-        return {"type": "cpu", "name": cpu_model(), "count": 1, "driver": None}
+        return DeviceInfo(type="cpu", name=cpu_model(), count=1, driver=None)
 
 
 class CudaDevice(Device):
@@ -186,14 +186,14 @@ class CudaDevice(Device):
             loader_workers=loader_workers,
         )
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "type": "cuda",
-            "name": torch.cuda.get_device_name(0),
-            "count": torch.cuda.device_count(),
-            "driver": _nvidia_driver_version(),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
-        }
+    def describe(self) -> DeviceInfo:
+        return DeviceInfo(
+            type="cuda",
+            name=torch.cuda.get_device_name(0),
+            count=torch.cuda.device_count(),
+            driver=_nvidia_driver_version(),
+            capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+        )
 
 
 @dataclass(frozen=True)

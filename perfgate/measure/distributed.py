@@ -2,7 +2,8 @@
 `DistributedDataParallel`, and the gradient all-reduce timed by a DDP communication hook.
 
 The runner starts `python -m torch.distributed.run --standalone --nproc-per-node N -m perfgate.measure.trial
-SPEC OUT` (torchrun, with its environment rendezvous on this machine). Each rank runs the trial as one process
+SPEC OUT` (torchrun, with its environment rendezvous on this machine), torchrun and each rank under
+`perfgate.measure.watch`, so that they end when perfgate dies. Each rank runs the trial as one process
 would (`perfgate.measure.trial`), with three differences this module supplies:
 
 - `join` initialises the process group (gloo on the CPU, NCCL on CUDA with one device per rank) and writes the
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from perfgate.formatting import format_names
+from perfgate.measure.watch import watched
 from perfgate.records.results import TrialRecord, TrialResult
 from perfgate.records.shapes import Distributed, RankResult, UnusedParameters
 
@@ -56,8 +58,10 @@ COLLECTIVE_TIMEOUT_S = 1800  # a rank stuck in a collective; the runner's --time
 
 def launcher_arguments(nproc: int) -> list[str]:
     """torchrun's arguments before the trial module: one node, `nproc` ranks, a rendezvous on a free local port,
-    no restarts (a failed rank ends the trial)."""
-    return ["-m", LAUNCHER, "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.2"]
+    no restarts (a failed rank ends the trial). torchrun runs under the watch (`perfgate.measure.watch`), as the
+    ranks it starts do: it closes the fds it inherited, so they die with it by the kernel's parent-death signal."""
+    flags = ["--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.2"]
+    return [*watched(LAUNCHER), *flags]
 
 
 def rank_pid_path(out_path: Path | str, rank: int) -> Path:

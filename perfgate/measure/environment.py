@@ -10,6 +10,7 @@ from typing import Any
 
 from perfgate.errors import UsageError
 from perfgate.naming import CLI, FrontEnd
+from perfgate.records.shapes import CpuInfo, Environment, GitState
 
 
 def available_cpus() -> int:
@@ -39,31 +40,31 @@ def torch_default_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def collect_environment(device_type: str, threads: int, cwd: Path | None = None) -> dict[str, Any]:
-    """Versions, device, CPU, threads, platform and git state, as plain JSON-ready values."""
+def collect_environment(device_type: str, threads: int, cwd: Path | None = None) -> Environment:
+    """Versions, device, CPU, threads, platform and git state (`Environment.to_dict`: the files' JSON)."""
     import torch
 
     from perfgate.measure.device import CudaDevice, Device
 
     device = CudaDevice() if device_type == "cuda" else Device()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn,
-        "device": device.describe(),
-        "cpu": {
-            "model": _cpu_model(),
-            "logical_cores": os.cpu_count(),
-            "available_cores": available_cpus(),
-            "capability": _cpu_capability(),
-        },
-        "threads": threads,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "git": git_state(cwd or Path.cwd()),
-    }
+    return Environment(
+        python=platform.python_version(),
+        platform=platform.platform(),
+        torch=str(torch.__version__),  # a str subclass (TorchVersion) that YAML's safe dumper refuses
+        cuda=torch.version.cuda,
+        cudnn=cudnn,
+        device=device.describe(),
+        cpu=CpuInfo(
+            model=_cpu_model(),
+            logical_cores=os.cpu_count(),
+            available_cores=available_cpus(),
+            capability=_cpu_capability(),
+        ),
+        threads=threads,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        git=git_state(cwd or Path.cwd()),
+    )
 
 
 def _open_repo(path: Path) -> Any:
@@ -78,7 +79,7 @@ def _open_repo(path: Path) -> Any:
         return None
 
 
-def git_state(path: Path) -> dict[str, Any] | None:
+def git_state(path: Path) -> GitState | None:
     """Commit sha, branch, dirty and shallow flags of the repository holding `path`, or None outside one.
 
     Whatever git cannot say is None: a repository without commits has no sha, a detached HEAD (a
@@ -107,7 +108,7 @@ def git_state(path: Path) -> dict[str, Any] | None:
             shallow: bool | None = repo.git.rev_parse("--is-shallow-repository") == "true"
         except failures:
             shallow = None
-        return {"sha": sha, "branch": branch, "dirty": dirty, "shallow": shallow}
+        return GitState(sha=sha, branch=branch, dirty=dirty, shallow=shallow)
 
 
 def _cpu_model() -> str:

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -18,16 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
+from perfgate._files import OwnedTempDir
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure import distributed
 from perfgate.measure.trial import TrialSpec, workload_identity
 from perfgate.measure.trialserver import ForkedProcess, TrialServer
-from perfgate.records.results import ConfigResult, RunResult, TrialRecord, TrialResult, WorkloadResult
+from perfgate.measure.watch import watched, watched_environment
+from perfgate.naming import CLI, FrontEnd
+from perfgate.project import DEFAULT_TRIALS
+from perfgate.records.results import (
+    ConfigResult,
+    RunResult,
+    TrialRecord,
+    TrialResult,
+    WorkloadResult,
+    WorkloadSettings,
+)
 from perfgate.records.shapes import Profile
 from perfgate.references import Reference
 from perfgate.workload import Workload
 
-DEFAULT_TRIALS = 3
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -46,18 +55,26 @@ class RunSettings:
     # Counting trials only (`--counts-only`): each trial runs its warm-up steps and makes the exact counts
     # (`perfgate.measure.counting`); nothing is timed, one process per config (a data-parallel workload too).
     counts_only: bool = False
+    front_end: FrontEnd = CLI  # how the messages spell the options (the core never spells a front end's flag)
 
     def __post_init__(self) -> None:
+        option = self.front_end.option
         if self.trials < 1:
-            raise UsageError(f"--trials must be at least 1, got {self.trials}", hint="use --trials 3 or more")
+            raise UsageError(
+                f"{option('trials')} must be at least 1, got {self.trials}", hint=f"use {option('trials')} 3 or more"
+            )
         if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--threads must be at least 1, got {self.threads}")
+            raise UsageError(f"{option('threads')} must be at least 1, got {self.threads}")
         if self.rounds is not None and self.rounds < 1:
-            raise UsageError(f"--rounds must be at least 1, got {self.rounds}", hint="use --rounds auto or 1")
+            raise UsageError(
+                f"{option('rounds')} must be at least 1, got {self.rounds}", hint=f"use {option('rounds')} auto or 1"
+            )
         if self.timeout_s <= 0:
-            raise UsageError(f"--timeout must be positive, got {self.timeout_s}")
+            raise UsageError(f"{option('timeout')} must be positive, got {self.timeout_s}")
         if self.nproc is not None and self.nproc < 1:
-            raise UsageError(f"--nproc must be at least 1, got {self.nproc}", hint="use --nproc 2 for two ranks")
+            raise UsageError(
+                f"{option('nproc')} must be at least 1, got {self.nproc}", hint=f"use {option('nproc')} 2 for two ranks"
+            )
 
     @property
     def torch_threads(self) -> int:
@@ -118,7 +135,7 @@ def load_workloads(references: Sequence[Reference], settings: RunSettings) -> li
     loaded: list[tuple[Reference, Workload]] = []
     names: dict[str, str] = {}
     for reference in references:
-        workload = reference.load()
+        workload = reference.load(settings.front_end)
         if workload.name in names:
             raise UsageError(
                 f"two workloads are named {workload.name!r} ({names[workload.name]} and {reference.text})",
@@ -129,29 +146,30 @@ def load_workloads(references: Sequence[Reference], settings: RunSettings) -> li
             raise WorkloadError(
                 "bf16-compile needs warmup_steps >= 1 so compilation stays out of step times",
                 where=f"workload {workload.name!r}",
-                hint="set warmup_steps=1 or more, or leave bf16-compile out of --configs",
+                hint=f"set warmup_steps=1 or more, or leave bf16-compile out of {settings.front_end.option('configs')}",
             )
-        check_nproc(settings.nproc_of(workload), settings.device, workload.name)
+        check_nproc(settings.nproc_of(workload), settings.device, workload.name, settings.front_end)
         loaded.append((reference, workload))
     return loaded
 
 
-def check_nproc(nproc: int, device: str, name: str) -> None:
+def check_nproc(nproc: int, device: str, name: str, front_end: FrontEnd = CLI) -> None:
     """A data-parallel trial needs torch.distributed, and on CUDA one device per rank."""
     if nproc == 1:
         return
     import torch
 
+    option = front_end.option
     if not torch.distributed.is_available():
         raise UsageError(
             f"workload {name!r} asks for {nproc} ranks, but this torch build has no torch.distributed",
-            hint="install a torch build with distributed support, or use --nproc 1",
+            hint=f"install a torch build with distributed support, or use {option('nproc')} 1",
         )
     if device == "cuda" and torch.cuda.device_count() < nproc:
         raise UsageError(
             f"workload {name!r} asks for {nproc} ranks, one CUDA device each, but torch sees "
             f"{torch.cuda.device_count()} device(s)",
-            hint=f"use --nproc {torch.cuda.device_count()} or fewer, or --device cpu (gloo)",
+            hint=f"use {option('nproc')} {torch.cuda.device_count()} or fewer, or {option('device')} cpu (gloo)",
         )
 
 
@@ -159,11 +177,19 @@ def run_lab(
     references: Sequence[Reference],
     settings: RunSettings,
     progress: ProgressCallback | None = None,
+    *,
+    failures: dict[str, WorkloadError] | None = None,
 ) -> RunResult:
-    """Run every trial of every workload and config, each in a fresh process, and collect them."""
+    """Run every trial of every workload and config, each in a fresh process, and collect them.
+
+    A workload whose own code fails is left there (its configs failed in the result) and the others go on;
+    `failures` (when given) receives each such workload's error, for the front end to report (exit 4). When
+    every workload fails, the first one's WorkloadError is raised."""
     with LabSession(references, settings, progress) as session:
         session.run_trials(settings.trials)
         session.profile()
+        if failures is not None:
+            failures.update(session.workload_failures)
         return session.result()
 
 
@@ -187,9 +213,12 @@ class LabSession:
         self.progress = progress
         self.keep([workload.name for _, workload in self.loaded])
         self.config_failures: dict[tuple[str, str], str] = {}
+        # Workloads whose own code failed (failure_kind "workload"), in the order they failed: each one's
+        # configs are failed in the results, and the other workloads keep their trials.
+        self.workload_failures: dict[str, WorkloadError] = {}
         self.profiles: dict[tuple[str, str], Profile] = {}
         self.environment = collect_environment(settings.device, settings.torch_threads)
-        self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
+        self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
 
     def __enter__(self) -> LabSession:
         return self
@@ -233,7 +262,9 @@ class LabSession:
                     continue
                 trace = (directory / f"{name}-{config}.trace.json").absolute()
                 spec = self._spec(reference, config, trial=-1, profile=str(trace))
-                record = run_trial_process(spec, Path(self._scratch.name), self.settings.timeout_s)
+                record = run_trial_process(
+                    spec, Path(self._scratch.name), self.settings.timeout_s, front_end=self.settings.front_end
+                )
                 if record.result.ok and record.profile is not None:
                     self.profiles[(name, config)] = record.profile
                 else:
@@ -269,15 +300,21 @@ class LabSession:
                 self.progress(TrialEvent(planned, len(plan)))
             reference, _ = self.by_name[planned.workload]
             spec = self._spec(reference, planned.config, trial=planned.trial)
-            record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s)
+            record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s, front_end=settings.front_end)
             result = record.result
             if record.failure_kind == "workload":
-                raise WorkloadError(
-                    str(result.failure),
-                    where=f"workload {planned.workload!r}, config {planned.config}",
-                    hint="fix the workload and run again (--debug shows the trial's traceback)",
-                    details=record.traceback or None,
+                # This workload is done (each of its configs failed with its error); the others go on. When
+                # every workload has failed, the first one's error is the command's.
+                self.trials[key].append(result)
+                self.workload_failures[planned.workload] = workload_error(
+                    planned.workload, planned.config, record, settings.front_end
                 )
+                for config in settings.configs:
+                    self.config_failures.setdefault((planned.workload, config), result.failure or "failed")
+                raise_when_all_failed(self.workload_failures, self.workload_names)
+                if self.progress:
+                    self.progress(TrialEvent(planned, len(plan), finished=result))
+                continue
             if record.failure_kind == "config":
                 self.config_failures[key] = result.failure or "failed"
             self.trials[key].append(result)
@@ -321,7 +358,14 @@ class RunningTrial:
     """A trial process, fresh or forked by a `TrialServer` (`server`); `wait` returns its record."""
 
     def __init__(
-        self, spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace, server: TrialServer | None = None
+        self,
+        spec: TrialSpec,
+        scratch: Path,
+        timeout_s: float,
+        place: TrialPlace,
+        server: TrialServer | None = None,
+        *,
+        front_end: FrontEnd = CLI,
     ) -> None:
         side = f"-{place.name}" if place.name else ""
         stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{side}"
@@ -331,6 +375,7 @@ class RunningTrial:
         self.log_path = scratch / f"{stem}.log"
         self.spec = spec
         self.timeout_s = timeout_s
+        self.front_end = front_end
         spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
         self.started = time.perf_counter()
@@ -339,18 +384,19 @@ class RunningTrial:
             self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus)
             return
         # A data-parallel trial: torchrun starts one trial process per rank (`perfgate.measure.distributed`).
+        # Under the watch (`perfgate.measure.watch`): the trial (torchrun and its ranks) ends when perfgate dies.
         launcher = distributed.launcher_arguments(spec.nproc) if spec.nproc > 1 else []
         command = [
             *python_command(place),
             *launcher,
-            "-m",
-            "perfgate.measure.trial",
+            *watched("perfgate.measure.trial"),
             str(spec_path),
             str(self.out_path),
         ]
         env = trial_environment(spec.threads, place)
         if spec.nproc > 1 and place.safe_path:
             env["PYTHONSAFEPATH"] = "1"  # torchrun starts the ranks without -P: the same, for them
+        env, lifeline = watched_environment(env)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -360,6 +406,7 @@ class RunningTrial:
                 env=env,
                 cwd=place.cwd,
                 start_new_session=True,
+                pass_fds=lifeline,
             )
         if place.cpus is not None and hasattr(os, "sched_setaffinity"):
             with contextlib.suppress(OSError):  # the process may already have ended
@@ -377,7 +424,8 @@ class RunningTrial:
             self.kill()
             return _failed(
                 self.spec,
-                f"timed out after {self.timeout_s:g} s (raise --timeout if the trial needs longer)",
+                f"timed out after {self.timeout_s:g} s (raise {self.front_end.option('timeout')} if the trial needs "
+                "longer)",
                 self.started,
             )
         except BaseException:
@@ -412,6 +460,22 @@ class RunningTrial:
             _kill_group(self.process)
 
 
+def workload_error(workload: str, config: str, record: TrialRecord, front_end: FrontEnd = CLI) -> WorkloadError:
+    """The one-line error of a trial whose workload's own code failed (failure_kind "workload")."""
+    return WorkloadError(
+        str(record.result.failure),
+        where=f"workload {workload!r}, config {config}",
+        hint=f"fix the workload and run again{front_end.traceback_note(trial=True)}",
+        details=record.traceback or None,
+    )
+
+
+def raise_when_all_failed(failures: Mapping[str, WorkloadError], workloads: Sequence[str]) -> None:
+    """The first workload's error, unchanged, once every workload in `workloads` has failed; else nothing."""
+    if failures and all(name in failures for name in workloads):
+        raise next(iter(failures.values()))
+
+
 def python_command(place: TrialPlace) -> list[str]:
     """The interpreter a trial process of `place` runs: this one, `-P` where the checkout must not shadow perfgate."""
     return [sys.executable, *(["-P"] if place.safe_path else [])]
@@ -429,9 +493,11 @@ def _threads_run(configs: Mapping[str, Any]) -> int | None:
     return max(counts, key=counts.count) if counts else None
 
 
-def run_trial_process(spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None) -> TrialRecord:
+def run_trial_process(
+    spec: TrialSpec, scratch: Path, timeout_s: float, place: TrialPlace | None = None, *, front_end: FrontEnd = CLI
+) -> TrialRecord:
     """Run one trial in a fresh Python process and return its record; crashes become failed records."""
-    return RunningTrial(spec, scratch, timeout_s, place or TrialPlace()).wait()
+    return RunningTrial(spec, scratch, timeout_s, place or TrialPlace(), front_end=front_end).wait()
 
 
 def trial_environment(threads: int | None, place: TrialPlace | None = None) -> dict[str, str]:
@@ -494,22 +560,21 @@ def collect_workload(
         for trial in config.trials:
             warnings.extend(f"{config.config} trial {trial.trial + 1}: {w}" for w in trial.warnings)
     slices = sorted({str(t.workload["slice_indices"]) for t in ok if t.workload and t.workload.get("slice_indices")})
-    extra = {"slice_indices": slices[0]} if len(slices) == 1 else {}
     return WorkloadResult(
         name=name,
         reference=reference.text,
-        settings={
-            "batch_size": identity["batch_size"],
-            "steps": identity["steps"],
-            "warmup_steps": identity["warmup_steps"],
-            "seed": identity["seed"],
-            "trials": max((len(config.trials) for config in configs.values()), default=0),
-            "threads": _threads_run(configs) or settings.torch_threads,
-            "device": settings.device,
-            "loader": identity["loader"],
-            **({"nproc": identity["nproc"]} if "nproc" in identity else {}),
-            **extra,
-        },
+        settings=WorkloadSettings(
+            batch_size=identity["batch_size"],
+            steps=identity["steps"],
+            warmup_steps=identity["warmup_steps"],
+            seed=identity["seed"],
+            trials=max((len(config.trials) for config in configs.values()), default=0),
+            threads=_threads_run(configs) or settings.torch_threads,
+            device=settings.device,
+            loader=identity["loader"],
+            nproc=identity.get("nproc"),
+            slice_indices=slices[0] if len(slices) == 1 else None,
+        ),
         data_checksum=checksums[0] if len(checksums) == 1 else None,
         first_losses=first_losses,
         configs=configs,

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import perfgate
+from perfgate._files import OwnedTempDir, owner_alive, sweep_tempdirs
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure.lab import (
     PlannedTrial,
@@ -44,16 +46,22 @@ from perfgate.measure.lab import (
     TrialPlace,
     collect_workload,
     load_workloads,
+    raise_when_all_failed,
     start_trial_server,
+    workload_error,
 )
 from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
+from perfgate.naming import CLI, FrontEnd
 from perfgate.records.results import Against, RunResult, TrialRecord, TrialResult
 from perfgate.references import Reference
 
 SIDES = ("base", "head")
+AGAINST = CLI.option("against")  # the option that names the base, as the command line spells it (the default)
+WORKTREE_PREFIX = "perfgate-"  # the temporary folders of a check: `perfgate-base-*` holds the base worktree
+_WORKTREE_FOLDERS = tuple(f"{WORKTREE_PREFIX}{side}-" for side in SIDES)
 
 
 class GitError(UsageError):
@@ -101,40 +109,44 @@ class Checkout:
 
 
 @contextlib.contextmanager
-def base_checkout(ref: str, directory: Path | None = None) -> Iterator[tuple[Checkout, Checkout]]:
-    """Check `ref` out into a temporary git worktree; yield (base, head); remove the worktree on any exit."""
-    repo = open_repository(directory or Path.cwd())
+def base_checkout(
+    ref: str, directory: Path | None = None, *, where: str = AGAINST
+) -> Iterator[tuple[Checkout, Checkout]]:
+    """Check `ref` out into a temporary git worktree; yield (base, head); remove the worktree on any exit.
+    `where`: the option that named the ref, as the front end spells it, for the errors."""
+    repo = open_repository(directory or Path.cwd(), where=where)
     root = Path(repo.working_tree_dir or ".").resolve()
-    base_commit = resolve_ref(repo, ref)
+    base_commit = resolve_ref(repo, ref, where=where)
     try:
         head_commit: str | None = repo.head.commit.hexsha
     except ValueError:
         head_commit = None
     dirty = repo.is_dirty(untracked_files=False)
-    with worktree(repo, base_commit, ref, "base") as path:
+    with worktree(repo, base_commit, ref, "base", where=where) as path:
         yield Checkout("base", path, base_commit), Checkout("head", root, head_commit, dirty)
 
 
 @contextlib.contextmanager
 def commit_checkouts(
-    base_commit: str, head_commit: str, directory: Path | None = None
+    base_commit: str, head_commit: str, directory: Path | None = None, *, where: str = AGAINST
 ) -> Iterator[tuple[Checkout, Checkout, Path]]:
     """Both sides as commits, each in a temporary worktree (bisect measures one commit against another);
     yield (base, head, the repository's top folder); remove both worktrees on any exit."""
-    repo = open_repository(directory or Path.cwd())
+    repo = open_repository(directory or Path.cwd(), where=where)
     root = Path(repo.working_tree_dir or ".").resolve()
     with (
-        worktree(repo, base_commit, base_commit, "base") as base,
-        worktree(repo, head_commit, head_commit, "head") as head,
+        worktree(repo, base_commit, base_commit, "base", where=where) as base,
+        worktree(repo, head_commit, head_commit, "head", where=where) as head,
     ):
         yield Checkout("base", base, base_commit), Checkout("head", head, head_commit), root
 
 
 @contextlib.contextmanager
-def worktree(repo: Any, commit: str, ref: str, side: str) -> Iterator[Path]:
+def worktree(repo: Any, commit: str, ref: str, side: str, *, where: str = AGAINST) -> Iterator[Path]:
     """`commit` checked out, detached, in a temporary git worktree named like the repository's folder."""
     root = Path(repo.working_tree_dir or ".").resolve()
-    scratch = Path(tempfile.mkdtemp(prefix=f"perfgate-{side}-"))
+    # Marked as this process's: a check killed before the cleanup below leaves it to `sweep_leftovers`.
+    scratch = Path(OwnedTempDir(f"{WORKTREE_PREFIX}{side}-").name)
     path = scratch / root.name
     # One cleanup for everything from `worktree add` on: git registers the worktree before it checks
     # the files out, so a failing post-checkout hook or a Ctrl-C during the checkout leaves one too.
@@ -142,7 +154,7 @@ def worktree(repo: Any, commit: str, ref: str, side: str) -> Iterator[Path]:
         try:
             repo.git.worktree("add", "--detach", str(path), commit)
         except Exception as exc:
-            raise GitError(f"cannot check out {ref} into a worktree: {_git_message(exc)}", where="--against") from exc
+            raise GitError(f"cannot check out {ref} into a worktree: {_git_message(exc)}", where=where) from exc
         yield path
     finally:
         with contextlib.suppress(Exception):
@@ -150,6 +162,58 @@ def worktree(repo: Any, commit: str, ref: str, side: str) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
         with contextlib.suppress(Exception):
             repo.git.worktree("prune")
+
+
+def sweep_leftovers(repo_dir: Path | None = None) -> list[str]:
+    """Remove what checks that were killed (SIGKILL, SIGHUP) left, and say what: the git worktrees perfgate
+    registered in `repo_dir`'s repository (`worktree`: `perfgate-base-*`, `perfgate-head-*` in the temporary
+    folder) whose owner process has died (`git worktree remove --force`, the folder, `git worktree prune`), then
+    the temporary folders of a dead owner (`_files.sweep_tempdirs`). Only folders perfgate marked as its own
+    are touched; a check still running (here or in another process) keeps its worktree and folders.
+
+    Outside a git repository, or without git, only the temporary folders are swept."""
+    removed: list[str] = []
+    temporary = Path(tempfile.gettempdir()).resolve()
+    listing = _git_text(repo_dir or Path.cwd(), "worktree", "list", "--porcelain")
+    if listing is not None:
+        top = _git_text(repo_dir or Path.cwd(), "rev-parse", "--show-toplevel")
+        registered = [Path(line[len("worktree ") :]) for line in listing.splitlines() if line.startswith("worktree ")]
+        prune = False
+        for path in registered:
+            folder = path.parent.resolve()
+            if folder.parent != temporary or not folder.name.startswith(_WORKTREE_FOLDERS):
+                continue
+            if not folder.is_dir():
+                prune = True  # its folder is gone: git forgets it below
+                continue
+            if owner_alive(folder) is not False:
+                continue  # a running check's, or not marked by perfgate
+            if top is not None:  # killed inside `git worktree add`, it is still locked ("initializing")
+                _git_text(Path(top), "worktree", "unlock", str(path))
+                _git_text(Path(top), "worktree", "remove", "--force", "--force", str(path))
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(f"the worktree {path}")
+            prune = True
+        if prune and top is not None:
+            _git_text(Path(top), "worktree", "prune")
+    removed.extend(f"the folder {folder}" for folder in sweep_tempdirs(WORKTREE_PREFIX))
+    return removed
+
+
+def _git_text(cwd: Path, *args: str) -> str | None:
+    """git's output, or None when git fails here (not a repository, no git)."""
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def working_tree() -> Checkout:
@@ -167,7 +231,7 @@ def working_tree() -> Checkout:
     return Checkout("head", Path(repo.working_tree_dir or ".").resolve(), commit, repo.is_dirty(untracked_files=False))
 
 
-def open_repository(directory: Path) -> Any:
+def open_repository(directory: Path, *, where: str = AGAINST) -> Any:
     import git
 
     try:
@@ -175,36 +239,37 @@ def open_repository(directory: Path) -> Any:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise GitError(
             f"{directory} is not inside a git repository",
-            where="--against",
+            where=where,
             hint="run the paired check from your project's git checkout, or give no ref to compare with the "
             "stored baselines",
         ) from None
 
 
-def resolve_ref(repo: Any, ref: str) -> str:
-    """The commit `ref` names, or a one-line error that says how to get it (a shallow clone lacks history)."""
+def resolve_ref(repo: Any, ref: str, *, where: str = AGAINST) -> str:
+    """The commit `ref` names, or a one-line error that says how to get it (a shallow clone lacks history).
+    `where`: the option that named it, as the front end spells it."""
     import git
 
     if not ref.strip() or ref.startswith("-"):
-        raise GitError(f"{ref!r} is not a git ref", where="--against", hint="give a branch, tag or commit, e.g. main")
+        raise GitError(f"{ref!r} is not a git ref", where=where, hint="give a branch, tag or commit, e.g. main")
     # git itself, not GitPython's parser: in a shallow clone GitPython resolves HEAD~1 to the parent's id
     # from the commit object, a commit that is not there (git rev-parse honours the shallow boundary).
     try:
-        return str(repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")).strip()
+        return str(repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}")).strip()
     except git.GitCommandError:
         pass
     shallow = Path(repo.git_dir, "shallow").is_file()
     if shallow:
         raise GitError(
             f"{ref} is not in this shallow clone (it holds only the most recent commits)",
-            where="--against",
+            where=where,
             hint="fetch it first: git fetch --deepen=100 origin"
             + ("" if any(c in ref for c in "~^@") else f", or git fetch origin {ref}")
             + "; in GitHub Actions give actions/checkout fetch-depth: 0",
         )
     raise GitError(
         f"unknown git ref {ref}",
-        where="--against",
+        where=where,
         hint="give a branch, tag or commit that exists here (git fetch origin first if it lives on the remote)",
     )
 
@@ -269,9 +334,11 @@ class PairedSession:
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
         self.progress = progress
+        option = settings.front_end.option
         if parallel and interleaved:
             raise UsageError(
-                "--parallel-pairs and --interleaved-pairs cannot be combined: a pair runs either at once or in turns",
+                f"{option('parallel-pairs')} and {option('interleaved-pairs')} cannot be combined: a pair runs either "
+                "at once or in turns",
                 hint="keep one of the two options",
             )
         self.parallel = parallel
@@ -289,15 +356,15 @@ class PairedSession:
             # A data-parallel trial is torchrun and its ranks: a pair runs one side after the other.
             self.interleaved = self.fork = False
         self.checkouts = {"base": base, "head": head}
-        cpus = _cpu_halves() if parallel else (None, None)
+        cpus = _cpu_halves(settings.front_end) if parallel else (None, None)
         if parallel and cpus[0] is not None and settings.threads is None:
             # Each side runs on half the CPUs: torch's default would count all of them.
             settings = self.settings = replace(settings, threads=len(cpus[0]))
         if parallel and cpus[0] is not None and settings.threads is not None and settings.threads > len(cpus[0]):
             raise UsageError(
-                f"--threads {settings.threads} is more than the {len(cpus[0])} CPU(s) each side of a parallel pair "
-                "gets",
-                hint=f"give --threads {len(cpus[0])} or fewer, or drop --parallel-pairs",
+                f"{option('threads')} {settings.threads} is more than the {len(cpus[0])} CPU(s) each side of a "
+                "parallel pair gets",
+                hint=f"give {option('threads')} {len(cpus[0])} or fewer, or drop {option('parallel-pairs')}",
             )
         self.places = {
             # Named by side, not by checkout: calibration measures one checkout on both sides.
@@ -310,13 +377,14 @@ class PairedSession:
             for side in SIDES
         }
         self.sides = {side: SideTrials() for side in SIDES}
+        self.workload_failures: dict[str, WorkloadError] = {}  # head's workloads whose own code failed, in order
         for side in SIDES:
             self.sides[side].trials = {(n, c): [] for n in self.names for c in settings.configs}
         self.sides["head"].identities = {w.name: _identity(w, settings.nproc_of(w)) for _, w in self.loaded}
         self.order: list[str] = []
         self.rounds: dict[tuple[str, str], int] = {}  # calibrated by each config's first pair (measure.rounds)
         self.environment = collect_environment(settings.device, settings.torch_threads)
-        self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-")
+        self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
 
     def __enter__(self) -> PairedSession:
         return self
@@ -408,18 +476,19 @@ class PairedSession:
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]
+        front_end = self.settings.front_end
         if not self.fork:
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place)
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
         server = self.servers.get(side)
         if server is None or not server.alive:
             if server is not None:
                 server.close()
             server = self.servers[side] = start_trial_server(self.settings.threads, place, scratch)
         try:
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place, server)
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place, server, front_end=front_end)
         except ServerGone:  # the side's code cannot even start a server: measure with fresh processes
             self.fork = False
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place)
+            return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
 
     def _workload(self, name: str) -> Any:
         return next(workload for _, workload in self.loaded if workload.name == name)
@@ -430,12 +499,15 @@ class PairedSession:
         if record.failure_kind == "workload":
             message = str(result.failure)
             if side == "head":
-                raise WorkloadError(
-                    message,
-                    where=f"workload {key[0]!r}, config {key[1]}",
-                    hint="fix the workload and run again (--debug shows the trial's traceback)",
-                    details=record.traceback or None,
-                )
+                # This workload gets no more pairs (its configs fail in the results); the others go on. When
+                # every workload has failed, the first one's error is the check's.
+                error = workload_error(key[0], key[1], record, self.settings.front_end)
+                self.workload_failures.setdefault(key[0], error)
+                for config in self.settings.configs:
+                    trials.config_failures.setdefault((key[0], config), message)
+                trials.trials[key].append(result)
+                raise_when_all_failed(self.workload_failures, self.names)
+                return
             trials.problems[key[0]] = f"{key[0]} cannot be measured at {self.ref}: {message}"
         if record.failure_kind == "config":
             trials.config_failures[key] = result.failure or "failed"
@@ -500,14 +572,15 @@ def _identity(workload: Any, nproc: int) -> dict[str, Any]:
     return workload_identity(workload, nproc)
 
 
-def _cpu_halves() -> tuple[frozenset[int], frozenset[int]]:
+def _cpu_halves(front_end: FrontEnd = CLI) -> tuple[frozenset[int], frozenset[int]]:
     """The CPUs this process may use, split in two halves: one for each side of a pair run at once."""
     import os
 
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if len(cpus) < 2:
+        parallel = front_end.option("parallel-pairs")
         raise UsageError(
-            "--parallel-pairs needs at least two CPUs", hint="drop --parallel-pairs to run each pair's trials in turn"
+            f"{parallel} needs at least two CPUs", hint=f"drop {parallel} to run each pair's trials in turn"
         )
     half = len(cpus) // 2
     return frozenset(cpus[:half]), frozenset(cpus[half:])

@@ -25,7 +25,6 @@ import gc
 import hashlib
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfgate._bytes import tensor_bytes
+from perfgate._files import write_atomic
 from perfgate.measure import distributed
 from perfgate.measure.counting import CompileCounts, count_step
 from perfgate.measure.profiling import StepProfiler
@@ -1004,9 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_atomic(path: Path, record: TrialRecord) -> None:
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(record.to_dict()), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record.to_dict()))
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import IO, Any
+
+from perfgate.measure.watch import die_with_parent, watched, watched_environment
 
 
 class ServerGone(RuntimeError):
@@ -49,15 +52,18 @@ class TrialServer:
 
     def __init__(self, command: list[str], env: dict[str, str], cwd: Path | None, log_path: Path) -> None:
         self.log_path = log_path
+        # Under the watch (`perfgate.measure.watch`): the server dies with perfgate, and its children with it.
+        env, lifeline = watched_environment(env)
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [*command, "-m", "perfgate.measure.trialserver"],
+                [*command, *watched("perfgate.measure.trialserver")],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=env,
                 cwd=cwd,
                 start_new_session=True,  # Ctrl-C in the terminal reaches perfgate, which stops the server
+                pass_fds=lifeline,
             )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._stdin: IO[bytes] = self.process.stdin
@@ -156,15 +162,18 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
 
     del torch
     resident = resident_file_pages()  # the library pages these imports touched: each child maps them first
+    server = os.getpid()
     for line in requests:
         if not line.strip():
             continue
         request = json.loads(line)
-        pid = os.fork()
+        with warnings.catch_warnings():  # the watch's thread waits on a pipe and holds no lock the child needs
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the child: never returns into the loop
             code = 70
             try:
-                code = _child(request, resident)
+                code = _child(request, resident, server)
             except BaseException:
                 traceback.print_exc()  # into the trial's log, where the client reads its last line
             finally:
@@ -249,8 +258,11 @@ def _knows(madvise: Any, advice: int) -> bool:
     return known
 
 
-def _child(request: dict[str, Any], resident: list[tuple[int, int]]) -> int:
+def _child(request: dict[str, Any], resident: list[tuple[int, int]], server: int | None = None) -> int:
     os.setsid()  # its own process group: killed with its DataLoader workers, as a fresh trial is
+    die_with_parent()  # the server (which dies with perfgate): a stopped child too (`perfgate.measure.turns`)
+    if server is not None and os.getppid() != server:  # the server died before the line above
+        return 70
     if request.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(request["cpus"]))  # before any DataLoader worker starts
     null = os.open(os.devnull, os.O_RDONLY)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from perfgate._files import MAX_INTEGER_DIGITS
 from perfgate.errors import PerfgateError
 from perfgate.records.fingerprint import (
     FINGERPRINT_FIELDS,
@@ -27,8 +28,8 @@ from perfgate.records.fingerprint import (
     machine_fingerprint,
 )
 from perfgate.records.locking import locked_folder
-from perfgate.records.results import RunResult, WorkloadResult, is_newer_version, write_text_atomic
-from perfgate.records.shapes import Counts, RankResult, ShapeError
+from perfgate.records.results import RunResult, WorkloadResult, WorkloadSettings, is_newer_version, write_text_atomic
+from perfgate.records.shapes import Counts, Environment, GitState, RankResult, ShapeError
 from perfgate.records.summary import PHASES, combine
 from perfgate.variants import CONFIG_NAMES
 
@@ -104,12 +105,21 @@ class BaselineEntry:
     fingerprint: dict[str, Any]
     measured_at: str
     perfgate_version: str
-    git: dict[str, Any] | None
+    git: GitState | None
     reference: str
-    settings: dict[str, Any]
+    settings: WorkloadSettings
     data_checksum: str | None
     configs: dict[str, ConfigEntry]
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=lambda: Environment(order=()))  # none recorded: `{}`
+
+    def __post_init__(self) -> None:
+        # Given as their JSON objects (a caller not yet switched to the types), they are read as a file's would be.
+        if not isinstance(self.settings, WorkloadSettings):
+            object.__setattr__(self, "settings", WorkloadSettings.from_dict(self.settings))
+        if self.git is not None and not isinstance(self.git, GitState):
+            object.__setattr__(self, "git", GitState.from_dict(self.git))
+        if not isinstance(self.environment, Environment):
+            object.__setattr__(self, "environment", Environment.from_dict(self.environment))
 
     @property
     def key(self) -> str:
@@ -117,7 +127,7 @@ class BaselineEntry:
 
     @property
     def commit(self) -> str | None:
-        return (self.git or {}).get("sha")
+        return None if self.git is None else self.git.sha
 
 
 @dataclass(frozen=True)
@@ -162,12 +172,12 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
             configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators), counts)
     return BaselineEntry(
         workload=workload.name,
-        fingerprint=machine_fingerprint(run.environment),
+        fingerprint=machine_fingerprint(run.environment.to_dict()),
         measured_at=run.created_at,
         perfgate_version=run.perfgate_version,
-        git=run.environment.get("git"),
+        git=run.environment.git,
         reference=workload.reference,
-        settings=dict(workload.settings),
+        settings=workload.settings,
         data_checksum=workload.data_checksum,
         configs=configs,
         environment=run.environment,
@@ -253,8 +263,16 @@ class _StrictSafeLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
+            digits = _int_digits(value_node)
+            if digits > MAX_INTEGER_DIGITS:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key!r} is an integer of {digits} digits, more than a figure holds",
+                    value_node.start_mark,
+                )
             try:
                 repeated = key in seen
                 seen.add(key)
@@ -265,6 +283,33 @@ class _StrictSafeLoader(yaml.SafeLoader):
                     "while constructing a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
                 )
         return super().construct_mapping(node, deep=deep)
+
+    def construct_bounded_int(self, node: Any) -> int:
+        """An integer of at most `MAX_INTEGER_DIGITS` digits: a larger one is no figure perfgate writes, and Python
+        would refuse to read one of over 4,300 digits or to compare it with a float past 309."""
+        digits = _int_digits(node)
+        if digits > MAX_INTEGER_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits} digits, more than a figure holds", node.start_mark
+            )
+        value: int = self.construct_yaml_int(node)
+        return value
+
+
+def integer_digits(value: int) -> int:
+    """How many digits `value` has, however long (Python refuses to write an integer of over 4,300 as text)."""
+    bits = abs(value).bit_length()
+    return len(str(abs(value))) if bits < 10_000 else int(bits * 0.30103) + 1
+
+
+def _int_digits(node: yaml.Node) -> int:
+    """The digits of an integer scalar as written (signs and underscores aside); 0 for any other node."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:int":
+        return 0
+    return len(str(node.value).replace("_", "").lstrip("+-"))
+
+
+_StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", _StrictSafeLoader.construct_bounded_int)
 
 
 def load_yaml(text: str, *, source: str, update_command: str = "perfgate update") -> Any:
@@ -358,12 +403,12 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
         "fingerprint": dict(entry.fingerprint),
         "measured_at": entry.measured_at,
         "perfgate_version": entry.perfgate_version,
-        "git": entry.git,
+        "git": None if entry.git is None else entry.git.to_dict(),
         "reference": entry.reference,
-        "settings": entry.settings,
+        "settings": entry.settings.to_dict(),
         "data_checksum": entry.data_checksum,
         "configs": configs,
-        "environment": entry.environment,
+        "environment": entry.environment.to_dict(),
     }
 
 
@@ -405,6 +450,8 @@ class DocumentReader:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(f"{where}.{key} must be a number, got {_type_name(value)}")
+        if isinstance(value, int) and abs(value) >= 10**MAX_INTEGER_DIGITS:  # math.isfinite would overflow on it
+            raise self.fail(f"{where}.{key} is an integer of {integer_digits(value)} digits, more than a figure holds")
         if not math.isfinite(value) or value < 0:
             raise self.fail(f"{where}.{key} must be finite and not negative, got {value}")
         return float(value)
@@ -426,7 +473,11 @@ class DocumentReader:
                 raise self.fail(f"{where}.configs has unknown config {name!r} (known: {', '.join(CONFIG_NAMES)})")
             configs[name] = self.config(config, f"{where}.configs.{name}")
         git = raw.get("git")
-        environment = raw.get("environment") if isinstance(raw.get("environment"), dict) else {}
+        try:  # files written by hand may hold anything else there: read as none, as perfgate always did
+            environment = Environment.from_dict(raw["environment"] if isinstance(raw.get("environment"), dict) else {})
+            git_state = GitState.from_dict(git) if isinstance(git, dict) else None
+        except ShapeError as exc:
+            raise self.fail(f"{where}: {exc}") from None
         stored = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
         if "cpu_capability" not in fingerprint and stored.get("device_type") == "cpu":
             # written before the fingerprint held it: the entry's environment recorded it all along
@@ -436,13 +487,20 @@ class DocumentReader:
             fingerprint=stored,
             measured_at=str(raw.get("measured_at", "")),
             perfgate_version=str(raw.get("perfgate_version", "")),
-            git=git if isinstance(git, dict) else None,
+            git=git_state,
             reference=str(raw.get("reference", "")),
-            settings=self.mapping(raw.get("settings", {}), f"{where}.settings"),
+            settings=self.settings(raw.get("settings", {}), f"{where}.settings"),
             data_checksum=raw.get("data_checksum") if isinstance(raw.get("data_checksum"), str) else None,
             configs=configs,
             environment=environment,
         )
+
+    def settings(self, raw: Any, where: str) -> WorkloadSettings:
+        """An entry's `settings`, strictly (`WorkloadSettings.from_dict`)."""
+        try:
+            return WorkloadSettings.from_dict(self.mapping(raw, where), where)
+        except ShapeError as exc:
+            raise self.fail(str(exc)) from None
 
     def ranks(self, raw: Any, where: str) -> list[dict[str, float]] | None:
         """A trial's `ranks`: a list of at least two tables of seconds (left out: one process)."""
@@ -524,8 +582,8 @@ def rank_totals(rank: RankResult) -> dict[str, float]:
     return totals
 
 
-def _comparable_settings(entry: BaselineEntry) -> dict[str, Any]:
-    return {k: v for k, v in entry.settings.items() if k != "trials"}
+def _comparable_settings(entry: BaselineEntry) -> WorkloadSettings:
+    return entry.settings.comparable()
 
 
 def _p95(values: list[float]) -> float | None:

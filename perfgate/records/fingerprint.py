@@ -17,7 +17,7 @@ FINGERPRINT_FIELDS = (
 )
 
 
-def machine_fingerprint(environment: dict[str, Any]) -> dict[str, Any]:
+def machine_fingerprint(environment: Mapping[str, Any]) -> dict[str, Any]:
     """The stable fields that decide which baseline a run may be compared with.
 
     Device model and count, CUDA and torch versions; for CPU runs the CPU model, the instruction set

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import JsonError, read_json
 from perfgate.errors import PerfgateError, ResultsError
+from perfgate.outcome import Status
 from perfgate.records.baselines import BaselineEntry, BaselineError, DocumentReader, entry_to_dict
 from perfgate.records.results import write_text_atomic
+from perfgate.records.shapes import field_problem, huge_integer_place
 
 HISTORY_VERSION = 1
 DEFAULT_HISTORY_DIR = Path(".perfgate/history")
@@ -37,6 +40,37 @@ class HistoryError(PerfgateError):
 
 
 @dataclass(frozen=True)
+class RecordedVerdict:
+    """One config's verdict as the history keeps it: its status and the samples/s ratio (candidate/baseline;
+    None where there was no throughput comparison, or it was not a number)."""
+
+    status: Status
+    ratio: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "ratio": self.ratio}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str, reader: DocumentReader) -> RecordedVerdict:
+        """Read what `to_dict` wrote, strictly: a status outside `Status`, a ratio that is not a finite number,
+        or another field is a BaselineError naming the place."""
+        record = reader.mapping(data, where)
+        problem = field_problem(record, ("status", "ratio"), where)
+        if problem is not None:
+            raise reader.fail(problem)
+        status = record["status"]
+        if not isinstance(status, str) or status not in _STATUSES:
+            raise reader.fail(f"{where}.status is {status!r}, not one of {', '.join(_STATUSES)}")
+        ratio = record["ratio"]
+        if ratio is not None:
+            ratio = reader.number(record, "ratio", where)
+        return cls(Status(status), ratio)
+
+
+_STATUSES = tuple(s.value for s in Status)
+
+
+@dataclass(frozen=True)
 class HistoryRecord:
     """One recorded run: what was measured (`entries`, one per workload, as a baseline keeps it), how it was
     judged (`verdicts`: "workload/config" -> status and samples/s ratio) and against what (`mode`, and in a
@@ -45,7 +79,7 @@ class HistoryRecord:
     recorded_at: str  # ISO 8601, UTC
     mode: str  # "stored baselines", or the paired check's description
     entries: list[BaselineEntry]
-    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdicts: dict[str, RecordedVerdict] = field(default_factory=dict)  # "workload/config" -> its verdict
     exit_code: int | None = None
     base_commit: str | None = None  # paired checks: the commit measured beside the working tree
     base_ref: str | None = None
@@ -59,7 +93,7 @@ class HistoryRecord:
 
     @property
     def dirty(self) -> bool:
-        return any(bool((e.git or {}).get("dirty")) for e in self.entries)
+        return any(e.git is not None and bool(e.git.dirty) for e in self.entries)
 
     def to_dict(self) -> dict[str, Any]:
         def entries(items: list[BaselineEntry]) -> list[dict[str, Any]]:
@@ -72,7 +106,7 @@ class HistoryRecord:
             "mode": self.mode,
             "exit_code": self.exit_code,
             "base": None if self.base_commit is None else {"ref": self.base_ref, "commit": self.base_commit},
-            "verdicts": self.verdicts,
+            "verdicts": {key: verdict.to_dict() for key, verdict in self.verdicts.items()},
             "entries": entries(self.entries),
             "base_entries": entries(self.base_entries),
         }
@@ -116,6 +150,9 @@ class HistoryStore:
                 records.append(read_record(path))
             except (HistoryError, BaselineError) as exc:
                 skipped.append(f"skipped {path}: {exc.what}")
+            except Exception as exc:  # whatever else a hostile file provokes: never the whole history's end
+                reason = " ".join(str(exc).split())[:200]
+                skipped.append(f"skipped {path}: not a record this perfgate can read ({type(exc).__name__}: {reason})")
         records.sort(key=lambda r: (r.recorded_at, r.source))
         return History(records, skipped)
 
@@ -127,7 +164,11 @@ def read_record(path: Path) -> HistoryRecord:
             raise HistoryError("not a regular file")
         if path.stat().st_size > MAX_RECORD_BYTES:
             raise HistoryError(f"larger than {MAX_RECORD_BYTES >> 20} MiB: not a run's record")
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        document = read_json(text, source=str(path))
+    except JsonError as exc:
+        problem = f"{exc.problem}{huge_integer_place(text)}"
+        raise HistoryError(f"not a readable JSON record ({' '.join(problem.split())[:200]})") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise HistoryError(f"not a readable JSON record ({' '.join(str(exc).split())[:200]})") from None
     return parse_record(document, source=str(path))
@@ -164,7 +205,7 @@ def parse_record(document: Any, *, source: str) -> HistoryRecord:
         recorded_at=recorded_at,
         mode=mode,
         entries=entries("entries"),
-        verdicts={str(k): dict(v) for k, v in verdicts.items() if isinstance(v, Mapping)},
+        verdicts={str(k): RecordedVerdict.from_dict(v, f"verdicts[{k!r}]", reader) for k, v in verdicts.items()},
         exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
         base_commit=None if base is None else base["commit"],
         base_ref=None if base is None or not isinstance(base.get("ref"), str) else base["ref"],

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from perfgate._files import write_atomic
 from perfgate.errors import PerfgateError
 from perfgate.records.history import MAX_RECORD_BYTES
 
@@ -153,20 +154,11 @@ def _plain(name: str) -> bool:
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write beside `path`, then rename over it (a link of that name is replaced, never followed)."""
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_atomic(path, data, mode=0o600)
     except OSError as exc:
         raise HistoryBranchError(
-            f"cannot write {path}: {exc.strerror}", hint="check the path and permissions"
+            f"cannot write {path}: {exc.strerror or exc}", hint="check free space and permissions"
         ) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise HistoryBranchError(f"cannot write {path}: {exc.strerror}", hint="check free space") from None
-        raise
 
 
 class _Git:

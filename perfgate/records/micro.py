@@ -28,9 +28,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from perfgate._files import MAX_INTEGER_DIGITS
 from perfgate.errors import ResultsError
 from perfgate.naming import PYTEST
-from perfgate.records.baselines import BaselineError, DocumentReader, dump_yaml, load_yaml, round_figure, version_hint
+from perfgate.records.baselines import (
+    BaselineError,
+    DocumentReader,
+    dump_yaml,
+    load_yaml,
+    round_figure,
+    version_hint,
+)
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, fingerprint_key
 from perfgate.records.locking import locked_folder
 from perfgate.records.results import write_text_atomic
@@ -113,7 +121,7 @@ def parse_pytest_benchmark(
                 f"pytest-benchmark result {name or '?'} has no raw round times",
                 hint="perfgate needs pytest-benchmark's JSON with its data (as --benchmark-json writes it)",
             )
-        times = [float(t) for t in data if isinstance(t, int | float) and math.isfinite(t) and t > 0]
+        times = [float(t) for t in data if _finite_positive(t)]
         if not times:
             continue  # pytest-benchmark disabled or the function never ran
         measured.append(
@@ -129,6 +137,16 @@ def parse_pytest_benchmark(
             )
         )
     return measured
+
+
+def _finite_positive(value: Any) -> bool:
+    """A round time to keep: a positive finite number (an integer too long for a float, from a hostile file, is
+    none: `math.isfinite` would overflow on it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int) and abs(value) >= 10**MAX_INTEGER_DIGITS:
+        return False
+    return math.isfinite(value) and value > 0
 
 
 class MicroStore:

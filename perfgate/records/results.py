@@ -5,24 +5,27 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from perfgate.errors import ResultsError, TrialRecordError, UsageError
+from perfgate import _files
+from perfgate.errors import ResultsError, TrialRecordError
+from perfgate.outcome import Status
 from perfgate.records.shapes import (
     AutocastCheck,
     Counts,
     Distributed,
+    Environment,
     PeakMemory,
     Profile,
     ShapeError,
     SystemSummary,
+    checked,
     field_problem,
+    huge_integer_place,
     peak_memory_from_dict,
     peak_memory_to_dict,
 )
@@ -249,17 +252,79 @@ class ConfigResult:
 
 
 @dataclass(frozen=True)
+class WorkloadSettings:
+    """How a workload was measured: the amount of work (batch, timed and warm-up steps, seed), the trials, the
+    torch threads, the device, the DataLoader's settings and, where they apply, the data-parallel ranks and the
+    pinned slice's sample indices. A results file has the first eight; a baseline written by an older perfgate
+    (or a hand-made one) may lack any, so each may be None here.
+
+    `keys`: the keys in the order a file had them (null ones included), so a file read and written again is the
+    same bytes; None when built by perfgate (the order perfgate writes; a field that is None left out)."""
+
+    batch_size: int | None = None
+    steps: int | None = None
+    warmup_steps: int | None = None
+    seed: int | None = None
+    trials: int | None = None
+    threads: int | None = None
+    device: str | None = None
+    loader: Mapping[str, Any] | None = None  # the DataLoader's plain settings: num_workers, pin_memory, ...
+    nproc: int | None = None  # ranks of a data-parallel job; None for one process
+    slice_indices: str | None = None  # the pinned slice's sample indices, where every trial agreed on them
+    keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the files keep."""
+        set_fields = tuple(name for name in _SETTINGS_FIELDS if getattr(self, name) is not None)
+        # a file's keys in its order (nulls included), then any set since it was read (`dataclasses.replace`)
+        names = set_fields if self.keys is None else (*self.keys, *(n for n in set_fields if n not in self.keys))
+        document = {name: getattr(self, name) for name in names}
+        if isinstance(document.get("loader"), Mapping):
+            document["loader"] = dict(document["loader"])
+        return document
+
+    def comparable(self) -> WorkloadSettings:
+        """These settings without the trial count, which an update may change without changing the workload."""
+        return replace(self, trials=None)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "a workload's settings") -> WorkloadSettings:
+        """Read what `to_dict` wrote, strictly: an unknown or wrong-typed field is a ShapeError naming it."""
+        record = checked(data, _SETTINGS_FIELDS, what, optional=_SETTINGS_FIELDS)
+        for name in ("batch_size", "steps", "warmup_steps", "seed", "trials", "threads", "nproc"):
+            value = record.get(name)
+            if value is not None and not _is_int(value):
+                raise ShapeError(f"{what} has {name} {value!r}, not an integer")
+        for name in ("device", "slice_indices"):
+            value = record.get(name)
+            if value is not None and not isinstance(value, str):
+                raise ShapeError(f"{what} has {name} {value!r}, not a string")
+        loader = record.get("loader")
+        if loader is not None and not (isinstance(loader, dict) and all(isinstance(k, str) for k in loader)):
+            raise ShapeError(f"{what} has a loader that is not a table of settings")
+        return cls(**{**record, "loader": None if loader is None else dict(loader)}, keys=tuple(record))
+
+
+_SETTINGS_FIELDS = tuple(name for name in WorkloadSettings.__dataclass_fields__ if name != "keys")
+
+
+@dataclass(frozen=True)
 class WorkloadResult:
     """One workload's lab: its settings, its pinned-slice identity and every config's trials."""
 
     name: str
     reference: str
-    settings: dict[str, Any]
+    settings: WorkloadSettings
     data_checksum: str | None
     first_losses: dict[str, list[float]]
     configs: dict[str, ConfigResult]
     warnings: list[str] = field(default_factory=list)
     profiles: dict[str, Profile] = field(default_factory=dict)  # per config: trace and top operators
+
+    def __post_init__(self) -> None:
+        # Settings given as their JSON object (a caller not yet switched to WorkloadSettings) are read strictly.
+        if not isinstance(self.settings, WorkloadSettings):
+            object.__setattr__(self, "settings", WorkloadSettings.from_dict(self.settings))
 
     @property
     def counted_only(self) -> bool:
@@ -270,6 +335,7 @@ class WorkloadResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the results file keeps: every field, in order."""
         document = {f.name: getattr(self, f.name) for f in fields(self)}
+        document["settings"] = self.settings.to_dict()
         document["configs"] = {name: config.to_dict() for name, config in self.configs.items()}
         document["profiles"] = {name: profile.to_dict() for name, profile in self.profiles.items()}
         return copy.deepcopy(document)
@@ -326,9 +392,6 @@ class Against:
         }
 
 
-MICRO_STATUSES = ("regression", "improvement", "no change", "inconclusive", "not comparable", "failed", "no baseline")
-
-
 @dataclass(frozen=True)
 class MicroResult:
     """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`judge.micro.MicroVerdict`),
@@ -336,7 +399,7 @@ class MicroResult:
     (head/base when paired); None where there was nothing to compare."""
 
     name: str  # pytest-benchmark's fullname, e.g. tests/test_augment.py::test_flip[224]
-    status: str  # one of MICRO_STATUSES
+    status: Status  # any but ACCEPTED (a pytest-benchmark test has no accepted slowdown); its word in the file
     reason: str
     baseline_calls_per_sec: float | None = None
     current_calls_per_sec: float | None = None
@@ -347,8 +410,12 @@ class MicroResult:
     machine_ratio: float | None = None  # the machine probe's current/baseline rate (stored baselines only)
     rounds: int | None = None  # pytest-benchmark's rounds in the current session
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):  # its word, as the file (or a caller) gives it
+            object.__setattr__(self, "status", Status(self.status))
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value}
 
 
 @dataclass(frozen=True)
@@ -370,16 +437,151 @@ class MicroSection:
 
 
 @dataclass(frozen=True)
+class GateRecord:
+    """What a results file keeps of the check that judged it (`gate`), so that a later report judges the run
+    exactly as the check did: its settings, its mode, each config's last look and the divisors of alpha.
+
+    The first six are in every check's file; the rest were added within schema_version 2, so a file may lack
+    them (None here, and left out when written again)."""
+
+    threshold: float | None  # given on the command line (None: the project's thresholds)
+    alpha: float
+    trials: int
+    max_trials: int
+    fail_on_inconclusive: bool
+    baseline_dir: str
+    spending: str | None = None
+    accepted: tuple[Mapping[str, Any], ...] | None = None  # `Acceptance.to_record` each; read by the judge
+    mode: str | None = None
+    looks: Mapping[str, tuple[int, int | None, bool]] | None = None  # "workload/config": n, previous n, final
+    divisors: Mapping[str, tuple[float, float]] | None = None  # "workload/config": throughput's, memory's
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the results file keeps, keys in the order perfgate has always written them."""
+        document: dict[str, Any] = {
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "trials": self.trials,
+            "max_trials": self.max_trials,
+            "fail_on_inconclusive": self.fail_on_inconclusive,
+            "baseline_dir": self.baseline_dir,
+        }
+        if self.spending is not None:
+            document["spending"] = self.spending
+        if self.accepted is not None:
+            document["accepted"] = [dict(a) for a in self.accepted]
+        if self.mode is not None:
+            document["mode"] = self.mode
+        if self.looks is not None:
+            document["looks"] = {key: list(look) for key, look in self.looks.items()}
+        if self.divisors is not None:
+            document["divisors"] = {key: list(pair) for key, pair in self.divisors.items()}
+        return document
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GateRecord:
+        """Read what `to_dict` wrote, strictly: an unknown, missing or wrong-typed field is a ShapeError."""
+        what = "the gate record"
+        record = checked(data, _GATE_FIELDS, what, optional=_GATE_OPTIONAL)
+        threshold = record["threshold"]
+        if threshold is not None:
+            threshold = _number(threshold, f"{what}'s threshold")
+        _expect(record, "trials", int, what)
+        _expect(record, "max_trials", int, what)
+        _expect(record, "fail_on_inconclusive", bool, what)
+        _expect(record, "baseline_dir", str, what)
+        for key in ("spending", "mode"):
+            if record.get(key) is not None:
+                _expect(record, key, str, what)
+        accepted = record.get("accepted")
+        if accepted is not None and not (isinstance(accepted, list) and all(isinstance(a, dict) for a in accepted)):
+            raise ShapeError(f"{what}'s accepted is not a list of JSON objects")
+        return cls(
+            threshold=threshold,
+            alpha=_number(record["alpha"], f"{what}'s alpha"),
+            trials=record["trials"],
+            max_trials=record["max_trials"],
+            fail_on_inconclusive=record["fail_on_inconclusive"],
+            baseline_dir=record["baseline_dir"],
+            spending=record.get("spending"),
+            accepted=None if accepted is None else tuple(dict(a) for a in accepted),
+            mode=record.get("mode"),
+            looks=_looks(record.get("looks"), f"{what}'s looks"),
+            divisors=_divisors(record.get("divisors"), f"{what}'s divisors"),
+        )
+
+
+_GATE_FIELDS = tuple(GateRecord.__dataclass_fields__)
+_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors")  # added within schema_version 2
+
+
+def _expect(record: Mapping[str, Any], key: str, kind: type, what: str) -> None:
+    value = record[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ShapeError(f"{what}'s {key} is {type(value).__name__}, not {kind.__name__}")
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ShapeError(f"{what} is {value!r}, not a finite number")
+    return value
+
+
+def _looks(data: Any, what: str) -> dict[str, tuple[int, int | None, bool]] | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ShapeError(f"{what} is {type(data).__name__}, not a JSON object")
+    looks = {}
+    for key, look in data.items():
+        if not (
+            isinstance(look, list)
+            and len(look) == 3
+            and _is_int(look[0])
+            and (look[1] is None or _is_int(look[1]))
+            and isinstance(look[2], bool)
+        ):
+            raise ShapeError(f"{what} has {key!r}: {look!r}, not [n, previous n or null, final]")
+        looks[str(key)] = (look[0], look[1], look[2])
+    return looks
+
+
+def _divisors(data: Any, what: str) -> dict[str, tuple[float, float]] | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ShapeError(f"{what} is {type(data).__name__}, not a JSON object")
+    divisors = {}
+    for key, pair in data.items():
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise ShapeError(f"{what} has {key!r}: {pair!r}, not [throughput, memory]")
+        divisors[str(key)] = (_number(pair[0], f"{what}[{key!r}]"), _number(pair[1], f"{what}[{key!r}]"))
+    return divisors
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """A whole `perfgate run`: environment fingerprint plus each workload's results."""
 
     perfgate_version: str
     created_at: str
-    environment: dict[str, Any]
+    environment: Environment
     workloads: list[WorkloadResult]
-    gate: dict[str, Any] | None = None  # the settings of the check that measured it (`GateSettings.record`)
+    gate: GateRecord | None = None  # the check that measured it (`GateResult.to_record`)
     against: Against | None = None  # a paired check: the base side, measured beside this run
     micro: MicroSection | None = None  # pytest --perfgate: the pytest-benchmark tests' verdicts
+
+    def __post_init__(self) -> None:
+        # The environment or the gate given as its JSON object (a caller not yet switched to the types: tests'
+        # hand-made runs, `GateResult.to_record`) is read as a file's would be.
+        if not isinstance(self.environment, Environment):
+            object.__setattr__(self, "environment", Environment.from_dict(self.environment))
+        if self.gate is not None and not isinstance(self.gate, GateRecord):
+            object.__setattr__(self, "gate", GateRecord.from_dict(self.gate))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""
@@ -387,11 +589,11 @@ class RunResult:
             "schema_version": SCHEMA_VERSION,
             "perfgate_version": self.perfgate_version,
             "created_at": self.created_at,
-            "environment": self.environment,
+            "environment": self.environment.to_dict(),
             "workloads": [workload.to_dict() for workload in self.workloads],
         }
         if self.gate is not None:
-            document["gate"] = self.gate
+            document["gate"] = self.gate.to_dict()
         if self.against is not None:
             document["against"] = self.against.to_dict()
         if self.micro is not None:
@@ -441,37 +643,24 @@ def _merged_against(runs: list[RunResult]) -> Against | None:
 
 def check_writable(path: Path, option: str) -> None:
     """Refuse an output path that cannot be written before spending minutes measuring."""
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory", where=option, hint="give a file name, e.g. results.json")
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
-        raise UsageError(f"cannot write {path}: {ancestor} is not a writable folder", where=option)
+    _files.check_writable(path, option)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, flush to disk, then rename over it."""
+    """Write to a temporary file beside `path`, flush to disk, then rename over it (`_files.write_atomic`);
+    a ResultsError saying what to do when it cannot be written."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise ResultsError(f"cannot write {path}: {exc.strerror}", hint="check the path and permissions") from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            kept = "the previous file is unchanged; " if path.exists() else ""
-            raise ResultsError(
-                f"cannot write {path}: {exc.strerror}", hint=f"{kept}check free space and permissions, then run again"
-            ) from exc
-        raise
+        _files.write_atomic(path, text)
+    except OSError as exc:
+        kept = "the previous file is unchanged; " if path.exists() else ""
+        raise ResultsError(
+            f"cannot write {path}: {exc.strerror}", hint=f"{kept}check free space and permissions, then run again"
+        ) from exc
 
 
 def _finite(value: Any) -> Any:
@@ -503,9 +692,9 @@ def parse_results(text: str, *, source: str) -> RunResult:
     Nothing in it is executed or unpickled; anything malformed is a ResultsError naming where."""
     hint = "give a results file written by perfgate --json"
     try:
-        document = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys)
-    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
-        raise ResultsError(f"{source} is not valid JSON: {exc}", hint=hint) from None
+        document = _files.read_json(text, source=source)
+    except _files.JsonError as exc:
+        raise ResultsError(f"{source} is not valid JSON: {exc.problem}{huge_integer_place(text)}", hint=hint) from None
     version = document.get("schema_version") if isinstance(document, dict) else None
     if not isinstance(document, dict) or version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ResultsError(
@@ -520,13 +709,13 @@ def parse_results(text: str, *, source: str) -> RunResult:
         gate = document.get("gate")
         against = document.get("against")
         micro = document.get("micro")  # optional: files written before it, or by perfgate check, have none
-        environment = document["environment"]
+        environment = Environment.from_dict(document["environment"])
         return RunResult(
             document["perfgate_version"],
             document["created_at"],
             environment,
             _workloads(document["workloads"]),
-            gate if isinstance(gate, dict) else None,
+            None if gate is None else GateRecord.from_dict(gate),
             None if against is None else _against(against, document["perfgate_version"], environment),
             None if micro is None else MicroSection.from_dict(micro),
         )
@@ -541,7 +730,7 @@ def _workloads(items: list[dict[str, Any]]) -> list[WorkloadResult]:
         WorkloadResult(
             name=w["name"],
             reference=w["reference"],
-            settings=w["settings"],
+            settings=WorkloadSettings.from_dict(w["settings"]),
             data_checksum=w["data_checksum"],
             first_losses=w["first_losses"],
             configs={
@@ -559,7 +748,7 @@ def _workloads(items: list[dict[str, Any]]) -> list[WorkloadResult]:
     ]
 
 
-def _against(item: dict[str, Any], version: str, environment: dict[str, Any]) -> Against:
+def _against(item: dict[str, Any], version: str, environment: Environment) -> Against:
     base = RunResult(version, item["base"]["created_at"], environment, _workloads(item["base"]["workloads"]))
     return Against(
         ref=item["ref"],
@@ -578,19 +767,6 @@ def _against(item: dict[str, Any], version: str, environment: dict[str, Any]) ->
 def is_newer_version(found: Any, current: int) -> bool:
     """Whether a file's schema_version is a later one than this perfgate writes (an int, not a bool)."""
     return isinstance(found, int) and not isinstance(found, bool) and found > current
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise ValueError(f"the key {key!r} appears twice in one object")
-        document[key] = value
-    return document
 
 
 @cache

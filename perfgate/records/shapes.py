@@ -8,9 +8,12 @@ by `from_dict` strictly: an unknown or missing key is a ShapeError naming it, ne
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import json
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from perfgate._files import MAX_INTEGER_DIGITS
 
 
 class ShapeError(ValueError):
@@ -34,12 +37,51 @@ def field_problem(record: Any, names: Collection[str], what: str, *, optional: C
     return f"{what} {' and '.join(problems)}"
 
 
-def _check(record: Any, names: Collection[str], what: str, *, optional: Collection[str] = ()) -> dict[str, Any]:
+def checked(record: Any, names: Collection[str], what: str, *, optional: Collection[str] = ()) -> dict[str, Any]:
+    """`record` as a JSON object with the fields `names` (those in `optional` may be left out); else a ShapeError."""
     problem = field_problem(record, names, what, optional=optional)
     if problem is not None:
         raise ShapeError(problem)
     result: dict[str, Any] = record
     return result
+
+
+_check = checked
+
+
+class _LongInteger(str):
+    """An integer too long to read, kept as its digits so that `huge_integer_place` can say where it is."""
+
+
+def huge_integer_place(text: str | bytes) -> str:
+    """Where the first integer longer than `MAX_INTEGER_DIGITS` digits sits in a JSON document, as
+    ` (at workloads[0].configs.fp32.trials[1].peak_bytes)`; empty when there is none (or the text is no JSON).
+    `_files.read_json` refuses such a number without saying where: this names the field for the message."""
+
+    def parse_int(digits: str) -> Any:
+        return _LongInteger(digits) if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS else 0
+
+    try:
+        document = json.loads(text, parse_int=parse_int)
+        place = _place_of_long_integer(document, "")
+    except (ValueError, RecursionError, TypeError):
+        return ""
+    return "" if place is None else f" (at {place or 'the document'})"
+
+
+def _place_of_long_integer(value: Any, where: str) -> str | None:
+    if isinstance(value, _LongInteger):
+        return where
+    items: Any = ()
+    if isinstance(value, dict):
+        items = ((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{index}]", item) for index, item in enumerate(value))
+    for place, item in items:
+        found = _place_of_long_integer(item, place)
+        if found is not None:
+            return found
+    return None
 
 
 @dataclass(frozen=True)
@@ -378,3 +420,188 @@ class Distributed:
 _RANK_FIELDS = tuple(RankResult.__dataclass_fields__)
 _DISTRIBUTED_FIELDS = tuple(Distributed.__dataclass_fields__)
 _UNUSED_FIELDS = tuple(UnusedParameters.__dataclass_fields__)
+
+
+# -- The environment a run was measured in (`measure.environment.collect_environment`) ------------------------
+#
+# An open shape: the results schema allows keys it does not name, and perfgate added keys over time (the CUDA
+# device's and the CPU's `capability`, `float32_matmul_precision`, git's `shallow`), so every field may be left
+# out of a file, a key perfgate does not know is kept in `extra`, and `order` keeps the keys in a file's order
+# (nulls included) so that a file read and written again is the same bytes. Built by perfgate, `order` is None:
+# the fields in the order perfgate writes them, those that are None included (`_ALWAYS`), the rest left out.
+
+
+def _open_fields(data: Any, kinds: Mapping[str, tuple[type, ...]], what: str) -> dict[str, Any]:
+    """The constructor arguments of an open shape from its JSON object: each known field type-checked (None is
+    always allowed), the unknown ones in `extra`, the keys' order in `order`."""
+    if not isinstance(data, dict):
+        raise ShapeError(f"{what} is {type(data).__name__}, not a JSON object")
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in kinds:
+            extra[str(key)] = value
+            continue
+        allowed = kinds[key]
+        if value is not None and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            names = " or ".join(kind.__name__ for kind in allowed)
+            raise ShapeError(f"{what} has {key} {value!r}, not {names}")
+        values[key] = value
+    return {**values, "extra": extra, "order": tuple(str(key) for key in data)}
+
+
+def _open_to_dict(shape: Any, kinds: Mapping[str, tuple[type, ...]], always: Collection[str]) -> dict[str, Any]:
+    if shape.order is None:
+        known = [name for name in kinds if name in always or getattr(shape, name) is not None]
+        order = (*known, *shape.extra)
+    else:  # a file's keys in its order, then any set since it was read (`dataclasses.replace`)
+        added = [name for name in (*kinds, *shape.extra) if name not in shape.order]
+        order = (*shape.order, *(n for n in added if n in shape.extra or getattr(shape, n) is not None))
+    document: dict[str, Any] = {}
+    for name in order:
+        if name in kinds:
+            value = getattr(shape, name)
+            document[name] = value.to_dict() if hasattr(value, "to_dict") else value
+        elif name in shape.extra:
+            document[name] = shape.extra[name]
+    return document
+
+
+@dataclass(frozen=True)
+class GitState:
+    """The repository a run was measured in (`measure.environment.git_state`): whatever git could not say is
+    None (no commits: no sha; a detached HEAD: no branch)."""
+
+    sha: str | None = None
+    branch: str | None = None
+    dirty: bool | None = None
+    shallow: bool | None = None  # the usual actions/checkout clone has depth 1; files before it lack it
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "the environment's git state") -> GitState:
+        return cls(**_open_fields(data, _GIT_KINDS, what))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_to_dict(self, _GIT_KINDS, _GIT_KINDS)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device a run was measured on (`Device.describe`): its type, name, count and driver, and a CUDA
+    device's compute capability (`8.0`)."""
+
+    type: str | None = None  # "cpu" or "cuda"
+    name: str | None = None
+    count: int | None = None
+    driver: str | None = None
+    capability: str | None = None  # CUDA only
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "the environment's device") -> DeviceInfo:
+        return cls(**_open_fields(data, _DEVICE_KINDS, what))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_to_dict(self, _DEVICE_KINDS, ("type", "name", "count", "driver"))
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """The CPU a run was measured on: its model, its cores (all, and those this process may use) and the
+    instruction set torch uses on it (`AVX2`, `AVX512`)."""
+
+    model: str | None = None
+    logical_cores: int | None = None
+    available_cores: int | None = None
+    capability: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "the environment's cpu") -> CpuInfo:
+        return cls(**_open_fields(data, _CPU_KINDS, what))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_to_dict(self, _CPU_KINDS, _CPU_KINDS)
+
+
+@dataclass(frozen=True)
+class Environment(Mapping[str, Any]):
+    """Versions, device, CPU, threads, platform and git state of a run (`RunResult.environment`, a baseline
+    entry's `environment`).
+
+    Also a read-only mapping of the JSON object it is (`env.get("device")` is that object's `device`), for the
+    readers not yet switched to the attributes (`records.fingerprint`, the pytest plugin)."""
+
+    python: str | None = None
+    platform: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: int | None = None
+    device: DeviceInfo | None = None
+    cpu: CpuInfo | None = None
+    threads: int | None = None
+    float32_matmul_precision: str | None = None
+    git: GitState | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "the environment") -> Environment:
+        """Read what `to_dict` wrote (an open shape: see above); a known field of the wrong type is a ShapeError."""
+        values = _open_fields(data, _ENVIRONMENT_KINDS, what)
+        if values.get("device") is not None:
+            values["device"] = DeviceInfo.from_dict(values["device"], f"{what}'s device")
+        if values.get("cpu") is not None:
+            values["cpu"] = CpuInfo.from_dict(values["cpu"], f"{what}'s cpu")
+        if values.get("git") is not None:
+            values["git"] = GitState.from_dict(values["git"], f"{what}'s git state")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the files keep."""
+        return _open_to_dict(self, _ENVIRONMENT_KINDS, _ENVIRONMENT_KINDS)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._document[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._document)
+
+    def __len__(self) -> int:
+        return len(self._document)
+
+    @property
+    def _document(self) -> dict[str, Any]:
+        return self.to_dict()
+
+
+_GIT_KINDS: dict[str, tuple[type, ...]] = {"sha": (str,), "branch": (str,), "dirty": (bool,), "shallow": (bool,)}
+_DEVICE_KINDS: dict[str, tuple[type, ...]] = {
+    "type": (str,),
+    "name": (str,),
+    "count": (int,),
+    "driver": (str,),
+    "capability": (str,),
+}
+_CPU_KINDS: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "logical_cores": (int,),
+    "available_cores": (int,),
+    "capability": (str,),
+}
+_ENVIRONMENT_KINDS: dict[str, tuple[type, ...]] = {
+    "python": (str,),
+    "platform": (str,),
+    "torch": (str,),
+    "cuda": (str,),
+    "cudnn": (int,),
+    "device": (dict,),
+    "cpu": (dict,),
+    "threads": (int,),
+    "float32_matmul_precision": (str,),
+    "git": (dict,),
+}

@@ -55,7 +55,7 @@ def write_chart(result: GateResult, path: Path) -> None:
                 fontsize=8,
                 color=colour,
             )
-        thresholds = sorted({v.limits.throughput for v in rows})
+        thresholds = sorted({v.thresholds.throughput for v in rows})
         for threshold in thresholds:
             axes.axvline(slowdown_bound(threshold), color="#c62828", linestyle="--", linewidth=1)
         axes.axvline(1.0, color="#424242", linewidth=1)

@@ -8,6 +8,7 @@ moved (`perfgate.judge.trends`) and slow creep that adds up past the threshold w
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +17,10 @@ from typing import Any
 
 from perfgate.formatting import format_bytes, format_signed_pct
 from perfgate.judge.trends import ChangePoint, Creep, change_points, creep
-from perfgate.judge.verdict import GateResult, Status
+from perfgate.judge.verdict import GateResult
+from perfgate.outcome import Status
 from perfgate.records.baselines import entries_from_results
-from perfgate.records.history import EXPORT_FORMATS, History, HistoryRecord
+from perfgate.records.history import EXPORT_FORMATS, History, HistoryRecord, RecordedVerdict
 
 NO_STORED_BASELINE = "no stored baseline"  # the mode of a record measured with nothing to judge it against
 
@@ -33,10 +35,8 @@ def record_of_check(result: GateResult, now: datetime | None = None) -> HistoryR
     verdicts = {}
     for v in result.verdicts:
         ratio = v.throughput.ratio if v.throughput is not None else None
-        verdicts[f"{v.workload}/{v.config}"] = {
-            "status": v.status.value,
-            "ratio": ratio if ratio is not None and ratio == ratio else None,  # NaN: none
-        }
+        finite = ratio is not None and math.isfinite(ratio)  # NaN: none
+        verdicts[f"{v.workload}/{v.config}"] = RecordedVerdict(v.status, ratio if finite else None)
     against = result.against
     return HistoryRecord(
         recorded_at=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
@@ -106,11 +106,17 @@ def runs_of(history: History) -> dict[tuple[str, str, str], list[Run]]:
                     recorded_at=record.recorded_at,
                     samples_per_sec=measured.samples_per_sec,
                     peak_bytes=measured.peak_bytes,
-                    verdict=record.verdicts.get(f"{entry.workload}/{config}", {}).get("status"),
+                    verdict=_status_of(record, f"{entry.workload}/{config}"),
                     source=record.source,
                 )
                 grouped.setdefault((entry.workload, config, entry.key), []).append(run)
     return dict(sorted(grouped.items()))
+
+
+def _status_of(record: HistoryRecord, key: str) -> str | None:
+    """The recorded verdict's status of one config ("workload/config"), in words; None where none was recorded."""
+    verdict = record.verdicts.get(key)
+    return None if verdict is None else verdict.status.value
 
 
 def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
@@ -227,7 +233,7 @@ def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[
         return []
     from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 
-    machine = fingerprint_key(machine_fingerprint(result.run.environment))
+    machine = fingerprint_key(machine_fingerprint(result.run.environment.to_dict()))
     recorded = {(w, c): runs for (w, c, m), runs in runs_of(history).items() if m == machine}
     measured = {w.name: w for w in result.run.workloads}
     trends = []

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.stats import ThroughputComparison
 from perfgate.judge.utilisation import Utilisation, workload_utilisation
-from perfgate.judge.verdict import GateResult, Status, build_exit_code
+from perfgate.judge.verdict import GateResult
+from perfgate.outcome import Status, session_exit_code
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
-
-
-def gate_record(result: GateResult, baseline_dir: Path) -> dict[str, Any]:
-    """What a results file keeps of a check: its settings, its mode and each config's last look, so a later
-    report judges the run exactly as the check did."""
-    record: dict[str, Any] = {**result.settings.record(baseline_dir), "mode": result.mode}
-    record["looks"] = {f"{w}/{c}": look.to_record() for (w, c), look in result.looks.items()}
-    record["divisors"] = {f"{w}/{c}": list(divisors) for (w, c), divisors in result.family.items()}
-    return record
 
 
 def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mode: str | None = None) -> MicroSection:
@@ -37,7 +28,7 @@ def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mod
         benchmarks.append(
             MicroResult(
                 name=v.name,
-                status=v.status.value,
+                status=v.status,
                 reason=v.reason,
                 baseline_calls_per_sec=None if t is None else finite(t.baseline_median),
                 current_calls_per_sec=None if t is None else finite(t.candidate_median),
@@ -53,15 +44,15 @@ def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mod
 
 
 def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> int:
-    """The build's answer for the gate's verdicts and the pytest-benchmark tests' (`judge.verdict.build_exit_code`);
-    a paired session's benchmark that the base lacks is new, not missing."""
+    """The build's answer for the gate's verdicts and the pytest-benchmark tests' (`outcome.session_exit_code`,
+    kept under this name for its callers)."""
     if micro is None or not micro.benchmarks:
         return result.exit_code
-    statuses = [v.status for v in result.verdicts]
-    statuses += [Status(b.status) for b in micro.benchmarks if not (micro.paired and b.status == Status.NO_BASELINE)]
-    return build_exit_code(
-        statuses,
+    return session_exit_code(
+        [v.status for v in result.verdicts],
         problems=any(w.problem for w in result.workloads),
+        micro=[Status(b.status) for b in micro.benchmarks],
+        micro_paired=micro.paired,
         fail_on_inconclusive=result.settings.fail_on_inconclusive,
     )
 
@@ -142,7 +133,7 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     "config": v.config,
                     "status": v.status.value,
                     "reason": v.reason,
-                    "thresholds": {"throughput": v.limits.throughput, "memory": v.limits.memory},
+                    "thresholds": {"throughput": v.thresholds.throughput, "memory": v.thresholds.memory},
                     "throughput": comparison(v.throughput),
                     "adjusted": comparison(v.adjusted),
                     "machine_ratio": None if v.machine is None else v.machine.ratio,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, ResultsError
@@ -20,7 +19,7 @@ from perfgate.judge.reading import read_lab
 from perfgate.judge.utilisation import WorkloadUtilisation, workload_utilisation
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-from perfgate.records.results import MicroSection, RunResult, WorkloadResult, merge_runs
+from perfgate.records.results import MicroSection, RunResult, WorkloadResult
 from perfgate.records.summary import PHASES
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code
@@ -193,7 +192,7 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
             "perfgate's fixed probe work; noise: trial-to-trial; detects: the smallest slowdown (in samples/s) "
             "these trials could detect."
         )
-    thresholds = sorted({v.limits.throughput for v in workload.configs})
+    thresholds = sorted({v.thresholds.throughput for v in workload.configs})
     if thresholds:
         foot += f" Threshold: {', '.join(limits_text(t) for t in thresholds)}."
     throttled = gate_throttled_trials(workload.workload, result)
@@ -351,39 +350,6 @@ def _machine(result: GateResult) -> str:
 def _cell(text: str) -> str:
     """Text safe inside a table cell or a list item: no pipes, no line breaks."""
     return " ".join(text.replace("|", "\\|").split())
-
-
-def merge_gates(gates: Sequence[GateResult]) -> GateResult:
-    """One result from several checks of one session (`pytest --perfgate` checks each fixture test and each
-    group of configured items on its own): every workload once, its configs from all of them (a later
-    verdict of a config replaces an earlier), the runs merged, the settings of the first."""
-    if not gates:
-        raise ValueError("merge_gates needs at least one result")
-    if len(gates) == 1:
-        return gates[0]
-    workloads: dict[str, WorkloadVerdict] = {}
-    for gate in gates:
-        for w in gate.workloads:
-            earlier = workloads.get(w.workload)
-            if earlier is None or w.problem or earlier.problem:
-                workloads[w.workload] = w
-            else:
-                configs = {v.config: v for v in earlier.configs} | {v.config: v for v in w.configs}
-                workloads[w.workload] = replace(w, configs=list(configs.values()))
-    runs = [g.run for g in gates if g.run is not None]
-    sides = [g.against for g in gates]
-    first = sides[0]
-    same_base = first is not None and all(a is not None and a.base_commit == first.base_commit for a in sides)
-    return replace(
-        gates[0],
-        workloads=list(workloads.values()),
-        run=merge_runs(runs) if runs else None,
-        stopped_because=next((g.stopped_because for g in gates if g.stopped_because), None),
-        looks={key: look for g in gates for key, look in g.looks.items()},
-        against=sides[-1] if same_base else None,
-        comparisons=sum(g.comparisons for g in gates),
-        family={key: divisors for g in gates for key, divisors in g.family.items()},
-    )
 
 
 def append_job_summary(text: str, environ: Mapping[str, str] | None = None) -> Path | None:

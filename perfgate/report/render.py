@@ -106,7 +106,7 @@ def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) 
             {
                 "workload": w.name,
                 "reference": w.reference,
-                "settings": w.settings,
+                "settings": w.settings.to_dict(),
                 "configs": configs,
                 "failures": lab_failures(w),
                 "warnings": list(w.warnings),

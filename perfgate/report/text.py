@@ -6,7 +6,6 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from perfgate.errors import EXIT_MEANINGS
 from perfgate.formatting import (
@@ -17,18 +16,20 @@ from perfgate.formatting import (
     format_signed,
     format_signed_pct,
 )
+from perfgate.judge.counts import COUNT_HEADERS as COUNT_HEADERS  # the one table (report.markdown reads it here)
 from perfgate.judge.counts import COUNTED, REPORT, CountRow, Outcome, format_count
 from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
 from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
 from perfgate.judge.stats import SLOW_FACTOR, ThroughputComparison, slowdown_bound
 from perfgate.judge.utilisation import WorkloadUtilisation, flops_cell, workload_utilisation
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.judge.verdict import ConfigVerdict, GateResult, WorkloadVerdict
+from perfgate.outcome import Status
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Distributed, GpuFacts
+from perfgate.records.shapes import Distributed, Environment, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
 from perfgate.report.json import micro_section, overall_exit_code
 
@@ -57,7 +58,7 @@ def format_run(result: RunResult, *, peak_tflops: Mapping[str, float] | None = N
 
 def format_workload(
     workload: WorkloadResult,
-    environment: Mapping[str, Any] | None = None,
+    environment: Environment | None = None,
     peak_tflops: Mapping[str, float] | None = None,
 ) -> str:
     """One workload's table, the lab reading and any warnings; `environment` (the run's) names the GPU whose peak
@@ -89,8 +90,8 @@ def format_counted_workload(workload: WorkloadResult) -> str:
     took, and where torch.compile's graphs broke."""
     s = workload.settings
     lines = [
-        f"{workload.name}  ({workload.reference}; batch {s['batch_size']}, counted after {s['warmup_steps']} warm-up "
-        f"steps, {s['device']})"
+        f"{workload.name}  ({workload.reference}; batch {s.batch_size}, counted after {s.warmup_steps} warm-up "
+        f"steps, {s.device})"
     ]
     counted = {
         name: next((t.counts for t in c.trials if t.ok and t.counts), None) for name, c in workload.configs.items()
@@ -109,13 +110,7 @@ def format_counted_workload(workload: WorkloadResult) -> str:
     lines.append("  counts: exact, from one untimed step after the warm-up steps; nothing timed (--counts-only)")
     for name, counts in counted.items():
         lines.extend(f"  ! {name} graph break at {place}" for place in (counts.break_places if counts else []))
-    failures = [
-        f"{name} trial {t.trial + 1} failed: {t.failure}"
-        for name, c in workload.configs.items()
-        for t in c.trials
-        if not t.ok
-    ]
-    lines.extend(f"  ! {message}" for message in failures + workload.warnings)
+    lines.extend(f"  ! {message}" for message in lab_failures(workload, each_trial=True) + workload.warnings)
     return "\n".join(lines)
 
 
@@ -133,9 +128,8 @@ def lab_settings_text(workload: WorkloadResult) -> str:
     """How the workload was measured, in one line: `lm.py:lm; batch 8, 20 timed steps after 3 warm-up, ...`."""
     s = workload.settings
     return (
-        f"{workload.reference}; batch {s['batch_size']}, {s['steps']} timed steps after {s['warmup_steps']} warm-up, "
-        f"{s['trials']} trials, {s['threads']} threads, {s['device']}"
-        + (f", {s['nproc']} ranks" if s.get("nproc") else "")
+        f"{workload.reference}; batch {s.batch_size}, {s.steps} timed steps after {s.warmup_steps} warm-up, "
+        f"{s.trials} trials, {s.threads} threads, {s.device}" + (f", {s.nproc} ranks" if s.nproc else "")
     )
 
 
@@ -168,11 +162,12 @@ def lab_footnote(workload: WorkloadResult) -> str:
     )
 
 
-def lab_failures(workload: WorkloadResult) -> list[str]:
-    """Each config that produced no measurement, and each failed trial of the others, with the reason."""
+def lab_failures(workload: WorkloadResult, *, each_trial: bool = False) -> list[str]:
+    """Each config that produced no measurement, and each failed trial of the others, with the reason;
+    `each_trial` (a `--counts-only` workload, whose configs have no timed summary): every failed trial."""
     failures = []
     for name, config in workload.configs.items():
-        if config.summary is None:
+        if config.summary is None and not each_trial:
             failures.append(f"{name} failed: {config.failure_reason}")
         else:
             failures.extend(f"{name} trial {t.trial + 1} failed: {t.failure}" for t in config.trials if not t.ok)
@@ -416,7 +411,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
         )
     lines.extend(_table(rows))
     settings = result.settings
-    limits = sorted({(v.limits.throughput, v.limits.memory) for v in workload.configs})
+    limits = sorted({(v.thresholds.throughput, v.thresholds.memory) for v in workload.configs})
     limit_text = ", ".join(f"{limits_text(a)}, peak memory {100 * b:g}%" for a, b in limits)
     if paired:
         explained = (
@@ -440,17 +435,6 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     lines.extend(format_counts(workload))
     lines.extend(f"  ! {note}" for note in gate_throttled_trials(workload.workload, result))
     return "\n".join(lines)
-
-
-COUNT_HEADERS = {
-    "flops_per_sample": "FLOPs/sample",
-    "operators_per_step": "operators/step",
-    "kernels_per_step": "kernels/step",
-    "allocated_peak_bytes": "allocated peak",
-    "parameters": "parameters",
-    "graph_breaks": "graph breaks",
-    "recompiles": "recompiles",
-}
 
 
 def count_columns(workload: WorkloadVerdict) -> list[str]:
@@ -683,7 +667,7 @@ def limits_text(threshold: float) -> str:
 def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
     """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
     None when they come from the same machine type."""
-    old, new = machine_fingerprint(baseline.environment), machine_fingerprint(candidate.environment)
+    old, new = (machine_fingerprint(run.environment.to_dict()) for run in (baseline, candidate))
     differences = [
         f"{name} {old.get(name)!r} -> {new.get(name)!r}"
         for name in FINGERPRINT_FIELDS

@@ -4,6 +4,7 @@ commit) and one for the gate's verdicts (workload w, samples/s and the machine p
 from __future__ import annotations
 
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.records.results import WorkloadSettings
 
 # -- the baseline store ----------------------------------------------------------------------------------
 
@@ -32,7 +33,7 @@ def store_entry(
         perfgate_version="0.1.0",
         git={"sha": "0123456789abcdef", "branch": "main", "dirty": False},
         reference="perf.py:gpt_small",
-        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0, "trials": 3},
+        settings=WorkloadSettings(batch_size=8, steps=10, warmup_steps=1, seed=0, trials=3),
         data_checksum=checksum,
         configs={"fp32": ConfigEntry([2.5, 2.4, 2.3], trials)},
     )
@@ -63,7 +64,7 @@ def gate_entry(samples_per_sec, probe_steps_per_sec=None, peak_mib=50):
         perfgate_version="0.1.0",
         git=None,
         reference="w.py:w",
-        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0},
+        settings=WorkloadSettings(batch_size=8, steps=10, warmup_steps=1, seed=0),
         data_checksum="sha256:00",
         configs={"fp32": ConfigEntry([2.0], trials)},
     )

@@ -8,10 +8,11 @@ from datetime import datetime
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
 from perfgate.records.history import HistoryRecord
+from perfgate.records.shapes import GitState
 from perfgate.report.history import record_of_check
 from tests.helpers.results import BASE_MS, BASELINE, phased_run
 
-SETTINGS = GateSettings(trials=3, max_trials=3)
+SETTINGS = GateSettings(first_n=3, max_n=3)
 
 
 def recorded(ms=BASE_MS, *, commit="a" * 40, at="2026-11-23T10:00:00+00:00", scale=1.0) -> HistoryRecord:
@@ -22,7 +23,7 @@ def recorded(ms=BASE_MS, *, commit="a" * 40, at="2026-11-23T10:00:00+00:00", sca
         dataclasses.replace(t, samples_per_sec=t.samples_per_sec * scale) for t in workload.configs["fp32"].trials
     ]
     configs = {"fp32": dataclasses.replace(workload.configs["fp32"], trials=trials)}
-    environment = {**run.environment, "git": {"sha": commit, "dirty": False}}
+    environment = dataclasses.replace(run.environment, git=GitState(sha=commit, dirty=False))
     run = dataclasses.replace(run, environment=environment, workloads=[dataclasses.replace(workload, configs=configs)])
     record = record_of_check(compare_run(run, BASELINE, SETTINGS), now=datetime.fromisoformat(at))
     assert record is not None

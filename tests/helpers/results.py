@@ -8,8 +8,15 @@ from pathlib import Path
 
 import perfgate
 from perfgate.records.baselines import entry_from_workload
-from perfgate.records.results import ConfigResult, MicroResult, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import PeakMemory
+from perfgate.records.results import (
+    ConfigResult,
+    MicroResult,
+    RunResult,
+    TrialResult,
+    WorkloadResult,
+    WorkloadSettings,
+)
+from perfgate.records.shapes import Environment, PeakMemory
 
 RESULTS_SCHEMA = Path(perfgate.__file__).parent / "records" / "schema" / "results-v2.schema.json"
 
@@ -26,7 +33,10 @@ def validate_results(document: dict) -> None:
 
 STEPS = 20
 BASE_MS = {"data_wait": 0.1, "h2d": 0.05, "forward": 4.0, "backward": 6.0, "optimizer": 1.0}
-ENVIRONMENT = {"device": {"type": "cpu"}, "cpu": {"model": "Test CPU", "available_cores": 8}, "threads": 2}
+# The few keys a hand-made run records (from_dict keeps them as they are: no `count`, so the fingerprint's default 1)
+ENVIRONMENT = Environment.from_dict(
+    {"device": {"type": "cpu"}, "cpu": {"model": "Test CPU", "available_cores": 8}, "threads": 2}
+)
 
 
 def phased_trial(index, ms, tail_ms=0.0, jitter=0.0, memory=None, system=None):
@@ -58,16 +68,9 @@ def phased_run(ms, loader=None, tail_ms=0.0, memory=None, system=None):
     workload = WorkloadResult(
         name="w",
         reference="w.py:w",
-        settings={
-            "batch_size": 8,
-            "steps": STEPS,
-            "warmup_steps": 1,
-            "seed": 0,
-            "trials": 3,
-            "device": "cpu",
-            "threads": 2,
-            "loader": loader or {},
-        },
+        settings=WorkloadSettings(
+            batch_size=8, steps=STEPS, warmup_steps=1, seed=0, trials=3, threads=2, device="cpu", loader=loader or {}
+        ),
         data_checksum="sha256:00",
         first_losses={"fp32": [1.0]},
         configs={"fp32": ConfigResult("fp32", trials)},

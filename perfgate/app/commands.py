@@ -1,0 +1,297 @@
+"""The commands other than `check` (`app.gate`): each takes its request and a sink and returns its exit code.
+
+A lab run (`run_lab`, `update_baselines`), the paired measurements (`calibrate`, `bisect`), the commands that
+render saved files (`compare`, `report`) and those that read the history (`history`, `export`). Their text goes
+through the sink, so untrusted text (a history record's fields) is printed safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfgate.app.gate import measured, report_gate, warn_open, write_json
+from perfgate.app.request import GateRequest, HistoryRequest, LabRequest, Outputs
+from perfgate.app.sink import Sink, lab_progress
+from perfgate.errors import EXIT_OK, EXIT_WORKLOAD_FAILED, NothingToCompareError, UsageError, WorkloadError
+from perfgate.outcome import measured_exit_code
+
+if TYPE_CHECKING:
+    from perfgate.project import ProjectConfig
+    from perfgate.records.history import History
+
+__all__ = ["bisect", "calibrate", "compare", "export", "history", "report", "report_gate", "run_lab", "update"]
+
+
+def run_lab(request: LabRequest, sink: Sink) -> int:
+    """Run the lab and print its table (--json, --markdown: also to files); exit 4 when nothing was measured."""
+    from perfgate.measure.lab import run_lab as measure
+    from perfgate.records.results import write_text_atomic
+    from perfgate.report.markdown import format_lab_markdown
+    from perfgate.report.text import format_run
+
+    peaks = request.peak_tflops
+    failures: dict[str, WorkloadError] = {}
+    progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
+    result = measure(list(request.references), request.run, progress, failures=failures)
+    sink.info(format_run(result, peak_tflops=peaks))
+    write_json(result, request.outputs.json, sink)
+    if request.outputs.markdown is not None:
+        details = str(request.outputs.json) if request.outputs.json else None
+        write_text_atomic(request.outputs.markdown, format_lab_markdown(result, details=details, peak_tflops=peaks))
+    return _failed(failures, sink) or measured_exit_code(measured(result, sink)) or EXIT_OK
+
+
+def _failed(failures: Mapping[str, WorkloadError], sink: Sink) -> int | None:
+    """One `error:` line for each workload whose own code failed while the others were measured; exit 4."""
+    for error in failures.values():
+        sink.error(error.one_line())
+    return EXIT_WORKLOAD_FAILED if failures else None
+
+
+def update(request: LabRequest, sink: Sink) -> int:
+    """Measure and write this machine's baselines; the baseline folder was found writable before (the request)."""
+    from perfgate.measure.environment import require_clean_tree
+    from perfgate.measure.lab import run_lab as measure
+    from perfgate.records.baselines import BaselineStore
+    from perfgate.report.text import format_run, format_updates
+
+    store = BaselineStore(request.baseline_dir)
+    if not request.allow_dirty:
+        require_clean_tree(Path.cwd(), store.directory)
+    failures: dict[str, WorkloadError] = {}
+    progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
+    result = measure(list(request.references), request.run, progress, failures=failures)
+    sink.info(format_run(result, peak_tflops=request.peak_tflops) + "\n")
+    write_json(result, request.outputs.json, sink)
+    code = _failed(failures, sink) or measured_exit_code(measured(result, sink))  # no baseline of a failed run
+    if code is not None:
+        return code
+    sink.info(format_updates(store.write_run(result), store))
+    return EXIT_OK
+
+
+def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) -> int:
+    """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
+    from perfgate.check.calibrate import format_calibration, run_calibration
+    from perfgate.report.text import format_gate
+
+    calibration = run_calibration(
+        list(request.references),
+        request.run,
+        request.gate,
+        pairs=pairs,
+        slowdown=slowdown,
+        parallel=request.pairing.parallel,
+        fork=request.pairing.fork,
+        interleaved=request.pairing.interleaved,
+        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
+        notify=sink.notify,
+    )
+    if calibration.planted.run is not None:
+        write_json(calibration.planted.run, request.outputs.json, sink)
+    if not request.outputs.quiet:
+        sink.report("A/A " + format_gate(calibration.aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
+    sink.info(format_calibration(calibration))
+    return EXIT_OK
+
+
+def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
+    """Bisect GOOD..BAD with paired checks; print each step and what it found; exit 0 once it ran."""
+    from perfgate.check.bisect import format_bisect, run_bisect
+
+    result = run_bisect(
+        list(request.references),
+        request.run,
+        request.gate,
+        good,
+        bad,
+        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
+        notify=sink.notify,
+    )
+    sink.info(format_bisect(result))
+    return EXIT_OK
+
+
+def write_outputs(outputs: Outputs, render: Callable[[str], str], sink: Sink) -> None:
+    """Print the report in the form --format asks for, and write the files --json and --markdown name;
+    `render(form)` is the report in one form (text, markdown, json)."""
+    from perfgate.records.results import write_text_atomic
+
+    sink.report(render(outputs.format), coloured=outputs.format == "text")
+    for form, path in (("json", outputs.json), ("markdown", outputs.markdown)):
+        if path is not None:
+            write_text_atomic(path, render(form))
+
+
+def compare(
+    paths: Sequence[Path], values: Mapping[str, Any], sink: Sink, *, project: Callable[[], ProjectConfig], cwd: Path
+) -> int:
+    """Judge a results file against the baselines or another file; print the report (--format), write --json and
+    --markdown; exit with the verdict's code."""
+    from perfgate.app.request import check_outputs, compare_request, outputs_of
+    from perfgate.judge.diagnosis import diagnose
+    from perfgate.judge.verdict import compare_results
+    from perfgate.records.baselines import BaselineStore
+    from perfgate.records.results import load_results
+    from perfgate.report.render import render_gate
+
+    check_outputs(outputs_of(values).files())
+    if len(paths) > 2:
+        raise UsageError(
+            "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
+        )
+    candidate = load_results(paths[-1])
+    baseline = load_results(paths[0]) if len(paths) == 2 else None
+    if baseline is not None:
+        from perfgate.report.text import machine_difference
+
+        differences = machine_difference(baseline, candidate)
+        if differences is not None:
+            sink.warn(
+                f"{paths[0]} and {paths[1]} come from different machines ({differences}): "
+                "this comparison mixes the machine with the code; to judge the code alone, run "
+                "perfgate check --against REF on one runner"
+            )
+    request = compare_request(values, project=project(), cwd=cwd)
+    result = compare_results(candidate, request.gate, store=BaselineStore(request.baseline_dir), baseline=baseline)
+    diagnoses = diagnose(result)
+    details = str(paths[-1])
+    write_outputs(
+        request.outputs,
+        lambda form: render_gate(result, form, command="perfgate compare", diagnoses=diagnoses, details=details),
+        sink,
+    )
+    return warn_open(result, sink)
+
+
+def report(
+    path: Path, outputs: Outputs, sink: Sink, *, baseline_dir: Path | None, project: Callable[[], ProjectConfig]
+) -> int:
+    """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exits 0 once
+    written (the check's own exit code is its verdict's)."""
+    from perfgate.app.request import check_outputs
+    from perfgate.judge.diagnosis import diagnose
+    from perfgate.judge.verdict import judge_saved
+    from perfgate.records.results import load_results
+    from perfgate.report.markdown import COMMENT_LIMIT
+    from perfgate.report.render import is_lab_run, render_gate, render_lab
+    from perfgate.report.text import format_run
+
+    check_outputs(outputs.files())
+    run = load_results(path)
+    details, limit = str(path), outputs.max_chars or COMMENT_LIMIT
+    if is_lab_run(run):
+        if outputs.png is not None:
+            raise UsageError(
+                "--png charts a check's verdicts, and this is a lab run that no check judged",
+                where=str(path),
+                hint="chart the results of perfgate check --json, or leave out --png",
+            )
+        peaks = project().peak_tflops
+        write_outputs(
+            outputs, lambda form: render_lab(run, form, details=details, limit=limit, peak_tflops=peaks), sink
+        )
+        return EXIT_OK
+    result = judge_saved(run, project(), baseline_dir)
+    diagnoses = diagnose(result)
+    if outputs.png is not None:
+        from perfgate.report.chart import write_chart
+
+        write_chart(result, outputs.png)
+
+    def render(form: str) -> str:
+        text = render_gate(
+            result,
+            form,
+            command="perfgate report",
+            exits=False,
+            diagnoses=diagnoses,
+            micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
+            details=details,
+            limit=limit,
+        )
+        lab = format_run(run, peak_tflops=result.settings.project.peak_tflops) + "\n"
+        return (lab if form == "text" and run.workloads else "") + text
+
+    write_outputs(outputs, render, sink)
+    return EXIT_OK
+
+
+def load_history(store: HistoryRequest, sink: Sink, *, say_fetched: bool) -> tuple[History, Path]:
+    """The history's records (the branch's fetched first, with --history-branch), each skipped one warned of;
+    and the folder they came from. `say_fetched`: say how many records the branch gave."""
+    from perfgate.records.history import HistoryStore
+
+    folder = HistoryStore(store.directory)
+    if store.branch is not None:
+        from perfgate.records.history_branch import fetch_history
+
+        fetched = fetch_history(Path.cwd(), folder.directory, branch=store.branch)
+        if say_fetched:
+            sink.note(f"fetched {fetched} record(s) from the history branch {store.branch}")
+    found = folder.load()
+    for line in found.skipped:
+        sink.warn(line)
+    return found, folder.directory
+
+
+def history(
+    store: HistoryRequest,
+    sink: Sink,
+    *,
+    limit: int,
+    html: Path | None,
+    threshold: float | None,
+    alpha: float | None,
+    project: ProjectConfig,
+) -> int:
+    """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
+    nothing is recorded (it judges nothing)."""
+    from perfgate.judge.stats import DEFAULT_ALPHA
+    from perfgate.report.history import format_history, series_of
+
+    found, directory = load_history(store, sink, say_fetched=True)
+    if not found.records:
+        raise NothingToCompareError(
+            f"no recorded run in {directory}",
+            hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
+        )
+    threshold = project.thresholds_for("", "", threshold=threshold).throughput  # the gate's global threshold
+    alpha = next(v for v in (alpha, project.alpha, DEFAULT_ALPHA) if v is not None)
+    series = series_of(found, threshold=threshold, alpha=alpha)
+    sink.info(format_history(series, limit=limit))
+    if html is not None:
+        from perfgate.records.results import write_text_atomic
+        from perfgate.report.dashboard import render_dashboard
+
+        page = html / "index.html"
+        write_text_atomic(page, render_dashboard(series, skipped=found.skipped))
+        sink.info(f"dashboard written to {page}\n")
+    return EXIT_OK
+
+
+def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, json_path: Path | None) -> int:
+    """Print one recorded run in another tool's JSON format (--json: also to a file); exit 0 once written, 3
+    when no run is recorded."""
+    import json
+
+    from perfgate.app.request import check_outputs
+    from perfgate.records.results import write_text_atomic
+    from perfgate.report.history import export_run
+
+    check_outputs([(json_path, "--json")])
+    found, directory = load_history(store, sink, say_fetched=False)
+    records = [r for r in found.records if commit is None or (r.commit or "").startswith(commit)]
+    if not records:
+        which = f" of commit {commit}" if commit else ""
+        raise NothingToCompareError(
+            f"no recorded run{which} in {directory}",
+            hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
+        )
+    text = json.dumps(export_run(records[-1], form), indent=2, allow_nan=False) + "\n"
+    sink.info(text)
+    if json_path is not None:
+        write_text_atomic(json_path, text)
+    return EXIT_OK

@@ -1,0 +1,196 @@
+"""Every option declared once (`perfgate.app.options`): one order of precedence (the command line, then
+PERFGATE_<NAME>, then [tool.perfgate], then the default), errors that name their source, and the Action's
+inputs and the reference's tables held to the declarations."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfgate.app import options
+from perfgate.app.options import (
+    COMMANDS,
+    PLUGIN_OPTIONS,
+    PYTEST_OPTIONS,
+    Given,
+    Option,
+    build_parser,
+    env_key,
+    given_from_namespace,
+    ini_key,
+    resolve,
+    resolve_all,
+)
+from perfgate.app.request import gate_settings
+from perfgate.errors import UsageError
+from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
+from perfgate.project import ProjectConfig
+from perfgate.variants import CONFIG_NAMES
+from tests.helpers.cli import run_cli
+
+ROOT = Path(__file__).parent.parent
+REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+ALL = [value for value in vars(options).values() if isinstance(value, Option)]
+# action.yml inputs that are the Action's own, not a perfgate option it passes on
+ACTION_OWN = {
+    "args",
+    "mode",
+    "trend",
+    "comment",
+    "upload-artifacts",
+    "github-token",
+    "id",
+    "working-directory",
+    "torch-index-url",
+    "cache",
+}
+
+
+def values(argv: list[str], environ: dict[str, str]) -> dict[str, object]:
+    """What the CLI resolves for `perfgate ARGV` under `environ` (the command's options by key)."""
+    args = build_parser().parse_args(argv)
+    resolved = resolve_all(args.command, given_from_namespace(args, args.command), environ=environ)
+    return {key: r.value for key, r in resolved.items()}
+
+
+# -- precedence ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "given", "env", "project", "default"),
+    [
+        (options.THRESHOLD, 0.07, ("6%", 0.06), ProjectConfig(threshold=0.08), None),
+        (options.MAX_TRIALS, 9, ("11", 11), ProjectConfig(max_trials=12), None),
+        (options.NPROC, 2, ("3", 3), ProjectConfig(nproc=4), None),
+    ],
+)
+def test_an_option_wins_over_the_environment_which_wins_over_the_project_then_the_default(
+    option, given, env, project, default
+):
+    name = env_key(option)
+    environ = {name: env[0]}
+    assert resolve(option, Given(given, f"--{option.name}"), environ=environ, project=project).value == given
+    from_env = resolve(option, None, environ=environ, project=project)
+    assert (from_env.value, from_env.where, from_env.source) == (env[1], name, "env")
+    from_project = resolve(option, None, environ={}, project=project)
+    assert from_project.source == "project" and from_project.value == getattr(project, option.project_key)
+    assert "[tool.perfgate]" in from_project.where
+    assert resolve(option, None, environ={}, project=ProjectConfig()).value == default
+
+
+def test_configs_and_trials_resolve_the_same_way_through_the_parser():
+    assert values(["check", "--configs", "fp32"], {"PERFGATE_CONFIGS": "bf16"})["configs"] == "fp32"
+    assert values(["check"], {"PERFGATE_CONFIGS": "bf16"})["configs"] == "bf16"
+    assert values(["check"], {})["configs"] == ",".join(CONFIG_NAMES)
+    assert values(["calibrate"], {})["configs"] == "fp32"  # a first answer in minutes
+    assert values(["check", "--trials", "2"], {"PERFGATE_TRIALS": "4"})["trials"] == 2
+    assert values(["check"], {"PERFGATE_TRIALS": "4"})["trials"] == 4
+    assert values(["check"], {})["trials"] == 3 and values(["update"], {})["trials"] == 5
+    assert values(["check"], {"PERFGATE_QUIET": "1"})["quiet"] is True
+
+
+def test_a_bad_value_names_its_source():
+    with pytest.raises(UsageError) as error:
+        resolve(options.THRESHOLD, None, environ={"PERFGATE_THRESHOLD": "150%"})
+    assert error.value.where == "PERFGATE_THRESHOLD" and "must be between 0% and 100%" in error.value.what
+    with pytest.raises(UsageError) as error:
+        resolve(options.QUIET, None, environ={"PERFGATE_QUIET": "maybe"})
+    assert error.value.where == "PERFGATE_QUIET"
+
+
+@pytest.mark.e2e
+def test_the_environment_reaches_a_real_perfgate_process_and_the_command_line_still_wins(tmp_path):
+    bad = run_cli("history", cwd=tmp_path, env={"PERFGATE_LIMIT": "0"})
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.startswith("error: must be at least 1, got 0 (PERFGATE_LIMIT); ")
+    overridden = run_cli("history", "--limit", "3", cwd=tmp_path, env={"PERFGATE_LIMIT": "0"})
+    assert overridden.returncode == 3 and "no recorded run" in overridden.stderr  # the option won
+
+
+def test_the_recorded_threshold_is_only_one_given_and_paired_means_more_pairs():
+    project = ProjectConfig(threshold=0.08, max_trials=12)
+    stored = gate_settings({}, project, trials=3, paired=False)
+    assert stored.threshold is None and stored.max_n == 12  # the project's threshold applies, unrecorded
+    assert gate_settings({"threshold": 0.07}, project, trials=3, paired=False).threshold == 0.07
+    assert gate_settings({}, ProjectConfig(), trials=3, paired=False).max_n == DEFAULT_MAX_TRIALS
+    assert gate_settings({}, project, trials=3, paired=True).max_n == DEFAULT_MAX_PAIRS
+    assert gate_settings({"max_trials": 6}, project, trials=3, paired=True).max_n == 6
+    assert gate_settings({}, project, trials=1, paired=False, single_look=True).max_n == 1
+
+
+# -- the Action and the reference, held to the declarations ---------------------------------------------------
+
+
+def test_every_action_input_that_passes_an_option_is_declared_and_vice_versa():
+    action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    text = (ROOT / "action.yml").read_text(encoding="utf-8")
+    passing = set(action["inputs"]) - ACTION_OWN
+    declared = {option.action_input: option for option in ALL if option.action_input}
+    assert passing == set(declared)
+    for option in declared.values():  # and the Action does pass it, by that flag
+        assert f"--{option.name}" in text, option.name
+
+
+def _section(heading: str) -> str:
+    start = REFERENCE.index(f"\n## {heading}\n")
+    end = REFERENCE.find("\n## ", start + 1)
+    return REFERENCE[start : end if end > 0 else None]
+
+
+def test_the_reference_lists_exactly_the_declared_options_with_their_commands():
+    rows = [line for line in _section("Every option").splitlines() if line.startswith("| `--")]
+    listed: dict[str, set[str]] = {}
+    for row in rows:
+        first, commands = (cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip("|"))[:2])
+        for name in re.findall(r"`--([a-z-]+)", first):
+            listed[name.removeprefix("no-")] = {c.strip() for c in commands.split(",")}
+    declared: dict[str, set[str]] = {}
+    for command in COMMANDS:
+        for _, option in command.options:
+            if option.kind != "positional":
+                declared.setdefault(option.name, set()).add(command.name)
+    declared["version"] = {"perfgate"}
+    assert set(listed) == set(declared)
+    for name, commands in listed.items():
+        if commands != {"every command"}:
+            assert commands == declared[name], name
+
+
+def test_every_option_row_in_the_reference_names_a_declared_option():
+    cli = {option.name for option in ALL}
+    plugin = {f"perfgate-{option.name}" for option in PLUGIN_OPTIONS} | {"perfgate", "perfgate-update"}
+    for row in re.findall(r"^\| `--([a-z-]+)", REFERENCE, re.MULTILINE):
+        assert row.removeprefix("no-") in cli | plugin, row
+
+
+def test_the_pytest_table_lists_exactly_the_plugins_options_and_ini_keys():
+    rows = re.findall(r"^\| `(--perfgate[a-z-]*)[^`]*` \|([^|]*)\|", _section("Using perfgate with pytest"), re.M)
+    shown = {flag: key.strip().strip("`") for flag, key in rows}
+    wanted = {
+        f"--{o.name}" if o in (options.PERFGATE, options.PERFGATE_UPDATE) else f"--perfgate-{o.name}": o
+        for o in PYTEST_OPTIONS
+    }
+    assert set(shown) == set(wanted)
+    for flag, option in wanted.items():
+        assert shown[flag] == ("" if option in (options.PERFGATE, options.PERFGATE_UPDATE) else ini_key(option))
+
+
+def test_no_environment_name_collides_with_one_perfgate_or_the_action_already_uses():
+    used: set[str] = set()
+    for path in [ROOT / "action.yml", *(ROOT / "perfgate").rglob("*.py"), *(ROOT / ".github").rglob("*.yml")]:
+        if path.name != "options.py":
+            used |= set(re.findall(r"PERFGATE_[A-Z_]+", path.read_text(encoding="utf-8")))
+    names = {env_key(option) for option in ALL if option.env}
+    assert names & used == set()
+
+
+def test_every_command_renders_every_option_it_declares():
+    parser = build_parser()
+    for command in COMMANDS:
+        shown = parser._subparsers._group_actions[0].choices[command.name].format_help()  # type: ignore[union-attr]
+        for _, option in command.options:
+            flag = option.metavar if option.kind == "positional" else f"--{option.name}"
+            assert flag in shown, (command.name, option.name)
