@@ -182,3 +182,35 @@ def test_a_huge_number_in_a_baseline_file_stops_check_before_measuring(tmp_path,
     )
     assert_one_line_error(result, str(Path("baselines") / "watched.yaml"), "'samples_per_sec'", "400 digits")
     assert not mark.exists()  # no trial ran
+
+
+@pytest.mark.e2e
+def test_a_hostile_record_on_the_history_branch_does_not_cancel_the_checks_verdict(tmp_path):
+    """Anyone who can push to the history branch can leave a record there with a 400-digit figure: a check that
+    charts the history (`--markdown`) fetches it, names it as skipped, and still ends with its own verdict and
+    its report. A real origin, a real branch and a real check of a tiny workload (no baseline: exit 3)."""
+    from perfgate.records.history_branch import DEFAULT_HISTORY_BRANCH, push_record
+    from tests.helpers.cli import run_in_process
+    from tests.helpers.git import commit, git, new_repository
+    from tests.helpers.workloads import TINY_FILE
+
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(origin))
+    repo = new_repository(tmp_path / "repo")
+    commit(repo, {"perf/tiny.py": TINY_FILE.read_text(encoding="utf-8"), ".gitignore": ".perfgate/\n"}, "tiny")
+    git(repo, "remote", "add", "origin", str(origin))
+    _, bad = _history_with_a_huge_figure(tmp_path / "made")
+    push_record(repo, bad.name, bad.read_text(encoding="utf-8"))
+
+    checked = run_in_process(
+        "check",
+        "perf/tiny.py:tiny",
+        *("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet"),
+        *("--markdown", "report.md", "--history-branch", DEFAULT_HISTORY_BRANCH),
+        cwd=repo,
+    )
+    assert checked.returncode == 3, checked.stdout + checked.stderr  # the verdict's: no baseline
+    assert "internal error" not in checked.stderr and "Traceback" not in checked.stderr, checked.stderr
+    skipped = [line for line in checked.stderr.splitlines() if bad.name in line]
+    assert len(skipped) == 1 and skipped[0].startswith("warning: skipped "), checked.stderr
+    assert (repo / "report.md").read_text(encoding="utf-8").count("no baseline") >= 1

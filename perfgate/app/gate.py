@@ -248,7 +248,10 @@ class GateSession:
                 fetch_history(Path.cwd(), store.directory, branch=self.request.history.branch)
             except HistoryBranchError as error:  # the verdicts stand; only the chart is missing
                 self.sink.warn(f"no trend in the report: {error.one_line()}")
-        return trends_of(self.result, store.load())
+        history = store.load()
+        for line in history.skipped:  # a record that cannot be read is named, never the check's end
+            self.sink.warn(line)
+        return trends_of(self.result, history)
 
     def _record(self, result: GateResult) -> None:
         """Append this check to the history, and push it to the history branch (each step guarded)."""
