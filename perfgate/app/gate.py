@@ -1,12 +1,13 @@
-"""A check's whole life, for every front end: preflight, measure until decided, then finish.
+"""A check's whole life, for every front end: measure until decided, then finish.
 
-`GateSession` owns one check the way pytest-benchmark's `BenchmarkSession` owns a session: `preflight`
-refuses, before any trial, what would fail after minutes of measuring (references, outputs, folders);
-`check` measures and judges (stored baselines, pairs against a git ref, or the counts alone); `finish` writes
-and prints everything in one order (the lab's table, the results file, the trend, the history record and
-its push, the Markdown report, the gate's report and its warnings) and returns the exit code, which only
-`perfgate.outcome` decides. Every step after the measurement runs guarded: whatever it raises becomes one
-`warning:` line naming the step, and the verdict already measured stands.
+`GateSession` owns one check the way pytest-benchmark's `BenchmarkSession` owns a session. What would fail
+after minutes of measuring (references, outputs, folders, the options that do not go together) was refused
+when the request was built (`app.request.gate_request`), before torch loads; `check` measures and judges
+(stored baselines, pairs against a git ref, or the counts alone); `finish` writes and prints everything in one
+order (the lab's table, the results file, the trend, the history record and its push, the Markdown report, the
+gate's report and its warnings) and returns the exit code, which only `perfgate.outcome` decides. Every step
+after the measurement runs guarded: whatever it raises becomes one `warning:` line naming the step, and the
+verdict already measured stands.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from perfgate.app.request import GateRequest, Mode
 from perfgate.app.sink import Sink, progress_for
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import EXIT_USAGE, PerfgateError
-from perfgate.outcome import Status, check_something_to_gate, fails_build, measured_exit_code, micro_fails
+from perfgate.outcome import Status, fails_build, measured_exit_code, micro_fails
 
 if TYPE_CHECKING:
     from perfgate.app.request import PluginRequest
@@ -90,7 +91,7 @@ def write_json(run: RunResult, path: Path | None, sink: Sink) -> None:
 
 
 class GateSession:
-    """One check, from preflight to exit code (`run_gate` runs the whole of it)."""
+    """One check, from its first trial to its exit code (`run_gate` runs the whole of it)."""
 
     def __init__(self, request: GateRequest, sink: Sink) -> None:
         self.request = request
@@ -99,24 +100,6 @@ class GateSession:
         self.warnings: list[str] = []
         self.written: list[Path] = []
         self._history: HistoryStore | None = None
-
-    def __enter__(self) -> GateSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def preflight(self) -> None:
-        """Before any trial: something to gate (an empty workload list exits 5), every requested output and the
-        folders written in (the history with --record) writable. The request already resolved the references
-        and the ref, and refused the options that do not go together (`app.request.gate_request`)."""
-        from perfgate.app.request import check_folder, check_outputs
-
-        request = self.request
-        check_something_to_gate([r.target for r in request.references])
-        check_outputs([(request.outputs.json, "--json"), (request.outputs.markdown, "--markdown")])
-        if request.history is not None and request.history.record:
-            check_folder(request.history.directory, "--history-dir")
 
     def check(self) -> GateResult:
         """Measure and judge, in the request's mode, until every verdict is decided or the budget is spent."""
@@ -288,11 +271,10 @@ class GateSession:
 
 
 def run_gate(request: GateRequest, sink: Sink) -> Outcome:
-    """A check's whole life: preflight, measure and judge, finish; the outcome and its exit code."""
-    with GateSession(request, sink) as session:
-        session.preflight()
-        session.check()
-        return session.finish()
+    """A check's whole life: measure and judge, finish; the outcome and its exit code."""
+    session = GateSession(request, sink)
+    session.check()
+    return session.finish()
 
 
 Verdicts = dict[tuple[str, str], "ConfigVerdict | str | None"]  # (workload, config): verdict, problem, None: updated
