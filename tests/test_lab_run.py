@@ -132,7 +132,7 @@ def test_a_dataset_that_changes_between_trials_is_flagged(tmp_path):
         "1",
         "--rounds",
         "1",
-    )  # one round: its inputs of up to 1,000 would make 16 rounds of SGD diverge
+    )
     (workload,) = document["workloads"]
     assert workload["data_checksum"] is None
     differed = [w for w in workload["warnings"] if w.startswith("the data slice differed between trials")]
