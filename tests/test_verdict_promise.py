@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
-from perfgate.judge.settings import GateSettings
+from perfgate.check import sequential
+from perfgate.judge.settings import GateSettings, Look, LookTracker
 from perfgate.judge.stats import (
     DEFAULT_ALPHA,
+    EXTENSION_RESERVE,
     MIN_DECIDING,
     LookLevels,
     Verdict,
@@ -30,8 +34,9 @@ from perfgate.judge.stats import (
     slowdown_bound,
     spent,
 )
-from perfgate.judge.verdict import GateResult, compare_entries, holm_divisors, one_error_rate
+from perfgate.judge.verdict import ConfigVerdict, GateResult, compare_entries, holm_divisors, one_error_rate
 from perfgate.judge.wording import throughput_reason
+from perfgate.outcome import Status
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
 
 
@@ -245,3 +250,119 @@ def test_the_boundary_rises_from_two_percent_at_four_pairs_to_twenty_at_twelve_a
     last = compare_paired(*pairs(4, slowdown=0.08, noise=0.01, seed=4), levels=look_levels(4, 3, 4))
     assert last.boundary == pytest.approx(0.3) and look_levels(4, 3, 4).final
     assert compare_throughput(*pairs(6, seed=5)).boundary == pytest.approx(boundary_level(11))  # never final
+
+
+# -- an intermittent slowdown open at the budget: measured past it, on a reserve of alpha --------------------
+
+
+def decide(base, head, budget_pairs: int, *, extensible: bool = True):
+    """One config through `decide_sequentially` on a simulated clock (a pair takes 1 s, the first look at 3
+    pairs, a budget of `budget_pairs` s), judged by `compare_paired` at the tracker's levels: the last verdict,
+    the pairs used, the looks, and what was said."""
+    settings = GateSettings(first_n=3, max_n=40, time_budget_s=float(budget_pairs))
+    key = ("bench", "fp32")
+    counts = {key: 3}
+    tracker = LookTracker(settings, extensible=extensible)
+    looks, said = [], []
+
+    def judge(final: bool):
+        look = tracker.look(dict(counts), final)[key]
+        looks.append(look)
+        n = counts[key]
+        comparison = compare_paired(base[:n], head[:n], levels=settings.levels(look))
+        status = Status(comparison.verdict.value)
+        verdict = ConfigVerdict(*key, status, "", settings.thresholds_for(*key), throughput=comparison)
+        return SimpleNamespace(verdicts=[verdict])
+
+    def run_more(pending):
+        for k in pending:
+            counts[k] += 1
+
+    clock = SimpleNamespace(monotonic=lambda: float(counts[key]))
+    with mock.patch.object(sequential, "time", clock):
+        result, stopped = sequential.decide_sequentially(
+            judge,
+            lambda: dict(counts),
+            run_more,
+            lambda pending: 1.0,
+            settings,
+            0.0,
+            said.append,
+            unit="pair",
+            extend=tracker.extend if extensible else None,
+        )
+    return result.verdicts[0].throughput, counts[key], looks, said, stopped
+
+
+def slow_path(n: int, *, every: int = 3, seed: int = 0):
+    """n pairs in which head takes a 2x slower path in every `every`-th pair, else unchanged (2% noise)."""
+    rng = random.Random(seed)
+    base = [1000 * math.exp(rng.gauss(0, 0.02)) for _ in range(n)]
+    head = [1000 * math.exp(rng.gauss(0, 0.02)) / (2.0 if i % every == 1 else 1.0) for i in range(n)]
+    return base, head
+
+
+def test_an_intermittent_slowdown_still_open_at_the_budget_is_measured_past_it_and_fails():
+    base, head = slow_path(40, seed=2)
+    kept, used_kept, _, _, stopped = decide(base, head, 12, extensible=False)
+    assert kept.verdict == Verdict.INCONCLUSIVE and used_kept == 12  # the budget alone: open (the real runs' case)
+    assert stopped == "time budget 12 s reached"
+    result, used, looks, said, _ = decide(base, head, 12)
+    assert result.verdict == Verdict.REGRESSION and 12 < used <= 36  # measured on, and decided
+    assert any("fall on head's side" in line and "past the time budget" in line for line in said), said
+    budget_look = next(look for look in looks if look.held_back)
+    assert budget_look.n == 12 and budget_look.final
+    assert all(look.extension == (12, budget_look.previous_n) for look in looks if look.n > 12)
+
+
+def test_slow_pairs_on_both_sides_are_interference_and_the_budget_stands():
+    base, head = slow_path(40, seed=4)
+    base = [b / 2.0 if i % 5 == 3 else b for i, b in enumerate(base)]  # a neighbour slows base's trials as often
+    result, used, looks, said, stopped = decide(base, head, 12)
+    assert used == 12 and not any("past the time budget" in line for line in said)
+    assert all(look.extension is None for look in looks) and stopped in (None, "time budget 12 s reached")
+
+
+def test_unchanged_code_with_one_sided_neighbours_is_measured_on_but_never_fails():
+    # Unchanged code whose base happened to run beside no neighbour while head's trials met two: extended, and
+    # the reserve keeps the extension's calls within alpha.
+    rng = random.Random(9)
+    base = [1000 * math.exp(rng.gauss(0, 0.02)) for _ in range(40)]
+    head = [1000 * math.exp(rng.gauss(0, 0.02)) / (2.0 if i in (4, 9) else 1.0) for i in range(40)]
+    result, used, looks, said, _ = decide(base, head, 12)
+    assert any("past the time budget" in line for line in said)
+    assert result.verdict != Verdict.REGRESSION
+
+
+@pytest.mark.parametrize("budget_n, budget_previous, most", [(12, 11, 40), (5, 4, 40), (30, 29, 40), (15, 10, 20)])
+def test_a_check_measured_past_its_budget_spends_at_most_its_alpha(budget_n, budget_previous, most):
+    # Every path's looks: the scheduled ones up to the budget, the held-back budget look, then the extension's
+    # looks up to `most`, the last spending what is left of the reserve. Together: alpha, never more.
+    before = spent(budget_previous / most, DEFAULT_ALPHA)
+    held = look_levels(budget_n, budget_previous, most, final=True, held_back=True)
+    assert held.alpha == pytest.approx((1 - EXTENSION_RESERVE) * (DEFAULT_ALPHA - before))
+    extension = [
+        look_levels(n, n - 1, most, extension=(budget_n, budget_previous)).alpha for n in range(budget_n + 1, most + 1)
+    ]
+    assert sum(extension) == pytest.approx(EXTENSION_RESERVE * (DEFAULT_ALPHA - before))
+    assert before + held.alpha + sum(extension) == pytest.approx(DEFAULT_ALPHA)
+    # An extension cut short by time: its last look (final) spends the rest of the reserve, no more.
+    cut = [look_levels(n, n - 1, most, extension=(budget_n, budget_previous)).alpha for n in range(budget_n + 1, most)]
+    last = look_levels(most - 1, most - 2, most, final=True, extension=(budget_n, budget_previous)).alpha
+    assert sum(cut[:-1]) + last == pytest.approx(EXTENSION_RESERVE * (DEFAULT_ALPHA - before))
+
+
+def test_a_tracker_that_cannot_extend_spends_everything_at_the_budget_look():
+    settings = GateSettings(first_n=3, max_n=40)
+    plain, extensible = LookTracker(settings), LookTracker(settings, extensible=True)
+    key = ("bench", "fp32")
+    for tracker in (plain, extensible):
+        tracker.look({key: 3}, final=False)
+        tracker.look({key: 4}, final=False)
+    assert plain.look({key: 4}, final=True)[key] == Look(4, 3, True)
+    assert extensible.look({key: 4}, final=True)[key] == Look(4, 3, True, held_back=True)
+    assert Look.from_record(Look(4, 3, True, held_back=True).to_record()) == Look(4, 3, True, held_back=True)
+    extensible.extend([key])
+    assert extensible.look({key: 5}, final=False)[key] == Look(5, 4, False, extension=(4, 3))
+    assert Look.from_record(Look(5, 4, False, extension=(4, 3)).to_record()) == Look(5, 4, False, extension=(4, 3))
+    assert Look(4, 3, True).to_record() == [4, 3, True]  # a plain look is recorded as before

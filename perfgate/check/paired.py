@@ -29,7 +29,7 @@ def decide_paired(
         if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > budget_s:
             break
         session.run_more(keys)
-    tracker = LookTracker(settings)
+    tracker = LookTracker(settings, extensible=True)
 
     def judge(final: bool) -> GateResult:
         counts = {key: session.ok_pairs(key) for key in keys}
@@ -46,6 +46,7 @@ def decide_paired(
         started,
         notify,
         unit="pair",
+        extend=tracker.extend,
     )
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
 

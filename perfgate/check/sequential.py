@@ -24,6 +24,12 @@ def _throughput_open(verdict: ConfigVerdict) -> bool:
 
 K = TypeVar("K")
 
+# An intermittent slowdown's signature at the budget's look (`intermittent`): at least this many of head's trials
+# 1.5x or more slower than their pair. Such a config may take EXTENSION_BUDGETS more time budgets (up to its most
+# pairs): a slow path in a third of the trials needs about 30-40 pairs (benchmarks/operating_characteristic.py).
+INTERMITTENT_PAIRS = 2
+EXTENSION_BUDGETS = 2.0
+
 
 def measure_until_decided(
     look: Callable[[bool], Sequence[K]],
@@ -49,6 +55,17 @@ def measure_until_decided(
     return False
 
 
+def intermittent(verdict: ConfigVerdict) -> bool:
+    """A verdict still open whose slow pairs fall on head's side: at least INTERMITTENT_PAIRS of head's trials
+    ran SLOW_FACTOR (1.5x) or more slower than their pair, and base's slow trials, if any, are at most a quarter
+    as many. Interference hits either side alike; a slow path that head alone takes is what an intermittent
+    regression looks like, and it needs more pairs than the budget gave."""
+    if not _throughput_open(verdict) or verdict.throughput is None:
+        return False
+    base_slow, head_slow = verdict.throughput.slow
+    return head_slow >= INTERMITTENT_PAIRS and 4 * base_slow <= head_slow
+
+
 def decide_sequentially(
     judge: Callable[[bool], GateResult],
     sizes: Callable[[], Mapping[tuple[str, str], int]],
@@ -59,13 +76,19 @@ def decide_sequentially(
     notify: Callable[[str], None] | None,
     *,
     unit: str,
+    extend: Callable[[list[tuple[str, str]]], None] | None = None,
 ) -> tuple[GateResult, str | None]:
     """Judge, and while verdicts are open add one more `unit` of each open config, until every config is
     decided, has `max_trials`, or the next round would pass the time budget (that look is then the
-    last, and spends what is left of the error rates)."""
+    last, and spends what is left of the error rates).
+
+    With `extend` (a paired check, whose tracker held a reserve back at the budget's look), the configs that
+    look leaves open with an intermittent slowdown's signature (`intermittent`) are measured on past the
+    budget, up to `max_trials` or EXTENSION_BUDGETS more budgets of time, their looks spending the reserve:
+    `extend(keys)` tells the tracker which."""
     most = max(settings.first_n, settings.max_n)
 
-    def open_configs(result: GateResult) -> list[tuple[str, str]]:
+    def open_configs(result: GateResult, among: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
         # A config stays open while its throughput is undecided, even when peak memory already failed it:
         # the report and the diagnosis need the throughput verdict too.
         return [
@@ -73,12 +96,13 @@ def decide_sequentially(
             for v in result.verdicts
             if (v.status == Status.INCONCLUSIVE or _throughput_open(v))
             and sizes().get((v.workload, v.config), most) < most
+            and (among is None or (v.workload, v.config) in among)
         ]
 
     budget_s = settings.budget_s(len(sizes()))
 
-    def budget_left_after(pending: Sequence[tuple[str, str]]) -> bool:
-        return time.monotonic() - started + round_s(list(pending)) <= budget_s
+    def fits(limit_s: float) -> Callable[[Sequence[tuple[str, str]]], bool]:
+        return lambda pending: time.monotonic() - started + round_s(list(pending)) <= limit_s
 
     latest: list[GateResult] = []
 
@@ -88,13 +112,39 @@ def decide_sequentially(
 
     def say(pending: Sequence[tuple[str, str]]) -> None:
         if notify:
-            notify(f"inconclusive so far: {', '.join(f'{w} {c}' for w, c in pending)}; running one more {unit} of each")
+            notify(f"inconclusive so far: {_names(pending)}; running one more {unit} of each")
 
-    budget_ended = measure_until_decided(look, lambda pending: run_more(list(pending)), budget_left_after, say)
+    budget_ended = measure_until_decided(look, lambda pending: run_more(list(pending)), fits(budget_s), say)
     result = latest[-1]
+    stopped = f"time budget {budget_s:g} s reached"
+    extended = [key for key in open_configs(result) if key in _intermittent_keys(result)] if extend else []
+    if budget_ended and extend is not None and extended:
+        extend(extended)
+        limit_s = budget_s * (1 + EXTENSION_BUDGETS)
+        if notify:
+            notify(
+                f"{_names(extended)}: the slow {unit}s fall on head's side, as an intermittent slowdown's do; "
+                f"measuring on past the time budget, up to {most} {unit}s or {limit_s:g} s in all"
+            )
+
+        def look_extended(final: bool) -> list[tuple[str, str]]:
+            latest.append(judge(final))
+            return open_configs(latest[-1], extended)
+
+        budget_ended = measure_until_decided(look_extended, lambda pending: run_more(list(pending)), fits(limit_s), say)
+        result = latest[-1]
+        stopped = f"time budget {budget_s:g} s and its extension to {limit_s:g} s reached"
     still_open = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
     if budget_ended:  # the data did not grow at the last look, which spent what was left of the error rates
-        return result, f"time budget {budget_s:g} s reached" if still_open else None
+        return result, stopped if still_open else None
     if still_open and most > settings.first_n:
         return result, f"{settings.front_end.option('max-trials')} {settings.max_n} reached"
     return result, None
+
+
+def _intermittent_keys(result: GateResult) -> set[tuple[str, str]]:
+    return {(v.workload, v.config) for v in result.verdicts if intermittent(v)}
+
+
+def _names(keys: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{w} {c}" for w, c in keys)

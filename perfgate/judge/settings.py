@@ -76,6 +76,8 @@ class GateSettings:
             alpha=self.alpha,
             final=look.final,
             shape=self.spending,
+            held_back=look.held_back,
+            extension=look.extension,
         )
 
     def thresholds_for(self, workload: str, config: str) -> Thresholds:
@@ -111,7 +113,7 @@ class GateSettings:
             spending=self.spending,
             accepted=tuple(a.to_record() for a in self.accepted),
             mode=mode,
-            looks=None if looks is None else {f"{w}/{c}": (k.n, k.previous_n, k.final) for (w, c), k in looks.items()},
+            looks=None if looks is None else {f"{w}/{c}": tuple(k.to_record()) for (w, c), k in looks.items()},
             divisors=None if divisors is None else {f"{w}/{c}": (d[0], d[1]) for (w, c), d in divisors.items()},
         )
 
@@ -184,19 +186,32 @@ class GateSettings:
 class Look:
     """One test of a config in a sequential check: at `n` trials (or pairs), the previous test at
     `previous_n` (0: none; None: unknown, a file written before spending plans), `final` when no
-    more will follow."""
+    more will follow. A paired check's budget look is `held_back` (it keeps a reserve of the error rates for
+    an extension); a look past the budget names the budget look's n and previous n (`extension`)."""
 
     n: int
     previous_n: int | None
     final: bool
+    held_back: bool = False
+    extension: tuple[int, int] | None = None
 
     def to_record(self) -> list[object]:
-        return [self.n, self.previous_n, self.final]
+        if not self.held_back and self.extension is None:
+            return [self.n, self.previous_n, self.final]
+        extension = None if self.extension is None else list(self.extension)
+        return [self.n, self.previous_n, self.final, self.held_back, extension]
 
     @classmethod
     def from_record(cls, record: Sequence[Any]) -> Look:
-        n, previous_n, final = record
-        return cls(int(n), None if previous_n is None else int(previous_n), bool(final))
+        n, previous_n, final, *rest = record
+        held_back, extension = (bool(rest[0]), rest[1]) if rest else (False, None)
+        return cls(
+            int(n),
+            None if previous_n is None else int(previous_n),
+            bool(final),
+            held_back,
+            None if extension is None else (int(extension[0]), int(extension[1])),
+        )
 
 
 Looks = Mapping[tuple[str, str], Look]
@@ -204,22 +219,39 @@ Looks = Mapping[tuple[str, str], Look]
 
 class LookTracker:
     """Each config's looks in a sequential check: the sample size of its previous look, so every look
-    spends only the error rates added since (`GateSettings.levels`)."""
+    spends only the error rates added since (`GateSettings.levels`). An `extensible` tracker (a paired check)
+    holds back a reserve at the budget's final look, and `extend` spends it on the configs measured past the
+    budget."""
 
-    def __init__(self, settings: GateSettings) -> None:
+    def __init__(self, settings: GateSettings, *, extensible: bool = False) -> None:
         self.settings = settings
+        self.extensible = extensible
         self.previous: dict[tuple[str, str], int] = {}
         self.current: dict[tuple[str, str], Look] = {}
+        self.extended: dict[tuple[str, str], tuple[int, int]] = {}
 
     def look(self, counts: Mapping[tuple[str, str], int], final: bool) -> dict[tuple[str, str], Look]:
         """The looks at these sample sizes; a config whose size did not grow since its last look keeps it."""
         most = max(self.settings.first_n, self.settings.max_n)
         for key, n in counts.items():
             before = self.previous.get(key, 0)
+            extension = self.extended.get(key)
             if n <= before or n < 1:
                 if final and key in self.current:  # the same data, now known to be the last look
-                    self.current[key] = replace(self.current[key], final=True)
+                    look = self.current[key]
+                    held = self.extensible and extension is None and look.n < most
+                    self.current[key] = replace(look, final=True, held_back=held)
                 continue
-            self.current[key] = Look(n, before, final or n >= most)
+            last = final or n >= most
+            held = self.extensible and last and extension is None and n < most
+            self.current[key] = Look(n, before, last, held, extension)
             self.previous[key] = n
         return dict(self.current)
+
+    def extend(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Measure these configs past the budget: their later looks share the reserve their budget look (their
+        current look, held back) kept."""
+        for key in keys:
+            look = self.current[key]
+            assert look.held_back and look.previous_n is not None, f"{key} has no held-back budget look to extend"
+            self.extended[key] = (look.n, look.previous_n)

@@ -53,6 +53,9 @@ HSD_GAMMA = -4.0  # the Hwang-Shih-DeCani shape: convex, a little alpha early an
 # slowdown to be called in about 10 pairs (benchmarks/operating_characteristic.py; O'Brien-Fleming needed 13,
 # even spending caught 77% of the intermittent slowdowns against 89%). The no-change error is spent evenly.
 DEFAULT_SPENDING = "hwang-shih-decani"
+# The share of what is left of the error rates that a paired check's budget look keeps back, for the pairs it may
+# add past the budget when the slow trials all fall on one side (an intermittent slowdown: `check.sequential`).
+EXTENSION_RESERVE = 0.3
 
 
 class Verdict(StrEnum):
@@ -138,21 +141,41 @@ def look_levels(
     pass_error: float = PASS_ERROR,
     final: bool = False,
     shape: str = DEFAULT_SPENDING,
+    held_back: bool = False,
+    extension: tuple[int, int] | None = None,
 ) -> LookLevels:
     """The levels of a look at sample size `n` whose previous look was at `previous_n` (0: none), in a
     check that stops at `most`: alpha spent in `shape`, the no-change error evenly. A `final` look (no
-    more samples will come: the budget is spent) spends everything left."""
+    more samples will come: the budget is spent) spends everything left.
+
+    A paired check keeps EXTENSION_RESERVE of what is left for an intermittent slowdown (`check.sequential`):
+    its budget's final look is `held_back` (it spends only the rest), and the looks of the extension that may
+    follow (`extension`: the budget look's n and previous n) share the reserve, spread over the pairs up to
+    `most` in the same shapes, the last of them spending what is left of it. Whichever way a check goes, its
+    looks together spend at most `alpha` (the union bound)."""
     if not 0 <= previous_n < n:
         raise ValueError(f"a look needs more samples than the previous one ({previous_n} -> {n})")
     most = max(most, n)
-    before = previous_n / most
+    last = final or n >= most
 
     def level(total: float, spending: str) -> float:
-        already = spent(before, total, spending)
-        value = total - already if final or n >= most else spent(n / most, total, spending) - already
+        if extension is not None:
+            budget_n, budget_previous = extension
+            pot = EXTENSION_RESERVE * (total - spent(budget_previous / most, total, spending))
+            span = max(most - budget_n, 1)
+            already = spent(max(previous_n - budget_n, 0) / span, pot, spending)
+            value = pot - already if last else spent((n - budget_n) / span, pot, spending) - already
+        else:
+            already = spent(previous_n / most, total, spending)
+            if last:
+                value = total - already
+                if held_back:
+                    value *= 1.0 - EXTENSION_RESERVE
+            else:
+                value = spent(n / most, total, spending) - already
         return max(value, 1e-300)  # a steep shape's first looks: nothing to spend, but a level all the same
 
-    return LookLevels(alpha=level(alpha, shape), pass_error=level(pass_error, "even"), final=final or n >= most)
+    return LookLevels(alpha=level(alpha, shape), pass_error=level(pass_error, "even"), final=last)
 
 
 @dataclass(frozen=True)

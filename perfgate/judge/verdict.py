@@ -299,7 +299,7 @@ def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | Non
     else:
         settings = GateSettings.from_record(project, gate)
         if gate.looks is not None:
-            looks = {_config_key(key): Look(n, previous, final) for key, (n, previous, final) in gate.looks.items()}
+            looks = {_config_key(key): Look.from_record(look) for key, look in gate.looks.items()}
         else:  # written before spending plans: every config judged as after the check's last look
             looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
     directory = baseline_dir or Path((gate.baseline_dir if gate is not None else "") or DEFAULT_BASELINE_DIR)

@@ -453,7 +453,7 @@ class GateRecord:
     spending: str | None = None
     accepted: tuple[Mapping[str, Any], ...] | None = None  # `Acceptance.to_record` each; read by the judge
     mode: str | None = None
-    looks: Mapping[str, tuple[int, int | None, bool]] | None = None  # "workload/config": n, previous n, final
+    looks: Mapping[str, tuple[Any, ...]] | None = None  # "workload/config": n, previous n, final (`Look.to_record`)
     divisors: Mapping[str, tuple[float, float]] | None = None  # "workload/config": throughput's, memory's
 
     def to_dict(self) -> dict[str, Any]:
@@ -527,23 +527,35 @@ def _number(value: Any, what: str) -> float:
     return value
 
 
-def _looks(data: Any, what: str) -> dict[str, tuple[int, int | None, bool]] | None:
+def _looks(data: Any, what: str) -> dict[str, tuple[Any, ...]] | None:
     if data is None:
         return None
     if not isinstance(data, dict):
         raise ShapeError(f"{what} is {type(data).__name__}, not a JSON object")
-    looks = {}
+    looks: dict[str, tuple[Any, ...]] = {}
     for key, look in data.items():
         if not (
             isinstance(look, list)
-            and len(look) == 3
+            and len(look) in (3, 5)
             and _is_int(look[0])
             and (look[1] is None or _is_int(look[1]))
             and isinstance(look[2], bool)
+            and (len(look) == 3 or (isinstance(look[3], bool) and _is_extension(look[4])))
         ):
-            raise ShapeError(f"{what} has {key!r}: {look!r}, not [n, previous n or null, final]")
-        looks[str(key)] = (look[0], look[1], look[2])
+            raise ShapeError(
+                f"{what} has {key!r}: {look!r}, not [n, previous n or null, final] "
+                "(or with [held back, [budget n, budget previous n] or null] after them)"
+            )
+        if len(look) == 3:
+            looks[str(key)] = (look[0], look[1], look[2])
+        else:
+            extension = None if look[4] is None else (look[4][0], look[4][1])
+            looks[str(key)] = (look[0], look[1], look[2], look[3], extension)
     return looks
+
+
+def _is_extension(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and len(value) == 2 and all(_is_int(v) for v in value))
 
 
 def _divisors(data: Any, what: str) -> dict[str, tuple[float, float]] | None:
