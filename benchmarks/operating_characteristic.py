@@ -25,15 +25,17 @@ no family correction (every config at its own alpha).
 
 "After + extension" (section 7; the tables say "after, no extension" for the after rule it is compared with) is
 the after check of one paired config (the paired and intermittent cells; the lab and the stored checks run the
-after rule alone) with `stats.EXTENSION_RESERVE` r = 0.3:
+after rule alone, though perfgate's `decide_paired` holds the reserve back for a lab's configs too) with
+`stats.EXTENSION_RESERVE` r = 0.3:
 
 - the reserve: a budget-ended final look (the re-look at the same data when the next pair does not fit, at
   n_k < 40 pairs) spends only (1 - r) of what is left: alpha (1 - r)(alpha - S_alpha(n_prev / 40)) and the
   no-change error (1 - r)(PASS_ERROR - S_even(n_prev / 40)), n_prev the budget look's previous n (n_k - 1; S =
   `stats.spent` in DEFAULT_SPENDING's shape for alpha, "even" for the no-change error); still final (the boost);
-- the extension: a config that look leaves inconclusive whose `slow` (base, head) at n_k pairs has head >= 2
-  and 4 base <= head (`check.sequential.intermittent`) is measured on, a look after each pair, until decided,
-  at 40 pairs, or at 3 n_k pairs (perfgate: two more time budgets), where it looks once more at the same data;
+- the extension: a config that look leaves inconclusive whose `slow` (base, head: the pairs in which that side
+  ran SLOW_FACTOR 1.5x or more slower) at n_k pairs has head >= 2 and 4 base <= head
+  (`check.sequential.intermittent`) is measured on, a look after each pair, until decided, at 40 pairs, or at
+  3 n_k pairs (perfgate: two more time budgets), where it looks once more at the same data;
 - the extension's looks share the pot r (total - S(n_prev / 40)) of each error rate: a look at n after one at
   n' spends pot (F(u(n)) - F(u(n'))), u(n) = (n - n_k) / (40 - n_k), F(u) = `spent(u, 1, shape)` (the same
   shapes); not final (no boost) but the last (40 pairs, or the re-look at 3 n_k), which spends pot (1 - F(u(n')))
@@ -79,7 +81,7 @@ levels from `GateSettings.levels` must equal the simulation's own (`planned_leve
         [--stored-reps 20000] [--seed 20261126] [--verify 30] [--lab-verify 15]
 
 Prints Markdown tables (progress on stderr); exits 1 if the check against perfgate itself finds a difference.
-About 4 minutes on two cores with the defaults.
+About 5 minutes on two cores with the defaults.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ from power import _markdown, _pct, _upper_95  # the report's helpers, shared wit
 from scipy import stats as scipy_stats
 
 import perfgate.check.sequential
-from perfgate.check.sequential import decide_sequentially
+from perfgate.check.sequential import EXTENSION_BUDGETS, INTERMITTENT_PAIRS, decide_sequentially
 from perfgate.judge import stats as new_stats
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateSettings, LookTracker
 from perfgate.judge.stats import (
@@ -116,6 +118,7 @@ from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_MEMORY_FLOOR_BYTES,
     DEFAULT_SPENDING,
+    EXTENSION_RESERVE,
     MEMORY_SESSION_NOISE,
     MIN_DECIDING,
     PASS_ERROR,
@@ -200,9 +203,7 @@ EXTENDED = Rule("after + extension", False, DEFAULT_SPENDING, DEFAULT_MAX_PAIRS,
 RULES = (BEFORE, AFTER)  # the six-config lab and the stored checks
 PAIRED_RULES = (BEFORE, AFTER, EXTENDED)  # one config, paired
 PAIRED_SECTIONS = ("paired", "intermittent", "look levels")  # the agreement's sections of PAIRED_RULES
-RESERVE = 0.3  # the share of what is left that the budget's final look holds back (stats.EXTENSION_RESERVE)
-EXTENSION_BUDGETS = 2  # an extension may take this many more budgets of time (to 3 budgets in all), up to most
-INTERMITTENT_PAIRS = 2  # an extended config's head has at least this many slow pairs, base's at most a quarter
+RESERVE = EXTENSION_RESERVE  # the share of what is left that the budget's final look holds back
 
 
 def load_old_stats() -> ModuleType:
@@ -532,7 +533,7 @@ def extension_plan(rule: Rule, most: int, budget: int) -> Plan:
     RESERVE x (what was left at the budget's look), each error rate's in its own shape F (alpha: the rule's,
     the no-change error: even): a look at n after one at n' spends pot (F(u(n)) - F(u(n'))), u(n) = (n - n_k) /
     (most - n_k), and the final look pot (1 - F(u(n')))."""
-    last = min(most, (1 + EXTENSION_BUDGETS) * budget)
+    last = min(most, math.floor((1 + EXTENSION_BUDGETS) * budget))  # the next pair must fit: (n + 1) <= 3 budgets
     pots = [RESERVE * left for left in left_at(rule, budget, most)]
     shapes = (rule.spending, "even")
 
@@ -1048,7 +1049,7 @@ def extension_report(
         f"## 7. The extension: {_pct(RESERVE, 0)} of what is left held back at the budget's final look, spent on "
         f"configs still open with an intermittent's signature (head {INTERMITTENT_PAIRS}+ pairs "
         f"{SLOW_FACTOR:g}x slower, base at most a quarter as many), to {DEFAULT_MAX_PAIRS} pairs or "
-        f"{1 + EXTENSION_BUDGETS}x the budget",
+        f"{1 + EXTENSION_BUDGETS:g}x the budget",
         "",
         "### 7.1 Intermittent slowdowns and a neighbour: P(regression) and mean pairs, after, no extension → "
         "after + extension (share of checks extended)",
