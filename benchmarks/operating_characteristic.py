@@ -1,4 +1,5 @@
-"""The operating characteristic of the gate: P(fail the build) against the TRUE change, before and after.
+"""The operating characteristic of the gate: P(fail the build) against the TRUE change, before and after (and
+after with the extension for intermittent slowdowns).
 
 "Before" is the check of commit a75baf4 (`git show a75baf4:perfgate/judge/stats.py`): a throughput regression
 is a point estimate beyond the threshold's bound AND one-sided p < alpha against no change; "no change" is
@@ -22,6 +23,26 @@ no family correction (every config at its own alpha).
 - Holm's step-down (`holm_steps`) over a check's throughput and memory comparisons (`verdict.one_error_rate`);
 - peak memory: `compare_paired_memory` (paired) and `compare_memory` (stored, with MEMORY_SESSION_NOISE).
 
+"After + extension" (section 7; the tables say "after, no extension" for the after rule it is compared with) is
+the after check of one paired config (the paired and intermittent cells; the lab and the stored checks run the
+after rule alone, though perfgate's `decide_paired` holds the reserve back for a lab's configs too) with
+`stats.EXTENSION_RESERVE` r = 0.3:
+
+- the reserve: a budget-ended final look (the re-look at the same data when the next pair does not fit, at
+  n_k < 40 pairs) spends only (1 - r) of what is left: alpha (1 - r)(alpha - S_alpha(n_prev / 40)) and the
+  no-change error (1 - r)(PASS_ERROR - S_even(n_prev / 40)), n_prev the budget look's previous n (n_k - 1; S =
+  `stats.spent` in DEFAULT_SPENDING's shape for alpha, "even" for the no-change error); still final (the boost);
+- the extension: a config that look leaves inconclusive whose `slow` (base, head: the pairs in which that side
+  ran SLOW_FACTOR 1.5x or more slower) at n_k pairs has head >= 2 and 4 base <= head
+  (`check.sequential.intermittent`) is measured on, a look after each pair, until decided, at 40 pairs, or at
+  3 n_k pairs (perfgate: two more time budgets), where it looks once more at the same data;
+- the extension's looks share the pot r (total - S(n_prev / 40)) of each error rate: a look at n after one at
+  n' spends pot (F(u(n)) - F(u(n'))), u(n) = (n - n_k) / (40 - n_k), F(u) = `spent(u, 1, shape)` (the same
+  shapes); not final (no boost) but the last (40 pairs, or the re-look at 3 n_k), which spends pot (1 - F(u(n')))
+  and is final; by the union bound a check's looks together spend at most alpha.
+
+The simulation computes these levels itself (`plan`, `extension_plan`: from `spent`, not from `look_levels`).
+
 The machine (log samples/s of a trial; samples/s = 1000 x exp(log)):
 
 - paired: a random walk of 2% per pair shared by both trials of a pair (it cancels in the per-pair ratio) and
@@ -43,21 +64,24 @@ pairs, then one after each extra pair while a verdict is open, each at `GateSett
 `LookTracker` look; a config stays open while its status (throughput and memory combined) or its throughput is
 inconclusive. A time budget is set in pairs: "stop 12" is a budget that allows 12 pairs (12 rounds of the
 six-config lab), after which the open verdicts are looked at once more as final (`decide_sequentially`); stop
-40 is no budget (the after check's most pairs; the before check stops at its 20).
+40 is no budget (the after check's most pairs; the before check stops at its 20). The intermittent cells are
+run at stops 12, 16, 20 and 40.
 
 The decisions are computed in numpy (t quantiles from tables per look, divisor and degrees of freedom); on the
 first `--verify` repetitions of every cell (`--lab-verify` of the lab's) the same numbers go through perfgate
 itself: `decide_sequentially` on a simulated clock with `LookTracker` and `GateSettings.levels`, judging with
 `compare_paired` / `compare_paired_memory` (six configs: through `verdict.one_error_rate`, that is
 `holm_divisors`), `compare_memory` or `compare_probed` without probes, of the working tree (after) and of
-a75baf4's `stats.py` (before, loaded from `git show` into a temporary module). Every decision (verdict, or each
-config's status, and sample size used) must agree.
+a75baf4's `stats.py` (before, loaded from `git show` into a temporary module); the extension's rule through an
+extensible `LookTracker` whose `extend` `decide_sequentially` is given (`extend=`). Every decision (verdict, or
+each config's status, and sample size used) must agree, and in the paired and intermittent cells every look's
+levels from `GateSettings.levels` must equal the simulation's own (`planned_levels`, to a relative 1e-12).
 
     cd benchmarks && python operating_characteristic.py [--reps 20000] [--family-reps 10000] \\
         [--stored-reps 20000] [--seed 20261126] [--verify 30] [--lab-verify 15]
 
 Prints Markdown tables (progress on stderr); exits 1 if the check against perfgate itself finds a difference.
-About 4 minutes on two cores with the defaults.
+About 5 minutes on two cores with the defaults.
 """
 
 from __future__ import annotations
@@ -83,7 +107,7 @@ from power import _markdown, _pct, _upper_95  # the report's helpers, shared wit
 from scipy import stats as scipy_stats
 
 import perfgate.check.sequential
-from perfgate.check.sequential import decide_sequentially
+from perfgate.check.sequential import EXTENSION_BUDGETS, INTERMITTENT_PAIRS, decide_sequentially
 from perfgate.judge import stats as new_stats
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateSettings, LookTracker
 from perfgate.judge.stats import (
@@ -94,11 +118,15 @@ from perfgate.judge.stats import (
     DEFAULT_ALPHA,
     DEFAULT_MEMORY_FLOOR_BYTES,
     DEFAULT_SPENDING,
+    EXTENSION_RESERVE,
     MEMORY_SESSION_NOISE,
     MIN_DECIDING,
+    PASS_ERROR,
+    SLOW_FACTOR,
     Verdict,
     boundary_level,
     look_levels,
+    spent,
 )
 from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict, one_error_rate
 from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD, DEFAULT_TRIALS
@@ -118,7 +146,7 @@ MOST_TRIALS = DEFAULT_MAX_TRIALS  # a stored check's candidate trials at most
 NOISES = (0.03, 0.06)  # per-trial s.d. of log samples/s
 SLOWDOWNS = (0.0, 0.025, 0.04, 0.05, 0.075, 0.10)
 STOPS = (8, 12, 20, DEFAULT_MAX_PAIRS)  # pairs a time budget allows; DEFAULT_MAX_PAIRS: no budget
-INTERMITTENT_STOPS = (12, 20, DEFAULT_MAX_PAIRS)
+INTERMITTENT_STOPS = (12, 16, 20, DEFAULT_MAX_PAIRS)
 DRIFT_STEP = 0.02  # the machine's random walk per pair (log), shared by both trials of a pair
 SLOW_PATH = math.log(2.0)  # an intermittent slow path, or a neighbour's interference: time per sample x2
 INTERMITTENT = ((1 / 5, "1/5"), (1 / 3, "1/3"), (1 / 2, "1/2"))
@@ -166,11 +194,16 @@ class Rule:
     old: bool  # a75baf4's `_decide`, outlier rule and `compare_memory`, else the working tree's
     spending: str
     most_pairs: int
+    extension: bool = False  # a reserve held back at the budget's final look, spent on an intermittent's extension
 
 
 BEFORE = Rule("before", True, OLD_SPENDING, OLD_MAX_PAIRS)
 AFTER = Rule("after", False, DEFAULT_SPENDING, DEFAULT_MAX_PAIRS)
-RULES = (BEFORE, AFTER)
+EXTENDED = Rule("after + extension", False, DEFAULT_SPENDING, DEFAULT_MAX_PAIRS, extension=True)
+RULES = (BEFORE, AFTER)  # the six-config lab and the stored checks
+PAIRED_RULES = (BEFORE, AFTER, EXTENDED)  # one config, paired
+PAIRED_SECTIONS = ("paired", "intermittent", "look levels")  # the agreement's sections of PAIRED_RULES
+RESERVE = EXTENSION_RESERVE  # the share of what is left that the budget's final look holds back
 
 
 def load_old_stats() -> ModuleType:
@@ -427,6 +460,7 @@ class Outcome:
 
     verdicts: np.ndarray
     used: np.ndarray
+    extended: np.ndarray | None = None  # the repetitions measured past the budget (the extension's rule)
 
     @classmethod
     def of(cls, looks: Sequence[np.ndarray], sizes: Sequence[int]) -> Outcome:
@@ -452,48 +486,120 @@ class Outcome:
         return float(self.used.mean())
 
 
+def previous_look(n: int) -> int:
+    """The sample size of the look before the one at n: one more pair (or trial) per look, the first at FIRST."""
+    return 0 if n == FIRST else n - 1
+
+
 def look_at(rule: Rule, n: int, most: int, final: bool) -> tuple[float, float, bool]:
     """(alpha, pass_error, final) of a look at n samples whose previous look was at n - 1 (the first at 0), as
     `LookTracker` and `GateSettings.levels` give them."""
-    levels = look_levels(n, 0 if n == FIRST else n - 1, most, alpha=ALPHA, final=final, shape=rule.spending)
+    levels = look_levels(n, previous_look(n), most, alpha=ALPHA, final=final, shape=rule.spending)
     return levels.alpha, levels.pass_error, levels.final
 
 
-def plan(rule: Rule, most: int, budget: int | None = None) -> list[tuple[int, float, float, bool]]:
+Plan = list[tuple[int, float, float, bool]]  # (n, alpha, pass_error, final) of each look
+
+
+def left_at(rule: Rule, budget_n: int, most: int) -> tuple[float, float]:
+    """What is left of alpha and of the no-change error after the looks before the budget's look at `budget_n`
+    (spent to its previous look's n: alpha in the rule's shape, the no-change error evenly)."""
+    before = previous_look(budget_n) / most
+    return ALPHA - spent(before, ALPHA, rule.spending), PASS_ERROR - spent(before, PASS_ERROR, "even")
+
+
+def plan(rule: Rule, most: int, budget: int | None = None) -> Plan:
     """(n, alpha, pass_error, final) of each look from FIRST to `most`, or to `budget` when a time budget allows
     only that many. The look at `most` is final (it spends all that is left, and a paired check's reads its
     interval at BOUNDARY_FINAL at least). A budget's look comes twice, as `decide_sequentially` judges it: first
     as a look like any other, then, still open, as final (with the same data: a verdict decided at the first
-    counts, though the narrower final interval could have said more, no change becoming an improvement)."""
+    counts, though the narrower final interval could have said more, no change becoming an improvement); with
+    the extension (`rule.extension`) that final look spends only 1 - RESERVE of what is left."""
     last = most if budget is None else min(most, budget)
     out = [(n, *look_at(rule, n, most, False)) for n in range(FIRST, last + 1)]
     if out[-1][3] is False:
-        out.append((last, *look_at(rule, last, most, True)))
+        if rule.extension:
+            alpha_left, pass_left = left_at(rule, last, most)
+            out.append((last, (1 - RESERVE) * alpha_left, (1 - RESERVE) * pass_left, True))
+        else:
+            out.append((last, *look_at(rule, last, most, True)))
     return out
+
+
+def extension_plan(rule: Rule, most: int, budget: int) -> Plan:
+    """The looks of an extension past a budget's look at `budget` pairs (n_k) < `most`: one after each pair, to
+    `most` or to (1 + EXTENSION_BUDGETS) x `budget` pairs, whichever comes first; there a final look (at `most`
+    itself, or again at the same data when the next pair would pass the extension's time). They share the pot
+    RESERVE x (what was left at the budget's look), each error rate's in its own shape F (alpha: the rule's,
+    the no-change error: even): a look at n after one at n' spends pot (F(u(n)) - F(u(n'))), u(n) = (n - n_k) /
+    (most - n_k), and the final look pot (1 - F(u(n')))."""
+    last = min(most, math.floor((1 + EXTENSION_BUDGETS) * budget))  # the next pair must fit: (n + 1) <= 3 budgets
+    pots = [RESERVE * left for left in left_at(rule, budget, most)]
+    shapes = (rule.spending, "even")
+
+    def share(n: int) -> float:
+        return (n - budget) / (most - budget)
+
+    def levels(n: int, previous: int, final: bool) -> list[float]:
+        return [
+            max(pot * ((1.0 if final else spent(share(n), 1.0, shape)) - spent(share(previous), 1.0, shape)), 1e-300)
+            for pot, shape in zip(pots, shapes, strict=True)
+        ]
+
+    out = [(n, *levels(n, n - 1, n >= most), n >= most) for n in range(budget + 1, last + 1)]
+    if last < most:
+        out.append((last, *levels(last, last - 1, True), True))
+    return out
+
+
+def intermittent_signature(differences: np.ndarray, n: int) -> np.ndarray:
+    """Per row, `check.sequential.intermittent`'s test of the first n per-pair log ratios (head - base) given the
+    verdict open: head SLOW_FACTOR or more slower than base in INTERMITTENT_PAIRS pairs or more, base so much
+    slower in at most a quarter as many (`compare_paired`'s `slow`)."""
+    limit = math.log(SLOW_FACTOR) - 1e-9
+    logs = differences[:, :n]
+    head_slow, base_slow = (logs <= -limit).sum(axis=1), (logs >= limit).sum(axis=1)
+    return (head_slow >= INTERMITTENT_PAIRS) & (4 * base_slow <= head_slow)
 
 
 def paired_outcomes(
     base: np.ndarray, head: np.ndarray, rules: Sequence[Rule], factor: float, stops: Sequence[int]
 ) -> dict[tuple[str, int], Outcome]:
-    """Each rule's outcome at each stop; a look's decision depends on (rule, n, final) alone, so it is shared."""
+    """Each rule's outcome at each stop; a look's decision depends on (old rule or not, n, alpha, pass_error,
+    final) alone, so it is shared (the after check's looks before its budget's are the extension's too). With
+    the extension, the rows still open after the budget's final look that show `intermittent_signature` go on
+    through `extension_plan` (judged on those rows alone)."""
     differences = np.log(head) - np.log(base)
     estimates: dict[tuple[bool, int], Estimate] = {}
-    decisions: dict[tuple[str, int, bool], np.ndarray] = {}
+    decisions: dict[tuple[bool, int, float, float, bool], np.ndarray] = {}
     out = {}
     for rule in rules:
         for stop in stops:
             looks, sizes = [], []
-            for n, alpha, pass_error, final in plan(rule, rule.most_pairs, budget_pairs(rule, stop)):
-                if (rule.name, n, final) not in decisions:
+            budget = budget_pairs(rule, stop)
+            for n, alpha, pass_error, final in plan(rule, rule.most_pairs, budget):
+                key = (rule.old, n, alpha, pass_error, final)
+                if key not in decisions:
                     if (rule.old, n) not in estimates:
                         estimates[(rule.old, n)] = paired_estimate(differences, n, factor if rule.old else None)
                     e = estimates[(rule.old, n)]
-                    decisions[(rule.name, n, final)] = (
-                        decide_before(e, alpha, pass_error) if rule.old else decide_after(e, alpha, final)
-                    )
-                looks.append(decisions[(rule.name, n, final)])
+                    decisions[key] = decide_before(e, alpha, pass_error) if rule.old else decide_after(e, alpha, final)
+                looks.append(decisions[key])
                 sizes.append(n)
-            out[(rule.name, stop)] = Outcome.of(looks, sizes)
+            outcome = Outcome.of(looks, sizes)
+            if rule.extension and budget is not None:
+                rows = np.flatnonzero((outcome.verdicts == INCONCLUSIVE) & intermittent_signature(differences, budget))
+                if len(rows):
+                    extended = differences[rows]
+                    looks, sizes = [], []
+                    for n, alpha, _, final in extension_plan(rule, rule.most_pairs, budget):
+                        looks.append(decide_after(paired_estimate(extended, n, None), alpha, final))
+                        sizes.append(n)
+                    more = Outcome.of(looks, sizes)
+                    outcome.verdicts[rows], outcome.used[rows] = more.verdicts, more.used
+                outcome.extended = np.zeros(outcome.reps, dtype=bool)
+                outcome.extended[rows] = True
+            out[(rule.name, stop)] = outcome
     return out
 
 
@@ -744,10 +850,13 @@ def run_perfgate(
     judge: Callable[[LookTracker, bool], Any],
     settings: GateSettings,
     counts: dict[tuple[str, str], int],
+    *,
+    extensible: bool = False,
 ) -> GateResult:
     """`decide_sequentially` on a simulated clock on which a round of pairs takes UNIT_S and the first pairs
-    FIRST rounds (a budget of N pairs' worth stops it at N)."""
-    tracker = LookTracker(settings)
+    FIRST rounds (a budget of N pairs' worth stops it at N); `extensible`: the tracker holds the reserve back at
+    the budget's look and `decide_sequentially` extends the intermittent configs (`tracker.extend`)."""
+    tracker = LookTracker(settings, extensible=extensible)
     clock = _Clock()
     clock.now = UNIT_S * FIRST
 
@@ -766,6 +875,7 @@ def run_perfgate(
             0.0,
             None,
             unit="x",
+            extend=tracker.extend if extensible else None,
         )
     return result
 
@@ -775,32 +885,62 @@ def settings_for(rule: Rule, last: int, budget: int | None) -> GateSettings:
     return GateSettings(first_n=FIRST, max_n=last, alpha=ALPHA, time_budget_s=budget_s, spending=rule.spending)
 
 
+LookKey = tuple[int, bool, bool]  # (n, final, past the budget) of a look
+LookSeen = tuple[LookKey, tuple[float, float]]  # a look and its (alpha, pass_error)
+
+
 def perfgate_decision(
-    compare: Callable[[int, Any], Any], rule: Rule, last: int, budget: int | None = None
+    compare: Callable[[int, Any], Any],
+    rule: Rule,
+    last: int,
+    budget: int | None = None,
+    seen: list[LookSeen] | None = None,
 ) -> tuple[int, int]:
     """One config decided by perfgate's own loop, judging with `compare(n, levels)` at each look (levels from
-    `GateSettings.levels` of the `LookTracker` look). Returns the verdict code and the sample size used."""
+    `GateSettings.levels` of the `LookTracker` look; the extension's rule: an extensible tracker, its configs
+    extended by `decide_sequentially`). Returns the verdict code and the sample size used; each look and its
+    levels are added to `seen`."""
     settings = settings_for(rule, last, budget)
     key = ("simulated", "config")
     limits = settings.thresholds_for(*key)
     counts = {key: FIRST}
 
     def judge(tracker: LookTracker, final: bool) -> Any:
-        comparison = compare(counts[key], settings.levels(tracker.look(dict(counts), final)[key]))
+        look = tracker.look(dict(counts), final)[key]
+        levels = settings.levels(look)
+        if seen is not None:
+            seen.append(((look.n, look.final, look.extension is not None), (levels.alpha, levels.pass_error)))
+        comparison = compare(counts[key], levels)
         config = ConfigVerdict(*key, Status(comparison.verdict.value), "", limits, throughput=comparison)
         return SimpleNamespace(verdicts=[config], comparison=comparison)
 
-    result = run_perfgate(judge, settings, counts)
+    result = run_perfgate(judge, settings, counts, extensible=rule.extension)
     return CODES[result.comparison.verdict.value], counts[key]
 
 
 def verify_paired(
-    module: ModuleType, rule: Rule, base: Sequence[float], head: Sequence[float], budget: int | None
+    module: ModuleType,
+    rule: Rule,
+    base: Sequence[float],
+    head: Sequence[float],
+    budget: int | None,
+    seen: list[LookSeen] | None = None,
 ) -> tuple[int, int]:
     def compare(n: int, levels: Any) -> Any:
         return module.compare_paired(base[:n], head[:n], threshold=THRESHOLD, levels=levels)
 
-    return perfgate_decision(compare, rule, rule.most_pairs, budget)
+    return perfgate_decision(compare, rule, rule.most_pairs, budget, seen)
+
+
+def planned_levels(rule: Rule, budget: int | None) -> dict[LookKey, tuple[float, float]]:
+    """The levels the simulation gives each look of a paired check (`plan`, and `extension_plan` past a budget)."""
+    looks = {
+        (n, final, False): (alpha, pass_error) for n, alpha, pass_error, final in plan(rule, rule.most_pairs, budget)
+    }
+    if rule.extension and budget is not None:
+        for n, alpha, pass_error, final in extension_plan(rule, rule.most_pairs, budget):
+            looks[(n, final, True)] = (alpha, pass_error)
+    return looks
 
 
 def verify_stored(
@@ -897,6 +1037,73 @@ def _stop_name(stop: int) -> str:
     return f"stop {stop}" if stop < DEFAULT_MAX_PAIRS else f"{stop} (no budget)"
 
 
+def extension_report(
+    paired: dict[tuple[float, float], dict[tuple[str, int], Outcome]],
+    intermittent: dict[tuple[float, str], dict[tuple[str, int], Outcome]],
+    scenarios: Sequence[tuple[str, float, float]],
+) -> list[str]:
+    """Section 7: the after check without the extension (`AFTER`) against with it (`EXTENDED`), paired."""
+    budgets = [s for s in INTERMITTENT_STOPS if s < DEFAULT_MAX_PAIRS]
+    out = [
+        "",
+        f"## 7. The extension: {_pct(RESERVE, 0)} of what is left held back at the budget's final look, spent on "
+        f"configs still open with an intermittent's signature (head {INTERMITTENT_PAIRS}+ pairs "
+        f"{SLOW_FACTOR:g}x slower, base at most a quarter as many), to {DEFAULT_MAX_PAIRS} pairs or "
+        f"{1 + EXTENSION_BUDGETS:g}x the budget",
+        "",
+        "### 7.1 Intermittent slowdowns and a neighbour: P(regression) and mean pairs, after, no extension → "
+        "after + extension (share of checks extended)",
+        "",
+    ]
+    rows = []
+    for noise in NOISES:
+        for name, _, _ in scenarios:
+            o = intermittent[(noise, name)]
+            row = [_pct(noise, 0), name]
+            for stop in budgets:
+                a, e = o[(AFTER.name, stop)], o[(EXTENDED.name, stop)]
+                assert e.extended is not None
+                row.append(f"{_pct(a.rate(REGRESSION), 2)} → **{_pct(e.rate(REGRESSION), 2)}**")
+                row.append(f"{a.mean_used:.1f} → {e.mean_used:.1f} ({_pct(float(e.extended.mean()))})")
+            rows.append(row)
+    header = ["noise", "case"]
+    for stop in budgets:
+        header += [f"P(fail), {_stop_name(stop)}", f"mean pairs, {_stop_name(stop)}"]
+    out.append(_markdown(header, rows))
+    out += ["", "### 7.2 A/A: false alarms per check with the extension (one-sided 95% upper bound)", ""]
+    stops = sorted({*STOPS, *INTERMITTENT_STOPS})
+    aa_cases = [(f"noise {_pct(noise, 0)}", noise, paired[(noise, 0.0)], STOPS) for noise in NOISES]
+    neighbour = scenarios[-1][0]
+    aa_cases += [
+        (f"noise {_pct(noise, 0)}, {neighbour}", noise, intermittent[(noise, neighbour)], INTERMITTENT_STOPS)
+        for noise in NOISES
+    ]
+    rows = []
+    for case, _, cells, case_stops in aa_cases:
+        row = [case]
+        for stop in stops:
+            if stop not in case_stops:
+                row.append("—")
+                continue
+            o = cells[(EXTENDED.name, stop)]
+            rate, upper = o.rate(REGRESSION), _upper_95(o.count(REGRESSION), o.reps)
+            row.append(f"{_pct(rate, 2)} ({_pct(upper, 2)}){'' if rate <= ALPHA else ' OVER ' + _pct(ALPHA, 0)}")
+        rows.append(row)
+    out.append(_markdown(["case", *(_stop_name(s) for s in stops)], rows))
+    out += ["", "### 7.3 The price, steady slowdowns: P(regression), after, no extension → after + extension", ""]
+    rows = []
+    for noise in NOISES:
+        for x in SLOWDOWNS:
+            o = paired[(noise, x)]
+            row = [_pct(noise, 0), _pct(x)]
+            for stop in STOPS:
+                a, e = o[(AFTER.name, stop)], o[(EXTENDED.name, stop)]
+                row.append(f"{_pct(a.rate(REGRESSION), 2)} → **{_pct(e.rate(REGRESSION), 2)}**")
+            rows.append(row)
+    out.append(_markdown(["noise", "slowdown", *(_stop_name(s) for s in STOPS)], rows))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=20000, help="repetitions per paired cell")
@@ -913,12 +1120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     old = load_old_stats()
     factor = float(old.OUTLIER_FACTOR)
-    module = {BEFORE.name: old, AFTER.name: new_stats}
+    module = {BEFORE.name: old, AFTER.name: new_stats, EXTENDED.name: new_stats}
     most = max(r.most_pairs for r in RULES)
     agreement = {
-        section: {rule.name: Agreement() for rule in RULES}
-        for section in ("paired", "intermittent", "lab", "stored memory", "stored throughput")
+        section: {rule.name: Agreement() for rule in (PAIRED_RULES if section in PAIRED_SECTIONS else RULES)}
+        for section in (*PAIRED_SECTIONS, "lab", "stored memory", "stored throughput")
     }
+
+    verified_extended = dict.fromkeys(PAIRED_SECTIONS, 0)  # checks verified that the extension measured on
 
     def progress(text: str) -> None:
         print(f"[oc {time.monotonic() - started:5.0f} s] {text}", file=sys.stderr, flush=True)
@@ -926,14 +1135,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     def check_paired(
         section: str, base: np.ndarray, head: np.ndarray, cells: dict[tuple[str, int], Outcome], stops: Sequence[int]
     ) -> None:
-        for r in range(min(args.verify, len(base))):
-            b, h = base[r].tolist(), head[r].tolist()
-            for rule in RULES:
-                for stop in stops:
-                    want = verify_paired(module[rule.name], rule, b, h, budget_pairs(rule, stop))
+        for rule in PAIRED_RULES:
+            for stop in stops:
+                budget = budget_pairs(rule, stop)
+                planned = planned_levels(rule, budget)
+                for r in range(min(args.verify, len(base))):
+                    seen: list[LookSeen] = []
+                    want = verify_paired(module[rule.name], rule, base[r].tolist(), head[r].tolist(), budget, seen)
                     o = cells[(rule.name, stop)]
                     got = (int(o.verdicts[r]), int(o.used[r]))
-                    agreement[section][rule.name].add(want, got, f"{section} rep {r} {rule.name} stop {stop}")
+                    label = f"{section} rep {r} {rule.name} stop {stop}"
+                    agreement[section][rule.name].add(want, got, label)
+                    verified_extended[section] += int(o.extended is not None and bool(o.extended[r]))
+                    for look, levels in seen:
+                        same = look in planned and all(
+                            math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+                            for a, b in zip(levels, planned[look], strict=True)
+                        )
+                        agreement["look levels"][rule.name].add(
+                            (look, levels), (look, planned.get(look) if not same else levels), f"{label} look {look}"
+                        )
 
     # 1. paired, by slowdown, at each stop
     paired: dict[tuple[float, float], dict[tuple[str, int], Outcome]] = {}
@@ -941,7 +1162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for j, slowdown in enumerate(SLOWDOWNS):
             rng = np.random.default_rng([args.seed, 1, i, j])
             base, head = paired_draws(rng, (args.reps, most), noise, slowdown)
-            paired[(noise, slowdown)] = cells = paired_outcomes(base, head, RULES, factor, STOPS)
+            paired[(noise, slowdown)] = cells = paired_outcomes(base, head, PAIRED_RULES, factor, STOPS)
             check_paired("paired", base, head, cells, STOPS)
             progress(f"paired noise {_pct(noise, 0)} slowdown {_pct(slowdown)}")
 
@@ -953,7 +1174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for j, (name, slow_path, neighbour) in enumerate(scenarios):
             rng = np.random.default_rng([args.seed, 2, i, j])
             base, head = paired_draws(rng, (args.reps, most), noise, slow_path=slow_path, neighbour=neighbour)
-            intermittent[(noise, name)] = cells = paired_outcomes(base, head, RULES, factor, INTERMITTENT_STOPS)
+            cells = paired_outcomes(base, head, PAIRED_RULES, factor, INTERMITTENT_STOPS)
+            intermittent[(noise, name)] = cells
             check_paired("intermittent", base, head, cells, INTERMITTENT_STOPS)
             progress(f"paired noise {_pct(noise, 0)}: {name}")
 
@@ -1049,7 +1271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"final look; {DEFAULT_SPENDING} spending to {DEFAULT_MAX_PAIRS} pairs; Holm over a check's comparisons)",
         f"- checked against perfgate itself on the first {args.verify} repetitions of every cell ({args.lab_verify} "
         f"of the six-config lab's; {total} "
-        f"decisions): {checks}",
+        f"decisions): {checks}; of the after + extension checks verified, "
+        f"{verified_extended['paired']} paired and {verified_extended['intermittent']} intermittent ones extended",
         f"- Monte Carlo s.e. of a rate p: about {_pct(math.sqrt(0.25 / args.reps), 2)} at 50% and "
         f"{_pct(math.sqrt(0.01 * 0.99 / args.reps), 2)} at 1% (paired)",
     ]
@@ -1154,20 +1377,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.append(
         _markdown(["baseline vs candidate trials", "session", *(f"slowdown {_pct(x)}" for x in STORED_SLOWDOWNS)], rows)
     )
-    out += ["", f"## 6. Targets (paired, {_pct(TARGET_NOISE, 0)} noise, after)", ""]
-    for stop in STOPS:
-        for x, (at_most, _) in TARGETS.items():
-            o = paired[(TARGET_NOISE, x)][(AFTER.name, stop)]
-            count = o.count(REGRESSION)
-            bound = (
-                f"one-sided 95% upper bound {_pct(_upper_95(count, o.reps), 2)}"
-                if at_most
-                else f"one-sided 95% lower bound {_pct(1 - _upper_95(o.reps - count, o.reps), 2)}"
-            )
-            out.append(
-                f"- {_stop_name(stop)}, slowdown {_pct(x)}: {count}/{o.reps} = {_pct(o.rate(REGRESSION), 2)} "
-                f"({bound}); {_mark(x, o.rate(REGRESSION))}"
-            )
+    out += ["", f"## 6. Targets (paired, {_pct(TARGET_NOISE, 0)} noise, after; and after + extension)", ""]
+    for rule in (AFTER, EXTENDED):
+        for stop in STOPS:
+            for x, (at_most, _) in TARGETS.items():
+                o = paired[(TARGET_NOISE, x)][(rule.name, stop)]
+                count = o.count(REGRESSION)
+                bound = (
+                    f"one-sided 95% upper bound {_pct(_upper_95(count, o.reps), 2)}"
+                    if at_most
+                    else f"one-sided 95% lower bound {_pct(1 - _upper_95(o.reps - count, o.reps), 2)}"
+                )
+                out.append(
+                    f"- {rule.name}, {_stop_name(stop)}, slowdown {_pct(x)}: {count}/{o.reps} = "
+                    f"{_pct(o.rate(REGRESSION), 2)} ({bound}); {_mark(x, o.rate(REGRESSION))}"
+                )
+    out += extension_report(paired, intermittent, scenarios)
     print("\n".join(out), flush=True)
     return 1 if mismatches else 0
 
