@@ -23,6 +23,7 @@ from perfgate.judge.acceptance import (
 )
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import GateResult, Status, compare_entries, fails_build
+from perfgate.records.results import GateRecord
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
@@ -155,15 +156,16 @@ def test_the_reports_show_the_accepted_verdict_and_what_was_accepted():
 
 def test_the_results_file_keeps_what_was_accepted_and_where_so_a_report_judges_it_the_same():
     settings = accepting("lm-small/fp32 15%", "* 0.2")
-    record = settings.record(Path("baselines"))
+    record = settings.to_record(Path("baselines")).to_dict()
     assert record["accepted"] == [
         {"target": "lm-small/fp32", "slowdown": 0.15, "origin": "trailer", "source": SHA},
         {"target": "*", "slowdown": 0.2, "origin": "trailer", "source": SHA},
     ]
-    assert GateSettings.from_record(settings.project, record).accepted == settings.accepted
+    assert GateSettings.from_record(settings.project, GateRecord.from_dict(record)).accepted == settings.accepted
     validate_results({**results_document(), "gate": json.loads(json.dumps(record))})
+    unreadable = GateRecord.from_dict({**record, "accepted": [{"target": "*", "slowdown": 0.2}]})
     with pytest.raises(AcceptanceError, match="unreadable accepted slowdown"):
-        GateSettings.from_record(settings.project, {**record, "accepted": [{"target": "*", "slowdown": 0.2}]})
+        GateSettings.from_record(settings.project, unreadable)
 
 
 # --- Reading trailers, labels and --accept ---------------------------------------------------------------

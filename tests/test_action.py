@@ -786,7 +786,9 @@ def saved_check(folder: Path, slower: float) -> Path:
     BaselineStore(folder / "baselines").write_run(load_results(folder / "measured.json"))
     for trial in document["workloads"][0]["configs"]["fp32"]["trials"]:
         trial["samples_per_sec"] /= slower
-    document["gate"] = json.loads(json.dumps(GateSettings(first_n=4, max_n=4).record(folder / "baselines")))
+    document["gate"] = json.loads(
+        json.dumps(GateSettings(first_n=4, max_n=4).to_record(folder / "baselines").to_dict())
+    )
     (folder / "results.json").write_text(json.dumps(document))
     return folder / "results.json"
 

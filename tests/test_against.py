@@ -44,6 +44,7 @@ from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgat
 from tests.helpers.git import commit, git, new_repository
 from tests.helpers.packaging import venv_seeing_this_environment
 from tests.helpers.results import validate_results
+from tests.helpers.workloads import PLAIN_SGD
 
 WORKLOAD = "perf/bench.py:bench"
 # One config, one thread (two OpenMP threads on a busy 2-core machine stall each other), three pairs.
@@ -53,7 +54,7 @@ TWO_PAIRS = ("--configs", "fp32", "--threads", "1", "--trials", "2", "--max-tria
 
 # The workload: an MLP learning the sum of generated points, 22 steps of batch 64 a trial. `{header}`
 # defines WIDTH (the hidden layer), OFFSET (added to the data), SCALE (of the loss) and SLEEP_S.
-WORKLOAD_SOURCE = """\
+WORKLOAD_SOURCE = f"""\
 import os
 import time
 
@@ -62,7 +63,7 @@ from torch.nn import functional as F
 
 import perfgate
 
-{header}
+{{header}}
 
 
 class Points(torch.utils.data.Dataset):
@@ -85,19 +86,7 @@ def loss(model, batch):
     return SCALE * F.mse_loss(model(x), y)
 
 
-class PlainSGD:  # by hand: torch.optim's optimizers import torch._dynamo, 1-2 s of each trial process
-    def __init__(self, params):
-        self.params = list(params)
-
-    @torch.no_grad()
-    def step(self):
-        for p in self.params:
-            p -= 0.01 * p.grad
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            p.grad = None
-
+{PLAIN_SGD}
 
 def bench():
     return perfgate.Workload(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from perfgate.records.baselines import BaselineEntry, BaselineError, BaselineStore, parse_baseline
+from perfgate.records.baselines import BaselineEntry, BaselineError, BaselineStore, parse_baseline, render_baseline
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.shapes import Environment, OperatorRow
 from tests.helpers.baselines import STORE_FINGERPRINT, store_entry
 
 
@@ -44,7 +46,7 @@ def test_updating_one_machine_never_touches_another(tmp_path):
     store.write(store_entry())
     store.write(store_entry(sps=(200.0, 201.0)))
     after = store.load("gpt-small")
-    intel = fingerprint_key({**STORE_FINGERPRINT, "cpu_model": "Intel Xeon"})
+    intel = fingerprint_key(dataclasses.replace(STORE_FINGERPRINT, cpu_model="Intel Xeon"))
     assert after[intel] == before[intel]
     assert after[fingerprint_key(STORE_FINGERPRINT)].configs["fp32"].samples_per_sec == [200.0, 201.0]
 
@@ -111,6 +113,82 @@ def test_negative_or_missing_trial_values_are_refused(tmp_path):
         parse_baseline(path.read_text(), source=str(path))
 
 
+def test_a_profiles_operators_are_written_rounded_and_read_back_to_the_same_text(tmp_path):
+    rows = [
+        OperatorRow("aten::mm", calls_per_step=2.0, self_cpu_s_per_step=0.00123456789, self_device_s_per_step=0.0),
+        OperatorRow("aten::add", calls_per_step=1, self_cpu_s_per_step=1e-05, self_device_s_per_step=0),
+    ]
+    entry = store_entry()
+    fp32 = dataclasses.replace(entry.configs["fp32"], top_operators=rows)
+    store = BaselineStore(tmp_path)
+    store.write(dataclasses.replace(entry, configs={"fp32": fp32}))
+    text = store.path_for("gpt-small").read_text()
+    assert (
+        "        top_operators:\n"
+        "        - {name: 'aten::mm', calls_per_step: 2.0, self_cpu_s_per_step: 0.00123457, "
+        "self_device_s_per_step: 0.0}\n"
+        "        - {name: 'aten::add', calls_per_step: 1, self_cpu_s_per_step: 1.0e-05, self_device_s_per_step: 0}\n"
+    ) in text
+    loaded = store.find("gpt-small", STORE_FINGERPRINT)
+    assert loaded is not None
+    assert loaded.configs["fp32"].top_operators == [
+        dataclasses.replace(rows[0], self_cpu_s_per_step=0.00123457),
+        rows[1],
+    ]
+    assert render_baseline("gpt-small", [loaded]) == text
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("['aten::mm']", r"top_operators\[0\] is list, not a JSON object"),
+        (
+            "{name: 'aten::mm', self_cpu_s_per_step: 0.1}",
+            r"top_operators\[0\] lacks the fields 'calls_per_step', 'self_device_s_per_step'",
+        ),
+        (
+            "{name: 'aten::mm', calls_per_step: 1.0, self_cpu_s_per_step: 0.1, self_device_s_per_step: 0.0, s: 1}",
+            r"top_operators\[0\] has the unknown field 's'",
+        ),
+        (
+            "{name: 3, calls_per_step: 1.0, self_cpu_s_per_step: 0.1, self_device_s_per_step: 0.0}",
+            r"top_operators\[0\] has a name that is not a string",
+        ),
+        (
+            "{name: 'aten::mm', calls_per_step: .nan, self_cpu_s_per_step: 0.1, self_device_s_per_step: 0.0}",
+            r"top_operators\[0\] has calls_per_step nan, not a finite number",
+        ),
+        (
+            "{name: 'aten::mm', calls_per_step: 1.0, self_cpu_s_per_step: -0.1, self_device_s_per_step: 0.0}",
+            r"top_operators\[0\]\.self_cpu_s_per_step must be finite and not negative",
+        ),
+    ],
+)
+def test_an_operator_row_that_is_not_one_is_a_one_line_error_naming_it(tmp_path, row, message):
+    store = BaselineStore(tmp_path)
+    store.write(store_entry())
+    path = store.path_for("gpt-small")
+    path.write_text(
+        path.read_text().replace("    environment: {}", f"        top_operators: [{row}]\n    environment: {{}}")
+    )
+    with pytest.raises(BaselineError) as raised:
+        store.load("gpt-small")
+    line = raised.value.one_line()
+    assert re.search(r"machines\['cpu AMD EPYC, 2 threads, torch 2\.13\.0\+cpu'\]\.configs\.fp32\." + message, line), (
+        line
+    )
+    assert "\n" not in line
+
+
+def test_a_fingerprint_field_of_the_wrong_type_is_refused_naming_it(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(store_entry())
+    path = store.path_for("gpt-small")
+    path.write_text(path.read_text().replace("threads: 2}", "threads: two}"))
+    with pytest.raises(BaselineError, match=r"\]: the fingerprint has threads 'two', not int"):
+        store.load("gpt-small")
+
+
 def test_the_fingerprint_keeps_stable_fields_only():
     environment = {
         "torch": "2.13.0+cpu",
@@ -122,9 +200,13 @@ def test_the_fingerprint_keeps_stable_fields_only():
         "git": {"sha": "abc"},
         "platform": "Linux-6.1-x86_64",
     }
-    assert machine_fingerprint(environment) == {**STORE_FINGERPRINT, "cpu_capability": None}  # none recorded
+    fingerprint = machine_fingerprint(Environment.from_dict(environment))
+    assert fingerprint == dataclasses.replace(STORE_FINGERPRINT, cpu_capability=None)  # none recorded
     gpu = {**environment, "cuda": "12.4", "device": {"type": "cuda", "name": "NVIDIA H100", "count": 8}}
-    assert fingerprint_key(machine_fingerprint(gpu)) == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
+    assert (
+        fingerprint_key(machine_fingerprint(Environment.from_dict(gpu)))
+        == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
+    )
 
 
 def test_the_path_of_a_workload_name_stays_inside_the_folder(tmp_path):
@@ -148,20 +230,29 @@ def test_the_cpu_instruction_set_is_part_of_the_machine(tmp_path):
     """One CPU model name covers AVX2 and AVX512 hosts, and bf16 runs about 20x slower on the first: they
     are two machine types. An entry written before the fingerprint held it takes it from its environment."""
     environment = {"device": {"type": "cpu"}, "torch": "2.13.0+cpu", "threads": 2, "cpu": {"model": "AMD EPYC"}}
-    avx2 = machine_fingerprint({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX2"}})
-    avx512 = machine_fingerprint({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX512"}})
+    avx2 = machine_fingerprint(
+        Environment.from_dict({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX2"}})
+    )
+    avx512 = machine_fingerprint(
+        Environment.from_dict({**environment, "cpu": {"model": "AMD EPYC", "capability": "AVX512"}})
+    )
     assert fingerprint_key(avx2) == "cpu AMD EPYC (AVX2), 2 threads, torch 2.13.0+cpu"
     assert fingerprint_key(avx512) == "cpu AMD EPYC (AVX512), 2 threads, torch 2.13.0+cpu"
-    assert fingerprint_key(machine_fingerprint(environment)) == "cpu AMD EPYC, 2 threads, torch 2.13.0+cpu"
+    assert fingerprint_key(machine_fingerprint(Environment.from_dict(environment))) == (
+        "cpu AMD EPYC, 2 threads, torch 2.13.0+cpu"
+    )
     store = BaselineStore(tmp_path)
     store.write(store_entry())
     path = store.path_for("gpt-small")
     text = path.read_text(encoding="utf-8")
-    # the helper's fingerprint has no cpu_capability, as an earlier perfgate wrote them; its environment has
-    assert "cpu_capability" not in text and "environment: {}" in text
-    older = text.replace("environment: {}", "environment: {cpu: {capability: AVX2}}")
+    # the fingerprint as an earlier perfgate wrote it, without cpu_capability; the environment has it
+    assert "cpu_capability: null, " in text and "environment: {}" in text
+    older = re.sub(r"cpu_capability: null,\s*", "", text).replace(
+        "environment: {}", "environment: {cpu: {capability: AVX2}}"
+    )
+    assert "cpu_capability" not in older
     path.write_text(older, encoding="utf-8")
     (entry,) = store.load("gpt-small").values()
-    assert entry.fingerprint["cpu_capability"] == "AVX2"
-    assert store.find("gpt-small", {**STORE_FINGERPRINT, "cpu_capability": "AVX2"}) is not None
-    assert store.find("gpt-small", {**STORE_FINGERPRINT, "cpu_capability": "AVX512"}) is None
+    assert entry.fingerprint.cpu_capability == "AVX2"
+    assert store.find("gpt-small", dataclasses.replace(STORE_FINGERPRINT, cpu_capability="AVX2")) is not None
+    assert store.find("gpt-small", dataclasses.replace(STORE_FINGERPRINT, cpu_capability="AVX512")) is None

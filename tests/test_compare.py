@@ -91,7 +91,7 @@ def test_compare_and_report_write_json_and_markdown_files_and_print_the_format_a
     assert (tmp_path / "c.md").read_text() == printed["markdown"]
     assert json.loads((tmp_path / "c.json").read_text()) == json.loads(printed["json"])
     # a check's results file keeps the check's settings, so report judges it as the check did
-    gate = GateSettings(first_n=4, max_n=4).record(Path("baselines"))
+    gate = GateSettings(first_n=4, max_n=4).to_record(Path("baselines"))
     replace(load_results(tmp_path / "head.json"), gate=gate).write_json(tmp_path / "r.json")
     (tmp_path / "baselines").mkdir()
     reported = run_main(capsys, "report", "r.json", "--format", "json", "--json", "r-out.json", "--markdown", "r.md")

@@ -10,8 +10,8 @@ import pytest
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, judge_counts_only
 from perfgate.records.baselines import entry_from_workload
-from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Counts
+from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult, WorkloadSettings
+from perfgate.records.shapes import Counts, Environment
 from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
 from tests.helpers.workloads import WORKLOADS
@@ -87,11 +87,13 @@ def counts(flops: float, breaks: int | None = None) -> Counts:
 
 
 def counted_run(configs: dict[str, TrialResult]) -> RunResult:
-    settings = {"batch_size": 8, "steps": 4, "warmup_steps": 2, "seed": 0}
+    settings = WorkloadSettings.from_dict({"batch_size": 8, "steps": 4, "warmup_steps": 2, "seed": 0})
     workload = WorkloadResult(
         "w", "w.py:w", settings, None, {}, {name: ConfigResult(name, [trial]) for name, trial in configs.items()}
     )
-    return RunResult(perfgate_version="0", created_at="now", environment={}, workloads=[workload])
+    return RunResult(
+        perfgate_version="0", created_at="now", environment=Environment.from_dict({}), workloads=[workload]
+    )
 
 
 def test_counting_trials_are_judged_against_a_stored_baselines_counts():

@@ -22,7 +22,7 @@ from perfgate.measure.sampler import Samples
 from perfgate.measure.trial import TrialSpec
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import Against, RunResult, TrialResult
-from perfgate.records.shapes import GpuFacts, ShapeError, SystemSummary
+from perfgate.records.shapes import Environment, GpuFacts, ShapeError, SystemSummary
 from perfgate.references import resolve_references
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
@@ -186,7 +186,9 @@ def gpu_run(name: str = H100, throttled: int | None = None, sps: tuple[float, ..
         system = SystemSummary(10, None, None, None, None, gpu=gpu)
         trials.append(dataclasses.replace(t, system=system, samples_per_sec=value))
     config = dataclasses.replace(workload.configs["fp32"], trials=trials)
-    environment = {"device": {"type": "cuda", "name": name, "count": 1}, "cuda": "12.4", "torch": "2.5.0"}
+    environment = Environment.from_dict(
+        {"device": {"type": "cuda", "name": name, "count": 1}, "cuda": "12.4", "torch": "2.5.0"}
+    )
     return dataclasses.replace(
         run, environment=environment, workloads=[dataclasses.replace(workload, configs={"fp32": config})]
     )

@@ -28,7 +28,7 @@ from perfgate.judge.acceptance import AcceptanceError, parse_acceptance
 from perfgate.project import parse_count, parse_fraction
 from tests.helpers.cli import CliResult, run_cli, run_main
 from tests.helpers.git import commit, git, new_repository
-from tests.helpers.workloads import TINY_FILE
+from tests.helpers.workloads import PLAIN_SGD, TINY_FILE
 
 SCHEMA = Path(__file__).parent.parent / "perfgate" / "records" / "schema" / "results-v2.schema.json"
 WORKLOAD = "perf/bench.py:bench"
@@ -39,7 +39,7 @@ ONE_AFTER_THE_OTHER = "--no-interleaved-pairs"
 
 # An MLP whose every step sleeps SLEEP_S (from the environment): slow enough that the trials of a check
 # killed while they run would outlive the test's 15 s by far, were nothing to end them.
-BENCH = """\
+BENCH = f"""\
 import os
 import time
 
@@ -66,19 +66,7 @@ def loss(model, batch):
     return F.mse_loss(model(x), y)
 
 
-class PlainSGD:  # torch.optim's optimizers import torch._dynamo: seconds of each trial process
-    def __init__(self, params):
-        self.params = list(params)
-
-    @torch.no_grad()
-    def step(self):
-        for p in self.params:
-            p -= 0.01 * p.grad
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            p.grad = None
-
+{PLAIN_SGD}
 
 def bench():
     model = lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))  # noqa: E731

@@ -21,6 +21,7 @@ from perfgate.judge.verdict import ConfigVerdict, compare_results
 from perfgate.records.results import load_results
 from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
+from tests.helpers.workloads import PLAIN_SGD
 
 WORKLOAD = "perf/bench.py:bench"
 # One round a trial (`--rounds 1`): a worker that keeps what it loads keeps more with every round over the slice.
@@ -73,19 +74,7 @@ def loss(model, batch):
     return F.mse_loss(model(x), y)
 
 
-class PlainSGD:  # by hand: torch.optim's optimizers import torch._dynamo, 1-2 s of each trial process
-    def __init__(self, params):
-        self.params = list(params)
-
-    @torch.no_grad()
-    def step(self):
-        for p in self.params:
-            p -= 0.01 * p.grad
-
-    def zero_grad(self, set_to_none=True):
-        for p in self.params:
-            p.grad = None
-
+{plain_sgd}
 
 def bench():
     return perfgate.Workload(
@@ -97,7 +86,9 @@ def bench():
 
 def bench(keep_mib: int, comment: str = "") -> str:
     samples = BATCH * (WARMUP + STEPS)
-    return SOURCE.format(keep=keep_mib, comment=comment, samples=samples, batch=BATCH, steps=STEPS, warmup=WARMUP)
+    return SOURCE.format(
+        keep=keep_mib, comment=comment, samples=samples, batch=BATCH, steps=STEPS, warmup=WARMUP, plain_sgd=PLAIN_SGD
+    )
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from perfgate.errors import ResultsError
 from perfgate.judge.micro import compare_micro
 from perfgate.judge.verdict import Status
 from perfgate.records.baselines import BaselineError
+from perfgate.records.fingerprint import Fingerprint
 from perfgate.records.micro import (
     DEFAULT_RUN_NOISE,
     MICRO_FILE,
@@ -21,7 +22,7 @@ from perfgate.records.micro import (
     parse_pytest_benchmark,
 )
 
-FINGERPRINT = {"device_type": "cpu", "cpu_model": "Test CPU", "threads": 2, "torch": "2.13.0", "device_count": 1}
+FINGERPRINT = Fingerprint(device_type="cpu", cpu_model="Test CPU", threads=2, torch="2.13.0", device_count=1)
 
 
 def document(times_by_name):
@@ -66,7 +67,7 @@ def test_store_round_trips_and_keeps_other_benchmarks_and_machines(tmp_path):
     first = parse_pytest_benchmark(document({"t.py::a": rounds(0.001), "t.py::b": rounds(0.002)}), probe=50.0)
     previous = store.write(FINGERPRINT, first)
     assert previous == {"t.py::a": None, "t.py::b": None}
-    other_machine = dict(FINGERPRINT, threads=8)
+    other_machine = replace(FINGERPRINT, threads=8)
     store.write(other_machine, parse_pytest_benchmark(document({"t.py::a": rounds(0.0005)})))
     again = parse_pytest_benchmark(document({"t.py::a": rounds(0.003, seed=1)}), probe=60.0)
     previous = store.write(FINGERPRINT, again)

@@ -51,7 +51,7 @@ def writer(directory: Path, cpu_model: str, rounds: int = 1, preamble: str = "")
 
 
 def cpu_models(directory: Path) -> set[str]:
-    return {e.fingerprint["cpu_model"] for e in BaselineStore(directory).load("gpt-small").values()}
+    return {e.fingerprint.cpu_model for e in BaselineStore(directory).load("gpt-small").values()}
 
 
 @pytest.mark.e2e

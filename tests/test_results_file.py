@@ -15,10 +15,11 @@ from perfgate.records.results import (
     RunResult,
     TrialResult,
     WorkloadResult,
+    WorkloadSettings,
     parse_results,
     write_text_atomic,
 )
-from perfgate.records.shapes import PeakMemory
+from perfgate.records.shapes import Environment, PeakMemory
 from tests.helpers.results import micro_regression, validate_results
 
 
@@ -43,16 +44,18 @@ def _run() -> RunResult:
     workload = WorkloadResult(
         name="w",
         reference="w.py:w",
-        settings={
-            "batch_size": 4,
-            "steps": 2,
-            "warmup_steps": 1,
-            "seed": 0,
-            "trials": 3,
-            "threads": 1,
-            "device": "cpu",
-            "loader": {},
-        },
+        settings=WorkloadSettings.from_dict(
+            {
+                "batch_size": 4,
+                "steps": 2,
+                "warmup_steps": 1,
+                "seed": 0,
+                "trials": 3,
+                "threads": 1,
+                "device": "cpu",
+                "loader": {},
+            }
+        ),
         data_checksum="sha256:" + "0" * 64,
         first_losses={"fp32": [1.0]},
         configs={"fp32": ConfigResult("fp32", [_trial(0, 10.0), _trial(1, 12.0), failed])},
@@ -68,7 +71,7 @@ def _run() -> RunResult:
         "threads": 1,
         "git": None,
     }
-    return RunResult("0.1.0", "2026-11-22T00:00:00+00:00", environment, [workload])
+    return RunResult("0.1.0", "2026-11-22T00:00:00+00:00", Environment.from_dict(environment), [workload])
 
 
 def test_written_results_validate_and_keep_raw_trials(tmp_path):

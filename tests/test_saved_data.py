@@ -17,7 +17,7 @@ from perfgate.errors import ResultsError
 from perfgate.judge.settings import GateSettings, Look
 from perfgate.judge.verdict import Status, compare_results
 from perfgate.records.baselines import BaselineStore, render_baseline
-from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.fingerprint import Fingerprint, fingerprint_key, machine_fingerprint
 from perfgate.records.results import SCHEMA_PATH as SCHEMA
 from perfgate.records.results import load_results, parse_results
 from perfgate.report.markdown import MARKER, format_markdown
@@ -28,16 +28,16 @@ from tests.helpers.results import validate_results
 DATA = Path(__file__).parent / "data"
 RESULTS = DATA / "results-v2.json"
 BASELINES = DATA / "baselines"
-MACHINE = {
-    "device_type": "cpu",
-    "device_name": None,
-    "device_count": 1,
-    "cuda": None,
-    "torch": "2.13.0+cpu",
-    "cpu_model": "Test CPU",
-    "cpu_capability": None,  # the saved environment records none
-    "threads": 2,
-}
+MACHINE = Fingerprint(
+    device_type="cpu",
+    device_name=None,
+    device_count=1,
+    cuda=None,
+    torch="2.13.0+cpu",
+    cpu_model="Test CPU",
+    cpu_capability=None,  # the saved environment records none
+    threads=2,
+)
 SETTINGS = GateSettings(first_n=3, max_n=3)
 REGENERATE = "perfgate now writes this file differently; if that is meant, run python tests/data/make_data.py"
 
@@ -98,7 +98,7 @@ def test_the_baseline_store_reads_the_saved_file():
     assert entry.configs["fp32"].first_losses == [2.5, 2.375]
     assert entry.configs["fp32"].probe_steps_per_sec == [2002.0] * 5  # the probe's two rates a trial, combined
     assert entry.configs["bf16"].peak_bytes == [30 << 20] * 5
-    assert store.find("mlp", {**MACHINE, "threads": 4}) is None  # another machine type: no baseline
+    assert store.find("mlp", replace(MACHINE, threads=4)) is None  # another machine type: no baseline
     assert store.load("other") == {}
     # Stable: writing what was read gives the same text back (an empty diff in review).
     assert render_baseline("mlp", entries.values()) == store.path_for("mlp").read_text(encoding="utf-8"), REGENERATE

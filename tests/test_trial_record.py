@@ -15,7 +15,7 @@ from perfgate.errors import PerfgateError, TrialRecordError
 from perfgate.measure.lab import RunningTrial, TrialPlace
 from perfgate.measure.trial import TrialSpec
 from perfgate.records.results import FAILURE_KINDS, TrialRecord, TrialResult
-from perfgate.records.shapes import AutocastCheck, PeakMemory, Profile, UsageSpread
+from perfgate.records.shapes import AutocastCheck, OperatorRow, PeakMemory, Profile, UsageSpread
 from perfgate.references import resolve_references
 
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
@@ -141,7 +141,8 @@ def test_memory_autocast_system_and_profile_travel_as_the_objects_the_files_keep
     assert record.result.memory == PeakMemory("cpu-rss-above-setup", 10, None, setup_bytes=5)
     assert record.result.autocast == AutocastCheck(True, "bfloat16", 3, 4)
     assert record.result.system is not None and record.result.system.cpu_percent == UsageSpread(40.0, 60.0)
-    assert record.profile == Profile(trace="traces/w-fp32.trace.json", top_operators=operators)
+    mm = OperatorRow("aten::mm", calls_per_step=2.0, self_cpu_s_per_step=0.1, self_device_s_per_step=0)
+    assert record.profile == Profile(trace="traces/w-fp32.trace.json", top_operators=[mm])
     assert json.dumps(record.to_dict()) == json.dumps(document)  # the same keys, in the same order
     # a compiled config counts no layer outputs, a saved file may lack setup_bytes: both stay left out
     result["autocast"] = {"active": True, "probe_dtype": "bfloat16"}
@@ -172,6 +173,21 @@ def test_memory_autocast_system_and_profile_travel_as_the_objects_the_files_keep
         ),
         ("system", {"samples": 1}, "a trial's system summary lacks the fields 'busiest_core_percent', "),
         ("profile", {"trace": "t.json"}, "a profile lacks the field 'top_operators'"),
+        (
+            "profile",
+            {"trace": "t.json", "top_operators": [{"name": "aten::mm", "self_cpu_s_per_step": 0.1}]},
+            "a profile's top_operators[0] lacks the fields 'calls_per_step', 'self_device_s_per_step'",
+        ),
+        (
+            "profile",
+            {
+                "trace": "t.json",
+                "top_operators": [
+                    {"name": "aten::mm", "calls_per_step": "2", "self_cpu_s_per_step": 0.1, "self_device_s_per_step": 0}
+                ],
+            },
+            "a profile's top_operators[0] has calls_per_step '2', not a finite number",
+        ),
     ],
 )
 def test_an_unknown_or_missing_key_inside_a_field_is_refused_naming_it(field, value, message):

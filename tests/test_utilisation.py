@@ -17,7 +17,7 @@ from perfgate.judge.utilisation import GPU_PEAKS, gpu_peak, workload_utilisation
 from perfgate.judge.verdict import compare_results
 from perfgate.project import ProjectConfig, load_project_config
 from perfgate.records.results import Against, ConfigResult, RunResult
-from perfgate.records.shapes import Counts
+from perfgate.records.shapes import Counts, Environment
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
 from perfgate.report.render import lab_to_dict
@@ -79,7 +79,9 @@ def lab_run(
     environment = (
         run.environment
         if gpu is None
-        else {"device": {"type": "cuda", "name": gpu, "count": 1}, "cuda": "12.4", "torch": "2.5.0"}
+        else Environment.from_dict(
+            {"device": {"type": "cuda", "name": gpu, "count": 1}, "cuda": "12.4", "torch": "2.5.0"}
+        )
     )
     workload = dataclasses.replace(workload, settings=settings, configs=configs)
     return dataclasses.replace(run, environment=environment, workloads=[workload])

@@ -38,6 +38,8 @@ from perfgate.judge.verdict import ConfigVerdict, GateResult, compare_entries, h
 from perfgate.judge.wording import throughput_reason
 from perfgate.outcome import Status
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.records.fingerprint import Fingerprint
+from perfgate.records.results import WorkloadSettings
 
 
 def pairs(n: int, *, slowdown: float = 0.0, noise: float = 0.01, slow: frozenset[int] = frozenset(), seed: int = 0):
@@ -154,12 +156,12 @@ def test_a_two_pair_check_that_looked_slower_is_not_a_regression():
 def _entry(configs: dict[str, list[float]]) -> BaselineEntry:
     return BaselineEntry(
         workload="w",
-        fingerprint={"device_type": "cpu"},
+        fingerprint=Fingerprint(device_type="cpu"),
         measured_at="2026-11-26T00:00:00+00:00",
         perfgate_version="0.1.0",
         git=None,
         reference="w.py:w",
-        settings={"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0},
+        settings=WorkloadSettings.from_dict({"batch_size": 8, "steps": 10, "warmup_steps": 1, "seed": 0}),
         data_checksum="sha256:00",
         configs={
             name: ConfigEntry([2.0], [TrialEntry(samples_per_sec=v, peak_bytes=50 << 20) for v in values])

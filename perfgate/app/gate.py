@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from perfgate.judge.verdict import ConfigVerdict, GateResult
     from perfgate.measure.lab import ProgressCallback
     from perfgate.records.baselines import StoredUpdate
+    from perfgate.records.fingerprint import Fingerprint
     from perfgate.records.history import HistoryRecord, HistoryStore
     from perfgate.records.micro import MicroBenchmark
     from perfgate.records.results import MicroSection, RunResult
@@ -558,7 +559,7 @@ class GateSuite:
 
 
 @dependencies_required()
-def _environment() -> tuple[Environment, dict[str, Any]]:
+def _environment() -> tuple[Environment, Fingerprint]:
     """This process's environment (pytest-benchmark measured in it) and its machine's fingerprint."""
     import torch
 

@@ -57,7 +57,7 @@ def run_counts_check(
     else:
         assert store is not None
         with LabSession(references, run_settings, progress) as session:
-            fingerprint = machine_fingerprint(session.environment.to_dict())
+            fingerprint = machine_fingerprint(session.environment)
             baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
             for name in list(problems):  # counts are the code's: another machine's baseline serves (`judge.counts`)
                 entries = store.load(name)

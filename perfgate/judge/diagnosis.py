@@ -75,8 +75,8 @@ from perfgate.outcome import Status
 from perfgate.project import CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
 from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult, WorkloadSettings
-from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Environment, Profile
-from perfgate.records.summary import PHASES, operator_self_s, percentile
+from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Environment, OperatorRow, Profile
+from perfgate.records.summary import PHASES, percentile
 
 DEFAULT_THRESHOLDS = DiagnosisThresholds()
 PHASE_NAMES = {"data_wait": "data wait", "h2d": "host-to-device copy", "forward": "forward + loss"}
@@ -1039,7 +1039,7 @@ def _operators(baseline: ConfigEntry | None, profile: Profile | None) -> list[Fi
     current = profile.top_operators
     trace = f"trace: {profile.trace}"
     if baseline is None or not baseline.top_operators:
-        top = ", ".join(row["name"] for row in current[:3])
+        top = ", ".join(row.name for row in current[:3])
         return [
             Finding("operators", f"operators: most self time in {top or '-'} (the baseline has no profile)", (trace,))
         ]
@@ -1402,11 +1402,11 @@ def _per_step(p: PhaseChange) -> str:
 
 
 def grown_operators(
-    baseline: list[dict[str, Any]], current: list[dict[str, Any]], limit: int = 5
+    baseline: Sequence[OperatorRow], current: Sequence[OperatorRow], limit: int = 5
 ) -> list[tuple[str, float, float]]:
     """Operators whose self time per step grew most: (name, baseline s, current s), largest growth first."""
-    before = {row["name"]: operator_self_s(row) for row in baseline}
-    growth = [(row["name"], before.get(row["name"], 0.0), operator_self_s(row)) for row in current]
+    before = {row.name: row.self_s for row in baseline}
+    growth = [(row.name, before.get(row.name, 0.0), row.self_s) for row in current]
     growth = [g for g in growth if g[2] > g[1]]
     growth.sort(key=lambda g: g[2] - g[1], reverse=True)
     return growth[:limit]

@@ -117,17 +117,10 @@ class GateSettings:
             divisors=None if divisors is None else {f"{w}/{c}": (d[0], d[1]) for (w, c), d in divisors.items()},
         )
 
-    def record(self, baseline_dir: Path) -> dict[str, Any]:
-        """The JSON object of `to_record` (the settings alone), for callers that build the gate's object
-        themselves (tests and older callers; a check records `GateResult.to_record`)."""
-        return self.to_record(baseline_dir).to_dict()
-
     @classmethod
-    def from_record(cls, project: ProjectConfig, record: GateRecord | Mapping[str, Any]) -> GateSettings:
+    def from_record(cls, project: ProjectConfig, record: GateRecord) -> GateSettings:
         """Settings saved by `to_record` (the project's thresholds still apply); an older file's record lacks
         the spending plan and the acceptances (the defaults)."""
-        if not isinstance(record, GateRecord):
-            record = GateRecord.from_dict(record)
         return cls(
             project=project,
             threshold=record.threshold,

@@ -40,7 +40,7 @@ from perfgate.outcome import build_exit_code as build_exit_code
 from perfgate.outcome import fails_build as fails_build
 from perfgate.project import ProjectConfig, Thresholds
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
-from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
+from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
 from perfgate.records.results import Against, GateRecord, RunResult, TrialResult, WorkloadResult, merge_runs
 
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
@@ -163,26 +163,26 @@ class GateResult:
 def missing_baseline(
     workload: str,
     store: BaselineStore,
-    fingerprint: Mapping[str, object],
+    fingerprint: Fingerprint,
     entries: Mapping[str, BaselineEntry],
     update_command: str = "perfgate update",
 ) -> str:
     """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
     command = f"{update_command} (writes {store.path_for(workload)}; commit it)"
-    machine = fingerprint_key(dict(fingerprint))
+    machine = fingerprint_key(fingerprint)
     if not entries:
         return f"no baseline for {workload} on this machine ({machine}) in {store.directory}/; run {command}"
-    closest = min(entries.values(), key=lambda e: len(fingerprint_differences(dict(fingerprint), e.fingerprint)))
-    gpus = [e.fingerprint.get("device_name") for e in entries.values() if e.fingerprint.get("device_type") == "cuda"]
-    if fingerprint.get("device_type") == "cuda" and gpus and fingerprint.get("device_name") not in gpus:
+    closest = min(entries.values(), key=lambda e: len(fingerprint_differences(fingerprint, e.fingerprint)))
+    gpus = [e.fingerprint.device_name for e in entries.values() if e.fingerprint.device_type == "cuda"]
+    if fingerprint.device_type == "cuda" and gpus and fingerprint.device_name not in gpus:
         # Only baselines from other GPU models: say so plainly, no list of fields.
         recorded = " and ".join(sorted({str(name) for name in gpus}))
         return (
             f"no baseline for {workload} on this GPU model: the stored baselines were recorded on {recorded}, "
-            f"this machine has {fingerprint.get('device_name')}, and timings on one GPU model say nothing about "
+            f"this machine has {fingerprint.device_name}, and timings on one GPU model say nothing about "
             f"another; record a baseline on this runner with {command}, or run the check where the baseline was taken"
         )
-    differences = "; ".join(fingerprint_differences(dict(fingerprint), closest.fingerprint))
+    differences = "; ".join(fingerprint_differences(fingerprint, closest.fingerprint))
     return (
         f"no baseline for {workload} on this machine ({machine}); the closest stored one "
         f"differs in {differences}; run {command}"
@@ -192,13 +192,13 @@ def missing_baseline(
 def find_baselines(
     store: BaselineStore,
     workloads: Sequence[str],
-    fingerprint: Mapping[str, object],
+    fingerprint: Fingerprint,
     update_command: str = "perfgate update",
 ) -> tuple[dict[str, BaselineEntry], dict[str, str]]:
     """This machine's baseline entry for each workload, and the problem line for each that has none."""
     baselines: dict[str, BaselineEntry] = {}
     problems: dict[str, str] = {}
-    key = fingerprint_key(dict(fingerprint))
+    key = fingerprint_key(fingerprint)
     for name in workloads:
         entries = store.load(name)
         if key in entries:
@@ -275,7 +275,7 @@ def compare_results(
     names = [w.name for w in candidate.workloads]
     if baseline is None:
         assert store is not None, "compare_results needs a store or a baseline run"
-        fingerprint = machine_fingerprint(candidate.environment.to_dict())
+        fingerprint = machine_fingerprint(candidate.environment)
         baselines, problems = find_baselines(store, names, fingerprint, settings.update_command)
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}

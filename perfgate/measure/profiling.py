@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfgate.records.summary import operator_self_s
+from perfgate.records.shapes import OperatorRow
 
 TOP_OPERATORS = 20
 _WAIT, _WARMUP = 1, 1
@@ -37,7 +37,7 @@ class StepProfiler:
             on_trace_ready=self._ready,
             **_keep_events(tp.profile),
         )
-        self.top_operators: list[dict[str, Any]] = []
+        self.top_operators: list[OperatorRow] = []
 
     def start(self) -> None:
         self._profiler.start()
@@ -54,7 +54,7 @@ class StepProfiler:
         self.top_operators = top_operators(profiler.key_averages(), self.active_steps)
 
 
-def top_operators(averages: Any, steps: int, limit: int = TOP_OPERATORS) -> list[dict[str, Any]]:
+def top_operators(averages: Any, steps: int, limit: int = TOP_OPERATORS) -> list[OperatorRow]:
     """The operators with the most self time, per step: name, calls, CPU and device self time in seconds."""
     rows = []
     for event in averages:
@@ -63,14 +63,14 @@ def top_operators(averages: Any, steps: int, limit: int = TOP_OPERATORS) -> list
         cpu_us = float(getattr(event, "self_cpu_time_total", 0.0) or 0.0)
         device_us = float(_device_self_us(event))
         rows.append(
-            {
-                "name": str(event.key),
-                "calls_per_step": event.count / steps,
-                "self_cpu_s_per_step": cpu_us / 1e6 / steps,
-                "self_device_s_per_step": device_us / 1e6 / steps,
-            }
+            OperatorRow(
+                name=str(event.key),
+                calls_per_step=event.count / steps,
+                self_cpu_s_per_step=cpu_us / 1e6 / steps,
+                self_device_s_per_step=device_us / 1e6 / steps,
+            )
         )
-    rows.sort(key=operator_self_s, reverse=True)
+    rows.sort(key=lambda row: row.self_s, reverse=True)
     return rows[:limit]
 
 

@@ -21,15 +21,10 @@ import yaml
 
 from perfgate._files import MAX_INTEGER_DIGITS
 from perfgate.errors import PerfgateError
-from perfgate.records.fingerprint import (
-    FINGERPRINT_FIELDS,
-    cpu_capability,
-    fingerprint_key,
-    machine_fingerprint,
-)
+from perfgate.records.fingerprint import Fingerprint, cpu_capability, fingerprint_key, machine_fingerprint
 from perfgate.records.locking import locked_folder
 from perfgate.records.results import RunResult, WorkloadResult, WorkloadSettings, is_newer_version, write_text_atomic
-from perfgate.records.shapes import Counts, Environment, GitState, RankResult, ShapeError
+from perfgate.records.shapes import Counts, Environment, GitState, OperatorRow, RankResult, ShapeError
 from perfgate.records.summary import PHASES, combine
 from perfgate.variants import CONFIG_NAMES
 
@@ -79,7 +74,7 @@ class ConfigEntry:
 
     first_losses: list[float]
     trials: list[TrialEntry]
-    top_operators: list[dict[str, Any]] = field(default_factory=list)  # from --profile: self time per step
+    top_operators: list[OperatorRow] = field(default_factory=list)  # from --profile: self time per step
     counts: Counts | None = None  # the step's exact counts (the first trial's: they are the same in every trial)
 
     @property
@@ -102,7 +97,7 @@ class BaselineEntry:
     """One workload measured on one machine type."""
 
     workload: str
-    fingerprint: dict[str, Any]
+    fingerprint: Fingerprint
     measured_at: str
     perfgate_version: str
     git: GitState | None
@@ -111,15 +106,6 @@ class BaselineEntry:
     data_checksum: str | None
     configs: dict[str, ConfigEntry]
     environment: Environment = field(default_factory=lambda: Environment(order=()))  # none recorded: `{}`
-
-    def __post_init__(self) -> None:
-        # Given as their JSON objects (a caller not yet switched to the types), they are read as a file's would be.
-        if not isinstance(self.settings, WorkloadSettings):
-            object.__setattr__(self, "settings", WorkloadSettings.from_dict(self.settings))
-        if self.git is not None and not isinstance(self.git, GitState):
-            object.__setattr__(self, "git", GitState.from_dict(self.git))
-        if not isinstance(self.environment, Environment):
-            object.__setattr__(self, "environment", Environment.from_dict(self.environment))
 
     @property
     def key(self) -> str:
@@ -172,7 +158,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
             configs[name] = ConfigEntry(list(workload.first_losses.get(name, [])), trials, list(operators), counts)
     return BaselineEntry(
         workload=workload.name,
-        fingerprint=machine_fingerprint(run.environment.to_dict()),
+        fingerprint=machine_fingerprint(run.environment),
         measured_at=run.created_at,
         perfgate_version=run.perfgate_version,
         git=run.environment.git,
@@ -216,8 +202,8 @@ class BaselineStore:
             raise BaselineError(f"cannot read {path}: {exc}", hint="check the file") from exc
         return parse_baseline(text, source=str(path), workload=workload)
 
-    def find(self, workload: str, fingerprint: Mapping[str, Any]) -> BaselineEntry | None:
-        return self.load(workload).get(fingerprint_key(dict(fingerprint)))
+    def find(self, workload: str, fingerprint: Fingerprint) -> BaselineEntry | None:
+        return self.load(workload).get(fingerprint_key(fingerprint))
 
     def write(self, entry: BaselineEntry) -> tuple[BaselineEntry | None, BaselineEntry]:
         """Store `entry` (merged with this machine's previous one); other machines' entries are untouched.
@@ -394,13 +380,13 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
         }
         if config.top_operators:
             configs[name]["top_operators"] = [
-                {k: round_figure(v) if isinstance(v, float) else v for k, v in row.items()}
+                {k: round_figure(v) if isinstance(v, float) else v for k, v in row.to_dict().items()}
                 for row in config.top_operators
             ]
         if config.counts is not None:
             configs[name]["counts"] = config.counts.to_dict()
     return {
-        "fingerprint": dict(entry.fingerprint),
+        "fingerprint": entry.fingerprint.to_dict(),
         "measured_at": entry.measured_at,
         "perfgate_version": entry.perfgate_version,
         "git": None if entry.git is None else entry.git.to_dict(),
@@ -476,12 +462,12 @@ class DocumentReader:
         try:  # files written by hand may hold anything else there: read as none, as perfgate always did
             environment = Environment.from_dict(raw["environment"] if isinstance(raw.get("environment"), dict) else {})
             git_state = GitState.from_dict(git) if isinstance(git, dict) else None
+            stored = Fingerprint.from_dict(fingerprint)
         except ShapeError as exc:
             raise self.fail(f"{where}: {exc}") from None
-        stored = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
-        if "cpu_capability" not in fingerprint and stored.get("device_type") == "cpu":
+        if "cpu_capability" not in fingerprint and stored.device_type == "cpu":
             # written before the fingerprint held it: the entry's environment recorded it all along
-            stored["cpu_capability"] = cpu_capability(environment)
+            stored = replace(stored, cpu_capability=cpu_capability(environment))
         return BaselineEntry(
             workload=workload,
             fingerprint=stored,
@@ -553,20 +539,24 @@ class DocumentReader:
                 )
             )
         operators = raw.get("top_operators", [])
-        if not isinstance(operators, list) or not all(
-            isinstance(row, dict) and isinstance(row.get("name"), str) for row in operators
-        ):
+        if not isinstance(operators, list):
             raise self.fail(f"{where}.top_operators must be a list of operators with a name")
+        rows = []
         for index, row in enumerate(operators):
+            here = f"{where}.top_operators[{index}]"
+            try:
+                rows.append(OperatorRow.from_dict(row, here))
+            except ShapeError as exc:
+                raise self.fail(str(exc)) from None
             for key in ("self_cpu_s_per_step", "self_device_s_per_step"):
-                self.number(row, key, f"{where}.top_operators[{index}]", optional=True)
+                self.number(row, key, here)  # finite and not negative, as a baseline has always held them
         counts = None
         if raw.get("counts") is not None:
             try:
                 counts = Counts.from_dict(raw["counts"], f"{where}.counts")
             except (ShapeError, TypeError) as exc:
                 raise self.fail(str(exc)) from exc
-        return ConfigEntry([float(v) for v in losses], trials, operators, counts)
+        return ConfigEntry([float(v) for v in losses], trials, rows, counts)
 
 
 def rank_totals(rank: RankResult) -> dict[str, float]:

@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
-FINGERPRINT_FIELDS = (
-    "device_type",
-    "device_name",
-    "device_count",
-    "cuda",
-    "torch",
-    "cpu_model",
-    "cpu_capability",
-    "threads",
-)
+from perfgate.records.shapes import Environment, ShapeError
 
 
-def machine_fingerprint(environment: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Fingerprint:
+    """A machine type (`machine_fingerprint`): the fields a baseline entry is filed under, in a baseline file
+    as a table of all of them (`to_dict`). A field that does not apply, or that an entry written by hand leaves
+    out, is None."""
+
+    device_type: str | None = None  # "cpu" or "cuda"
+    device_name: str | None = None  # CUDA only
+    device_count: int | None = None
+    cuda: str | None = None  # CUDA only
+    torch: str | None = None
+    cpu_model: str | None = None  # the CPU only
+    cpu_capability: str | None = None  # the CPU only: the instruction set torch uses (`AVX2`, `AVX512`)
+    threads: int | None = None  # the CPU only
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "the fingerprint") -> Fingerprint:
+        """A baseline file's fingerprint table: a field it lacks is None and one perfgate does not know is
+        dropped (as perfgate always read them); a field of the wrong type is a ShapeError."""
+        if not isinstance(data, dict):
+            raise ShapeError(f"{what} is {type(data).__name__}, not a mapping")
+        values = {name: data.get(name) for name in FINGERPRINT_FIELDS}
+        for name, value in values.items():
+            kind = int if name in _COUNTS else str
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                raise ShapeError(f"{what} has {name} {value!r}, not {kind.__name__}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, in `FINGERPRINT_FIELDS` order, as a baseline file keeps it."""
+        return asdict(self)
+
+
+FINGERPRINT_FIELDS = tuple(Fingerprint.__dataclass_fields__)
+_COUNTS = ("device_count", "threads")  # the integers; the other fields are strings
+
+
+def machine_fingerprint(environment: Environment) -> Fingerprint:
     """The stable fields that decide which baseline a run may be compared with.
 
     Device model and count, CUDA and torch versions; for CPU runs the CPU model, the instruction set
@@ -25,45 +53,45 @@ def machine_fingerprint(environment: Mapping[str, Any]) -> dict[str, Any]:
     without the newer one) and the thread count. Never clock speeds, hostnames or anything else that
     changes between two runs on one machine type.
     """
-    device = environment.get("device") or {}
+    # Read from the JSON object the files keep, whose keys say what was recorded: a device without a
+    # recorded count is one device, an environment without a device is a CPU's.
+    document = environment.to_dict()
+    device = document.get("device") or {}
     on_cpu = device.get("type", "cpu") == "cpu"
-    return {
-        "device_type": device.get("type", "cpu"),
-        "device_name": None if on_cpu else device.get("name"),
-        "device_count": device.get("count", 1),
-        "cuda": None if on_cpu else environment.get("cuda"),
-        "torch": str(environment.get("torch")),
-        "cpu_model": (environment.get("cpu") or {}).get("model") if on_cpu else None,
-        "cpu_capability": cpu_capability(environment) if on_cpu else None,
-        "threads": environment.get("threads") if on_cpu else None,
-    }
-
-
-def cpu_capability(environment: Mapping[str, Any]) -> str | None:
-    """The CPU instruction set torch uses, as the environment recorded it (None before perfgate recorded it)."""
-    capability = (environment.get("cpu") or {}).get("capability")
-    return str(capability) if capability else None
-
-
-def fingerprint_key(fingerprint: dict[str, Any]) -> str:
-    """A readable key naming the machine type, used to file its baseline entries."""
-    if fingerprint.get("device_type") == "cpu":
-        threads = fingerprint.get("threads")
-        plural = "" if threads == 1 else "s"
-        model = fingerprint.get("cpu_model")
-        if fingerprint.get("cpu_capability"):
-            model = f"{model} ({fingerprint['cpu_capability']})"
-        return f"cpu {model}, {threads} thread{plural}, torch {fingerprint.get('torch')}"
-    return (
-        f"{fingerprint.get('device_count')}x {fingerprint.get('device_name')}, cuda {fingerprint.get('cuda')}, "
-        f"torch {fingerprint.get('torch')}"
+    return Fingerprint(
+        device_type=device.get("type", "cpu"),
+        device_name=None if on_cpu else device.get("name"),
+        device_count=device.get("count", 1),
+        cuda=None if on_cpu else document.get("cuda"),
+        torch=str(document.get("torch")),
+        cpu_model=(document.get("cpu") or {}).get("model") if on_cpu else None,
+        cpu_capability=cpu_capability(environment) if on_cpu else None,
+        threads=document.get("threads") if on_cpu else None,
     )
 
 
-def fingerprint_differences(wanted: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+def cpu_capability(environment: Environment) -> str | None:
+    """The CPU instruction set torch uses, as the environment recorded it (None before perfgate recorded it)."""
+    capability = None if environment.cpu is None else environment.cpu.capability
+    return str(capability) if capability else None
+
+
+def fingerprint_key(fingerprint: Fingerprint) -> str:
+    """A readable key naming the machine type, used to file its baseline entries."""
+    if fingerprint.device_type == "cpu":
+        threads = fingerprint.threads
+        plural = "" if threads == 1 else "s"
+        model = fingerprint.cpu_model
+        if fingerprint.cpu_capability:
+            model = f"{model} ({fingerprint.cpu_capability})"
+        return f"cpu {model}, {threads} thread{plural}, torch {fingerprint.torch}"
+    return f"{fingerprint.device_count}x {fingerprint.device_name}, cuda {fingerprint.cuda}, torch {fingerprint.torch}"
+
+
+def fingerprint_differences(wanted: Fingerprint, stored: Fingerprint) -> list[str]:
     """`field: stored != wanted` for each fingerprint field that differs."""
     return [
-        f"{name} {stored.get(name)!r} (this machine: {wanted.get(name)!r})"
+        f"{name} {getattr(stored, name)!r} (this machine: {getattr(wanted, name)!r})"
         for name in FINGERPRINT_FIELDS
-        if stored.get(name) != wanted.get(name)
+        if getattr(stored, name) != getattr(wanted, name)
     ]

@@ -39,9 +39,10 @@ from perfgate.records.baselines import (
     round_figure,
     version_hint,
 )
-from perfgate.records.fingerprint import FINGERPRINT_FIELDS, fingerprint_key
+from perfgate.records.fingerprint import Fingerprint, fingerprint_key
 from perfgate.records.locking import locked_folder
 from perfgate.records.results import write_text_atomic
+from perfgate.records.shapes import ShapeError
 
 MICRO_SCHEMA_VERSION = 1
 MICRO_FILE = "pytest-benchmark.yaml"
@@ -92,7 +93,7 @@ class Session:
 class MicroMachine:
     """One machine type's entry: its fingerprint and its benchmarks by name."""
 
-    fingerprint: dict[str, Any]
+    fingerprint: Fingerprint
     benchmarks: dict[str, MicroBenchmark]
 
 
@@ -165,31 +166,27 @@ class MicroStore:
             raise BaselineError(f"cannot read {self.path}: {exc}", hint="check the file") from exc
         return parse_micro_baseline(text, source=str(self.path))
 
-    def find(self, fingerprint: Mapping[str, Any]) -> dict[str, MicroBenchmark]:
-        machine = self.load().get(fingerprint_key(dict(fingerprint)))
+    def find(self, fingerprint: Fingerprint) -> dict[str, MicroBenchmark]:
+        machine = self.load().get(fingerprint_key(fingerprint))
         return machine.benchmarks if machine else {}
 
-    def write(
-        self, fingerprint: Mapping[str, Any], measured: Sequence[MicroBenchmark]
-    ) -> dict[str, MicroBenchmark | None]:
+    def write(self, fingerprint: Fingerprint, measured: Sequence[MicroBenchmark]) -> dict[str, MicroBenchmark | None]:
         """Store `measured` for this machine (other benchmarks and machines are kept); returns the previous ones."""
         with locked_folder(self.path.parent):
             return self._write(fingerprint, measured)
 
-    def _write(
-        self, fingerprint: Mapping[str, Any], measured: Sequence[MicroBenchmark]
-    ) -> dict[str, MicroBenchmark | None]:
+    def _write(self, fingerprint: Fingerprint, measured: Sequence[MicroBenchmark]) -> dict[str, MicroBenchmark | None]:
         machines = self.load()
-        key = fingerprint_key(dict(fingerprint))
+        key = fingerprint_key(fingerprint)
         stored = dict(machines[key].benchmarks) if key in machines else {}
         previous = {m.name: stored.get(m.name) for m in measured}
         stored.update({m.name: with_history(m, stored.get(m.name)) for m in measured})
-        machines[key] = MicroMachine({k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}, dict(sorted(stored.items())))
+        machines[key] = MicroMachine(fingerprint, dict(sorted(stored.items())))
         document = {
             "schema_version": MICRO_SCHEMA_VERSION,
             "machines": {
                 k: {
-                    "fingerprint": machines[k].fingerprint,
+                    "fingerprint": machines[k].fingerprint.to_dict(),
                     "benchmarks": {name: _to_dict(b) for name, b in machines[k].benchmarks.items()},
                 }
                 for k in sorted(machines)
@@ -236,7 +233,10 @@ def parse_micro_baseline(text: str, *, source: str) -> dict[str, MicroMachine]:
     for key, machine in reader.mapping(document.get("machines"), "machines").items():
         where = f"machines[{key!r}]"
         machine = reader.mapping(machine, where)
-        fingerprint = reader.mapping(machine.get("fingerprint"), f"{where}.fingerprint")
+        try:
+            fingerprint = Fingerprint.from_dict(reader.mapping(machine.get("fingerprint"), f"{where}.fingerprint"))
+        except ShapeError as exc:
+            raise reader.fail(f"{where}: {exc}") from None
         benchmarks = {}
         for name, raw in reader.mapping(machine.get("benchmarks"), f"{where}.benchmarks").items():
             here = f"{where}.benchmarks[{name!r}]"
@@ -272,6 +272,5 @@ def parse_micro_baseline(text: str, *, source: str) -> dict[str, MicroMachine]:
                 commit=commit if isinstance(commit, str) else None,
                 sessions=sessions,
             )
-        fingerprint = {k: fingerprint.get(k) for k in FINGERPRINT_FIELDS}
         machines[fingerprint_key(fingerprint)] = MicroMachine(fingerprint, benchmarks)
     return machines

@@ -321,11 +321,6 @@ class WorkloadResult:
     warnings: list[str] = field(default_factory=list)
     profiles: dict[str, Profile] = field(default_factory=dict)  # per config: trace and top operators
 
-    def __post_init__(self) -> None:
-        # Settings given as their JSON object (a caller not yet switched to WorkloadSettings) are read strictly.
-        if not isinstance(self.settings, WorkloadSettings):
-            object.__setattr__(self, "settings", WorkloadSettings.from_dict(self.settings))
-
     @property
     def counted_only(self) -> bool:
         """A `--counts-only` workload: every config that ran was counted, none timed."""
@@ -586,14 +581,6 @@ class RunResult:
     gate: GateRecord | None = None  # the check that measured it (`GateResult.to_record`)
     against: Against | None = None  # a paired check: the base side, measured beside this run
     micro: MicroSection | None = None  # pytest --perfgate: the pytest-benchmark tests' verdicts
-
-    def __post_init__(self) -> None:
-        # The environment or the gate given as its JSON object (a caller not yet switched to the types: tests'
-        # hand-made runs, `GateResult.to_record`) is read as a file's would be.
-        if not isinstance(self.environment, Environment):
-            object.__setattr__(self, "environment", Environment.from_dict(self.environment))
-        if self.gate is not None and not isinstance(self.gate, GateRecord):
-            object.__setattr__(self, "gate", GateRecord.from_dict(self.gate))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document: raw trials and, next to them, the summaries the table shows."""

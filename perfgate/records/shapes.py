@@ -9,7 +9,8 @@ by `from_dict` strictly: an unknown or missing key is a ShapeError naming it, ne
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -297,12 +298,47 @@ class SystemSummary:
 
 
 @dataclass(frozen=True)
+class OperatorRow:
+    """One operator of a profile's table (`measure.profiling.top_operators`): its name, and per timed step how
+    many times it ran and its self time on the CPU and on the device, in seconds. A figure keeps the type the
+    file gave it (an int stays an int), so a file read and written again is the same bytes."""
+
+    name: str
+    calls_per_step: float
+    self_cpu_s_per_step: float
+    self_device_s_per_step: float
+
+    @property
+    def self_s(self) -> float:
+        """Its self time per step, CPU and device together."""
+        return float(self.self_cpu_s_per_step) + float(self.self_device_s_per_step)
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str = "an operator of a profile") -> OperatorRow:
+        record = _check(data, _OPERATOR_FIELDS, what)
+        if not isinstance(record["name"], str):
+            raise ShapeError(f"{what} has a name that is not a string")
+        for name in _OPERATOR_FIELDS[1:]:
+            value = record[name]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+                raise ShapeError(f"{what} has {name} {value!r}, not a finite number")
+        return cls(**record)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, int) or math.isfinite(value)  # an int however long: math.isfinite could overflow
+
+
+@dataclass(frozen=True)
 class Profile:
     """A profiling trial's outcome for one config (`--profile`): its trace file and the operators with the most
     self time per step, or, when it measured nothing, why (`failure`)."""
 
     trace: str | None = None
-    top_operators: list[dict[str, Any]] = field(default_factory=list)  # name, calls and self time per step
+    top_operators: list[OperatorRow] = field(default_factory=list)
     failure: str | None = None
 
     @classmethod
@@ -310,15 +346,22 @@ class Profile:
         if isinstance(data, dict) and "failure" in data:
             return cls(failure=_check(data, ("failure",), "a failed profile")["failure"])
         record = _check(data, ("trace", "top_operators"), "a profile")
-        return cls(trace=record["trace"], top_operators=record["top_operators"])
+        rows = record["top_operators"]
+        if not isinstance(rows, list):
+            raise ShapeError("a profile has top_operators that are not a list")
+        return cls(
+            trace=record["trace"],
+            top_operators=[OperatorRow.from_dict(row, f"a profile's top_operators[{i}]") for i, row in enumerate(rows)],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         if self.failure is not None:
             return {"failure": self.failure}
-        return {"trace": self.trace, "top_operators": self.top_operators}
+        return {"trace": self.trace, "top_operators": [row.to_dict() for row in self.top_operators]}
 
 
 _PEAK_MEMORY_FIELDS = tuple(PeakMemory.__dataclass_fields__)
+_OPERATOR_FIELDS = tuple(OperatorRow.__dataclass_fields__)
 _PEAK_MEMORY_OPTIONAL = ("setup_bytes", "process_bytes", "loader_workers_bytes", "loader_workers")
 _AUTOCAST_FIELDS = tuple(AutocastCheck.__dataclass_fields__)
 _COUNTS_FIELDS = tuple(Counts.__dataclass_fields__)
@@ -529,12 +572,9 @@ class CpuInfo:
 
 
 @dataclass(frozen=True)
-class Environment(Mapping[str, Any]):
+class Environment:
     """Versions, device, CPU, threads, platform and git state of a run (`RunResult.environment`, a baseline
-    entry's `environment`).
-
-    Also a read-only mapping of the JSON object it is (`env.get("device")` is that object's `device`), for the
-    readers not yet switched to the attributes (`records.fingerprint`, the pytest plugin)."""
+    entry's `environment`)."""
 
     python: str | None = None
     platform: str | None = None
@@ -564,19 +604,6 @@ class Environment(Mapping[str, Any]):
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the files keep."""
         return _open_to_dict(self, _ENVIRONMENT_KINDS, _ENVIRONMENT_KINDS)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._document[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._document)
-
-    def __len__(self) -> int:
-        return len(self._document)
-
-    @property
-    def _document(self) -> dict[str, Any]:
-        return self.to_dict()
 
 
 _GIT_KINDS: dict[str, tuple[type, ...]] = {"sha": (str,), "branch": (str,), "dirty": (bool,), "shallow": (bool,)}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from perfgate.records.shapes import Distributed, PeakMemory
 
@@ -51,11 +51,6 @@ class Spread:
         if not values:
             raise ValueError("Spread.of needs at least one value")
         return cls(statistics.median(values), min(values), max(values), len(values))
-
-
-def operator_self_s(row: Mapping[str, Any]) -> float:
-    """An operator's self time per step in a profile's table, CPU and device together."""
-    return float(row.get("self_cpu_s_per_step", 0.0)) + float(row.get("self_device_s_per_step", 0.0))
 
 
 def combine(rates: Sequence[float]) -> float | None:

@@ -233,7 +233,7 @@ def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[
         return []
     from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 
-    machine = fingerprint_key(machine_fingerprint(result.run.environment.to_dict()))
+    machine = fingerprint_key(machine_fingerprint(result.run.environment))
     recorded = {(w, c): runs for (w, c, m), runs in runs_of(history).items() if m == machine}
     measured = {w.name: w for w in result.run.workloads}
     trends = []

@@ -667,12 +667,8 @@ def limits_text(threshold: float) -> str:
 def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
     """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
     None when they come from the same machine type."""
-    old, new = (machine_fingerprint(run.environment.to_dict()) for run in (baseline, candidate))
-    differences = [
-        f"{name} {old.get(name)!r} -> {new.get(name)!r}"
-        for name in FINGERPRINT_FIELDS
-        if old.get(name) != new.get(name)
-    ]
+    old, new = (machine_fingerprint(run.environment).to_dict() for run in (baseline, candidate))
+    differences = [f"{name} {old[name]!r} -> {new[name]!r}" for name in FINGERPRINT_FIELDS if old[name] != new[name]]
     return "; ".join(differences) or None
 
 

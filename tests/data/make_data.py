@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 
 from perfgate.records.baselines import BaselineStore
-from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import PeakMemory
+from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult, WorkloadSettings
+from perfgate.records.shapes import Environment, PeakMemory
 
 DATA = Path(__file__).resolve().parent
 RESULTS = DATA / "results-v2.json"  # not results.json: .gitignore leaves that name out
@@ -31,19 +31,21 @@ PEAK_BYTES = {"fp32": 50 << 20, "bf16": 30 << 20}
 SHARES = {"data_wait": 0.05, "h2d": 0.0, "forward": 0.35, "backward": 0.5, "optimizer": 0.1}
 
 
-def environment(sha: str) -> dict:
+def environment(sha: str) -> Environment:
     """A 2-core CPU machine; only the commit differs between the baseline's run and the candidate's."""
-    return {
-        "python": "3.11.7",
-        "platform": "Linux-6.1-x86_64",
-        "torch": "2.13.0+cpu",
-        "cuda": None,
-        "cudnn": None,
-        "device": {"type": "cpu", "name": "Test CPU", "count": 1, "driver": None},
-        "cpu": {"model": "Test CPU", "logical_cores": 2, "available_cores": 2},
-        "threads": 2,
-        "git": {"sha": sha, "branch": "main", "dirty": False, "shallow": False},
-    }
+    return Environment.from_dict(
+        {
+            "python": "3.11.7",
+            "platform": "Linux-6.1-x86_64",
+            "torch": "2.13.0+cpu",
+            "cuda": None,
+            "cudnn": None,
+            "device": {"type": "cpu", "name": "Test CPU", "count": 1, "driver": None},
+            "cpu": {"model": "Test CPU", "logical_cores": 2, "available_cores": 2},
+            "threads": 2,
+            "git": {"sha": sha, "branch": "main", "dirty": False, "shallow": False},
+        }
+    )
 
 
 def trial(config: str, index: int, samples_per_sec: float) -> TrialResult:
@@ -86,16 +88,18 @@ def run(created_at: str, sha: str, rates: dict[str, list[float | None]]) -> RunR
     workload = WorkloadResult(
         name="mlp",
         reference="perf/mlp.py:mlp",
-        settings={
-            "batch_size": BATCH_SIZE,
-            "steps": STEPS,
-            "warmup_steps": 1,
-            "seed": 0,
-            "trials": max(len(r) for r in rates.values()),
-            "device": "cpu",
-            "threads": 2,
-            "loader": {},
-        },
+        settings=WorkloadSettings.from_dict(
+            {
+                "batch_size": BATCH_SIZE,
+                "steps": STEPS,
+                "warmup_steps": 1,
+                "seed": 0,
+                "trials": max(len(r) for r in rates.values()),
+                "device": "cpu",
+                "threads": 2,
+                "loader": {},
+            }
+        ),
         data_checksum=CHECKSUM,
         first_losses=FIRST_LOSSES,
         configs=configs,

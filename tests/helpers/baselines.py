@@ -3,20 +3,18 @@ commit) and one for the gate's verdicts (workload w, samples/s and the machine p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.records.fingerprint import Fingerprint
 from perfgate.records.results import WorkloadSettings
+from perfgate.records.shapes import GitState
 
 # -- the baseline store ----------------------------------------------------------------------------------
 
-STORE_FINGERPRINT = {
-    "device_type": "cpu",
-    "device_name": None,
-    "device_count": 1,
-    "cuda": None,
-    "torch": "2.13.0+cpu",
-    "cpu_model": "AMD EPYC",
-    "threads": 2,
-}
+STORE_FINGERPRINT = Fingerprint(
+    device_type="cpu", device_name=None, device_count=1, cuda=None, torch="2.13.0+cpu", cpu_model="AMD EPYC", threads=2
+)
 
 
 def store_entry(
@@ -28,10 +26,10 @@ def store_entry(
     ]
     return BaselineEntry(
         workload="gpt-small",
-        fingerprint={**STORE_FINGERPRINT, "cpu_model": cpu_model},
+        fingerprint=replace(STORE_FINGERPRINT, cpu_model=cpu_model),
         measured_at="2026-11-22T10:00:00+00:00",
         perfgate_version="0.1.0",
-        git={"sha": "0123456789abcdef", "branch": "main", "dirty": False},
+        git=GitState.from_dict({"sha": "0123456789abcdef", "branch": "main", "dirty": False}),
         reference="perf.py:gpt_small",
         settings=WorkloadSettings(batch_size=8, steps=10, warmup_steps=1, seed=0, trials=3),
         data_checksum=checksum,
@@ -41,13 +39,7 @@ def store_entry(
 
 # -- the gate's verdicts ---------------------------------------------------------------------------------
 
-GATE_FINGERPRINT = {
-    "device_type": "cpu",
-    "device_count": 1,
-    "torch": "2.13.0+cpu",
-    "cpu_model": "AMD EPYC",
-    "threads": 2,
-}
+GATE_FINGERPRINT = Fingerprint(device_type="cpu", device_count=1, torch="2.13.0+cpu", cpu_model="AMD EPYC", threads=2)
 
 
 def gate_entry(samples_per_sec, probe_steps_per_sec=None, peak_mib=50):

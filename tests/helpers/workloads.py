@@ -10,6 +10,24 @@ TINY_FILE = WORKLOADS / "tiny.py"  # a correct workload, and one function for ea
 GATED = f"{WORKLOADS / 'gated.py'}:gated"  # the gate's end-to-end workload, faults planted by PERFGATE_TEST_PLANT
 
 
+# The optimizer of the workloads the tests write out as source, a plain SGD step written by hand:
+# torch.optim's optimizers import torch._dynamo, 1-2 s of each trial process. Its module imports torch.
+PLAIN_SGD = """\
+class PlainSGD:  # by hand: torch.optim's optimizers import torch._dynamo, 1-2 s of each trial process
+    def __init__(self, params):
+        self.params = list(params)
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            p -= 0.01 * p.grad
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+"""
+
+
 PACED = """\
 import time
 
