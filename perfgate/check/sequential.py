@@ -106,9 +106,9 @@ def decide_sequentially(
 
     latest: list[GateResult] = []
 
-    def look(final: bool) -> list[tuple[str, str]]:
+    def look(final: bool, among: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
         latest.append(judge(final))
-        return open_configs(latest[-1])
+        return open_configs(latest[-1], among)
 
     def say(pending: Sequence[tuple[str, str]]) -> None:
         if notify:
@@ -117,8 +117,8 @@ def decide_sequentially(
     budget_ended = measure_until_decided(look, lambda pending: run_more(list(pending)), fits(budget_s), say)
     result = latest[-1]
     stopped = f"time budget {budget_s:g} s reached"
-    extended = [key for key in open_configs(result) if key in _intermittent_keys(result)] if extend else []
-    if budget_ended and extend is not None and extended:
+    extended = [key for key in open_configs(result) if key in _intermittent_keys(result)] if budget_ended else []
+    if extend is not None and extended:
         extend(extended)
         limit_s = budget_s * (1 + EXTENSION_BUDGETS)
         if notify:
@@ -127,11 +127,9 @@ def decide_sequentially(
                 f"measuring on past the time budget, up to {most} {unit}s or {limit_s:g} s in all"
             )
 
-        def look_extended(final: bool) -> list[tuple[str, str]]:
-            latest.append(judge(final))
-            return open_configs(latest[-1], extended)
-
-        budget_ended = measure_until_decided(look_extended, lambda pending: run_more(list(pending)), fits(limit_s), say)
+        budget_ended = measure_until_decided(
+            lambda final: look(final, extended), lambda pending: run_more(list(pending)), fits(limit_s), say
+        )
         result = latest[-1]
         stopped = f"time budget {budget_s:g} s and its extension to {limit_s:g} s reached"
     still_open = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
