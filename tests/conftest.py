@@ -2,11 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.helpers.cli import run_in_process
 from tests.helpers.packaging import build_distributions
+from tests.helpers.sharing import MachineLock, runs_alone, shared_files_first
 from tests.helpers.workloads import GATED
+
+_MACHINE_LOCK = pytest.StashKey[MachineLock]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the base folder
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker takes the suite's machine lock around every test (tests/helpers/sharing.py):
+    a test that reads timings runs alone, the others beside each other."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # The workers' base folders are popen-gwN inside the run's own: its files are the run's, and pytest's
+        # rotation of old base folders removes them.
+        run_folder = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+        config.stash[_MACHINE_LOCK] = MachineLock(run_folder, workerinput["testrunuid"])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _MACHINE_LOCK in config.stash:
+        shared_files_first(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """From the test's setup (its module and session fixtures' too) to its teardown."""
+    lock = item.config.stash.get(_MACHINE_LOCK, None)
+    if lock is None:
+        return (yield)
+    lock.acquire(alone=runs_alone(item))
+    try:
+        return (yield)
+    finally:
+        lock.release()
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,9 @@ import pytest
 from tests.helpers.cli import console_script, run_console_script, run_main
 from tests.helpers.workloads import TINY_FILE as TINY
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 
 def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
     assert result.returncode == code, result.stderr

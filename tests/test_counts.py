@@ -16,6 +16,9 @@ from perfgate.records.shapes import Counts
 from perfgate.references import resolve_references
 from tests.helpers.workloads import WORKLOADS
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 
 def mlp_step(keep: list[torch.Tensor] | None = None, extra_ops: int = 0):
     """A real training step of a two-layer MLP (AdamW), and its model, optimizer and batch."""

@@ -16,6 +16,9 @@ from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
 from tests.helpers.workloads import WORKLOADS
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 SOURCE = (WORKLOADS / "outside_gpt2.py").read_text(encoding="utf-8")
 
 

@@ -13,6 +13,9 @@ from perfgate.measure.trial import TrialSpec, run_trial
 from perfgate.references import resolve_references
 from tests.helpers.cli import run_in_process
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
 
 

@@ -14,6 +14,9 @@ from perfgate.measure.trial import TrialSpec
 from perfgate.references import resolve_references
 from tests.workloads.tiny import _tiny
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
 
 

@@ -18,6 +18,9 @@ from perfgate.records.results import FAILURE_KINDS, TrialRecord, TrialResult
 from perfgate.records.shapes import AutocastCheck, OperatorRow, PeakMemory, Profile, UsageSpread
 from perfgate.references import resolve_references
 
+# Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
+pytestmark = pytest.mark.shares_machine
+
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
 
 
