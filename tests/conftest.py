@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # rotation of old base folders removes them.
         run_folder = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
         config.stash[_MACHINE_LOCK] = MachineLock(run_folder, workerinput["testrunuid"])
+        # The pytest sessions that tests start are no xdist workers: with these inherited, pytest-benchmark
+        # would take them for one and gate nothing.
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            os.environ.pop(name, None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
