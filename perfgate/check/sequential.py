@@ -114,10 +114,14 @@ def decide_sequentially(
         if notify:
             notify(f"inconclusive so far: {_names(pending)}; running one more {unit} of each")
 
-    budget_ended = measure_until_decided(look, lambda pending: run_more(list(pending)), fits(budget_s), say)
+    def more(pending: Sequence[tuple[str, str]]) -> None:
+        run_more(list(pending))
+
+    budget_ended = measure_until_decided(look, more, fits(budget_s), say)
     result = latest[-1]
     stopped = f"time budget {budget_s:g} s reached"
-    extended = [key for key in open_configs(result) if key in _intermittent_keys(result)] if budget_ended else []
+    extensible = budget_ended and extend is not None
+    extended = [key for key in open_configs(result) if key in _intermittent_keys(result)] if extensible else []
     if extend is not None and extended:
         extend(extended)
         limit_s = budget_s * (1 + EXTENSION_BUDGETS)
@@ -127,9 +131,7 @@ def decide_sequentially(
                 f"measuring on past the time budget, up to {most} {unit}s or {limit_s:g} s in all"
             )
 
-        budget_ended = measure_until_decided(
-            lambda final: look(final, extended), lambda pending: run_more(list(pending)), fits(limit_s), say
-        )
+        budget_ended = measure_until_decided(lambda final: look(final, extended), more, fits(limit_s), say)
         result = latest[-1]
         stopped = f"time budget {budget_s:g} s and its extension to {limit_s:g} s reached"
     still_open = any(v.status == Status.INCONCLUSIVE for v in result.verdicts)
