@@ -22,7 +22,9 @@ def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_pat
     results = tmp_path / "planted.json"
     result = run_in_process(
         "calibrate", TINY, "--pairs", "2", "--trials", "2", "--max-trials", "2", "--time-budget", "40",
-        "--slowdown", "90%", "--json", str(results), "--quiet", cwd=tmp_path,
+        "--slowdown", "90%", "--json", str(results), "--quiet",
+        "--fork-trials",  # the subject is what calibrate reports, not how a trial process starts
+        cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "calibration: this runner, the working tree against itself" in result.stdout

@@ -230,7 +230,7 @@ def test_selection_with_k_picks_single_configs(pytester):
 PACED = """
 import time
 
-from tiny import Points, mlp, mse
+from tiny import PlainSGD, Points, mlp, mse
 
 import perfgate
 
@@ -243,7 +243,9 @@ def paced_loss(model, batch):
 
 
 def paced():
-    return perfgate.Workload(name="paced", model=mlp, dataset=Points, loss=paced_loss, batch_size=8, steps=4)
+    return perfgate.Workload(
+        name="paced", model=mlp, dataset=Points, loss=paced_loss, optimizer=PlainSGD, batch_size=8, steps=4
+    )
 """
 
 
