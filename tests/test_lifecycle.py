@@ -4,7 +4,8 @@ Real processes throughout: a paired check (`python -m perfgate check --against`)
 killed with SIGKILL or SIGHUP while its trials run; the next check in the same repository and temporary
 folder; a lab whose second workload's DataLoader raises in its worker; the watch launcher
 (`perfgate.measure.watch`) under a parent that is killed. Each check runs with TMPDIR in the test's folder,
-so the base worktree and the scratch folders perfgate makes are found there.
+so the base worktree and the scratch folders perfgate makes are found there. The lab runs through
+`perfgate.cli.main` in the test's process (`run_in_process`), its trials real processes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from perfgate import _files, naming
 from perfgate.errors import UsageError
 from perfgate.judge.acceptance import AcceptanceError, parse_acceptance
 from perfgate.project import parse_count, parse_fraction
-from tests.helpers.cli import CliResult, run_cli, run_main
+from tests.helpers.cli import CliResult, run_in_process, run_main
 from tests.helpers.git import commit, git, new_repository
 from tests.helpers.workloads import PLAIN_SGD, TINY_FILE
 
@@ -100,10 +101,22 @@ def restore_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-def start_check(repo: Path, tmp: Path, sleep_s: float) -> subprocess.Popen[str]:
+def start_check(repo: Path, tmp: Path, sleep_s: float, *extra: str) -> subprocess.Popen[str]:
+    """`perfgate check --against HEAD~1` in a process of its own, FAST and ONE_AFTER_THE_OTHER, then `extra`."""
     env = {**os.environ, "TMPDIR": str(tmp), "LIFECYCLE_SLEEP_S": str(sleep_s)}
     return subprocess.Popen(
-        [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", *FAST, ONE_AFTER_THE_OTHER],
+        [
+            sys.executable,
+            "-m",
+            "perfgate",
+            "check",
+            WORKLOAD,
+            "--against",
+            "HEAD~1",
+            *FAST,
+            ONE_AFTER_THE_OTHER,
+            *extra,
+        ],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
@@ -175,16 +188,35 @@ def stop_leftovers(processes: list[psutil.Process]) -> None:
 # --- A killed check leaves no trial running -------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def killed_checks(tmp_path_factory):
+    """`killed(signum)`: (repo, its TMPDIR, the processes the check had started) of a paired check killed with
+    `signum` while its trials ran, in a repository of its own; one kill per signal for the module, so that the
+    SIGKILL case and the next check after a SIGKILL read the same killed check. Whatever the kills started and
+    a failing test left running is stopped at the module's end."""
+    done: dict[int, tuple[Path, Path, list[psutil.Process]]] = {}
+
+    def killed(signum: int) -> tuple[Path, Path, list[psutil.Process]]:
+        if signum not in done:
+            folder = tmp_path_factory.mktemp(f"killed-{signal.Signals(signum).name}")
+            repo = make_repo(folder / "repo")
+            tmp = folder / "tmp"
+            tmp.mkdir()
+            done[signum] = (repo, tmp, kill_while_trials_run(repo, tmp, signum))
+        return done[signum]
+
+    yield killed
+    for _, _, started in done.values():
+        stop_leftovers(started)
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="POSIX signals")
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
-def test_a_killed_paired_check_leaves_no_trial_running(tmp_path, signum):
+def test_a_killed_paired_check_leaves_no_trial_running(killed_checks, signum):
     """Trials run in sessions of their own (Ctrl-C reaches perfgate alone): before the watch, a check killed
     outright left its trials running under PID 1 until they finished."""
-    repo = make_repo(tmp_path / "repo")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    started = kill_while_trials_run(repo, tmp, signum)
+    _, _, started = killed_checks(signum)
     try:
         deadline = time.monotonic() + 15
         while running(started) and time.monotonic() < deadline:
@@ -197,11 +229,8 @@ def test_a_killed_paired_check_leaves_no_trial_running(tmp_path, signum):
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
-def test_the_next_check_removes_a_killed_checks_worktree_and_folders(tmp_path):
-    repo = make_repo(tmp_path / "repo")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    started = kill_while_trials_run(repo, tmp, signal.SIGKILL)
+def test_the_next_check_removes_a_killed_checks_worktree_and_folders(killed_checks):
+    repo, tmp, started = killed_checks(signal.SIGKILL)  # the SIGKILL case's killed check, when it ran first
     try:
         deadline = time.monotonic() + 15
         while running(started) and time.monotonic() < deadline:
@@ -210,7 +239,9 @@ def test_the_next_check_removes_a_killed_checks_worktree_and_folders(tmp_path):
         (left_worktree,) = [w for w in worktrees(repo) if w != repo.resolve()]
         assert left_worktree.parent.parent == tmp.resolve()
         assert len(left_behind(tmp)) >= 2, left_behind(tmp)  # perfgate-base-* and the session's perfgate-*
-        next_check = start_check(repo, tmp, sleep_s=0.0)
+        # The subject is what the next check removes before it measures, not its pairs: one pair, its trials
+        # forked from one server a side.
+        next_check = start_check(repo, tmp, 0.0, "--trials", "1", "--max-trials", "1", "--fork-trials")
         stdout, stderr = next_check.communicate(timeout=300)
         assert next_check.returncode in (0, 1), stdout + stderr  # a verdict (the code is the same on both sides)
         assert worktrees(repo) == [repo.resolve()]
@@ -311,11 +342,14 @@ def bad():
 
 
 @pytest.mark.e2e
-def test_one_failing_workload_keeps_the_others_results(tmp_path):
+def test_one_failing_workload_keeps_the_others_results(tmp_path, monkeypatch):
     (tmp_path / "two.py").write_text(TWO_WORKLOADS, encoding="utf-8")
     results = tmp_path / "r.json"
     env = {"PYTHONPATH": os.pathsep.join([str(TINY_FILE.parent), os.environ.get("PYTHONPATH", "")])}
-    result = run_cli(
+    # In this process (the trials are real processes either way, with `tiny` on their PYTHONPATH): `tiny` is
+    # importable here too, as PYTHONPATH makes it for a fresh `perfgate` process.
+    monkeypatch.syspath_prepend(str(TINY_FILE.parent))
+    result = run_in_process(
         "run",
         "--quiet",
         *("--configs", "fp32", "--threads", "1", "--trials", "2"),
@@ -324,7 +358,6 @@ def test_one_failing_workload_keeps_the_others_results(tmp_path):
         "two.py:bad",
         cwd=tmp_path,
         env=env,
-        timeout=300,
     )
     assert result.returncode == 4, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
