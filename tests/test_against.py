@@ -305,14 +305,27 @@ def test_report_and_compare_read_a_paired_results_file_and_name_the_paired_mode(
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "fork", [(), ("--fork-trials",), ("--no-interleaved-pairs",)], ids=["interleaved", "forked", "in-turn"]
+    "fork",
+    [(), ("--fork-trials",), ("--no-interleaved-pairs", "--fork-trials")],
+    ids=["interleaved", "forked", "in-turn"],
 )
 def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(fork, tmp_path):
-    """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after three pairs. Pairs
-    take turns at the steps unless --no-interleaved-pairs runs them one after the other."""
+    """20 ms of sleep in every step of a 1-3 ms step: ten times slower, decided after four pairs. Pairs
+    take turns at the steps unless --no-interleaved-pairs runs them one after the other.
+
+    The pairs run in turn fork their trials too: what that mode covers is the order of a pair's two trials,
+    not how a trial process starts (fresh processes are the interleaved mode's, and every other check's
+    here), and eight fresh processes one after the other were this file's slowest check.
+
+    One timed round a trial (`--rounds 1`): calibrated rounds would stretch every pair after the first to
+    several seconds of timed steps, which the verdict on a tenfold slowdown does not need (the sleep is a
+    floor under every head step, so no noise makes the head fast, and noise that made a base trial of about
+    30 ms twice as slow would still leave a fivefold gap). The calibration itself is tested on the A/A pair
+    below (test_the_first_pair_calibrates_the_rounds_both_sides_of_every_later_pair_run)."""
     repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
     tmp = tmp_path / "tmp"
-    more = ("--max-trials", "5", "--time-budget", "90", *fork)  # a noisy pair or two may need one more look
+    # Four pairs are the fewest that may call a regression (MIN_DECIDING); a noisy one may need one more look.
+    more = ("--max-trials", "5", "--time-budget", "90", "--rounds", "1", *fork)
     result = run_in_process("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "compared with: paired: the working tree" in result.stdout

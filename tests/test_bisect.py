@@ -91,8 +91,9 @@ def test_a_real_bisection_in_worktrees_names_the_commit(tmp_path):
     (repo / "paced.py").write_text(paced_source(0.0, samples=64, steps=4))  # the working tree is neither side
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    # four pairs: fewer call nothing
-    args = ("--configs", "fp32", "--threads", "1", "--trials", "4", "--max-trials", "4", "--quiet")
+    # four pairs: fewer call nothing. One timed round a trial: calibrated rounds would stretch the three pairs
+    # after the first to seconds of timed steps each, which a fivefold slowdown made of sleeps does not need.
+    args = ("--configs", "fp32", "--threads", "1", "--trials", "4", "--max-trials", "4", "--rounds", "1", "--quiet")
     result = run_in_process("bisect", "HEAD~1", "HEAD", "paced.py:paced", *args, cwd=repo, env={"TMPDIR": str(tmp)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"first bad commit: {bad}\n" in result.stdout
