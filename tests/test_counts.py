@@ -128,20 +128,36 @@ def count_trial(tmp_path, config: str = "fp32", *, layers: int = 2, plant: str =
     return record.result.counts
 
 
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """`count_trial`, each distinct trial run once for the module: the plain 2-layer counting trial, which three
+    tests compare against, is one real trial process instead of three (the counts are exact, the same in every run)."""
+    scratch = tmp_path_factory.mktemp("gpt2")
+    done: dict[tuple, Counts] = {}
+
+    def trial(config: str = "fp32", *, layers: int = 2, plant: str = "", timed: bool = False) -> Counts:
+        key = (config, layers, plant, timed)
+        if key not in done:
+            done[key] = count_trial(scratch, config, layers=layers, plant=plant, timed=timed)
+        return done[key]
+
+    return trial
+
+
 def same_counts(a: Counts, b: Counts) -> bool:
     return {**a.to_dict(), "counting_s": 0} == {**b.to_dict(), "counting_s": 0}
 
 
 @pytest.mark.e2e
-def test_gpt2_counts_are_the_same_in_two_runs_and_in_a_timed_trial(tmp_path):
-    first = count_trial(tmp_path)
-    assert same_counts(first, count_trial(tmp_path, layers=2, plant="", timed=True))
+def test_gpt2_counts_are_the_same_in_two_runs_and_in_a_timed_trial(gpt2):
+    first = gpt2()
+    assert same_counts(first, gpt2(layers=2, plant="", timed=True))
     assert first.parameters > 100_000 and first.operators_per_step and first.allocated_peak_bytes
 
 
 @pytest.mark.e2e
-def test_one_more_gpt2_block_adds_its_flops_exactly(tmp_path):
-    one, two, three = (count_trial(tmp_path, layers=n) for n in (1, 2, 3))
+def test_one_more_gpt2_block_adds_its_flops_exactly(gpt2):
+    one, two, three = (gpt2(layers=n) for n in (1, 2, 3))
     assert one.flops_per_sample and two.flops_per_sample and three.flops_per_sample
     d, t = 64, 32  # n_embd and the sequence: a block's matmuls are 24 d^2 a token, attention 4 t d; x3 with backward
     block = 3 * (24 * d * d * t + 4 * t * t * d)
@@ -152,18 +168,18 @@ def test_one_more_gpt2_block_adds_its_flops_exactly(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_slow_getitem_leaves_every_count_unchanged_and_a_kept_activation_raises_the_peak(tmp_path):
-    plain = count_trial(tmp_path)
-    assert same_counts(plain, count_trial(tmp_path, plant="slowitem"))
-    kept = count_trial(tmp_path, plant="keep")
+def test_a_slow_getitem_leaves_every_count_unchanged_and_a_kept_activation_raises_the_peak(gpt2):
+    plain = gpt2()
+    assert same_counts(plain, gpt2(plant="slowitem"))
+    kept = gpt2(plant="keep")
     assert kept.flops_per_sample == plain.flops_per_sample and kept.parameters == plain.parameters
     assert kept.allocated_peak_bytes == plain.allocated_peak_bytes + 8 * 32 * 256 * 4  # the logits' copy  # type: ignore[operator]
 
 
 @pytest.mark.e2e
-def test_a_graph_break_planted_in_forward_is_counted_with_its_place(tmp_path):
-    plain = count_trial(tmp_path, "bf16-compile")
-    broken = count_trial(tmp_path, "bf16-compile", plant="graphbreak")
+def test_a_graph_break_planted_in_forward_is_counted_with_its_place(gpt2):
+    plain = gpt2("bf16-compile")
+    broken = gpt2("bf16-compile", plant="graphbreak")
     assert plain.graph_breaks is not None and broken.graph_breaks is not None
     assert broken.graph_breaks > plain.graph_breaks
     planted = [place for place in broken.break_places if "outside_gpt2.py" in place]

@@ -100,19 +100,21 @@ def test_progress_names_each_trial_as_it_finishes(builtin_lab):
     assert "[6/6] vision-small " in stderr
 
 
-def test_a_workload_loaded_from_a_file_path(tmp_path):
-    _, document = run_json(tmp_path, f"{TINY}:tiny_workers", "--configs", "fp32", "--trials", "1", "--quiet")
+def test_a_workload_loaded_from_a_file_path_and_the_labs_table_as_markdown_rendered_again(
+    tmp_path, monkeypatch, capsys
+):
+    """One trial process for two subjects: a workload loaded from a file path, and `run --markdown` whose
+    table `perfgate report` renders again from the results file."""
+    markdown = tmp_path / "lab.md"
+    _, document = run_json(
+        tmp_path, f"{TINY}:tiny_workers", "--configs", "fp32", "--trials", "1", "--quiet", "--markdown", str(markdown)
+    )
     validate_results(document)
     (workload,) = document["workloads"]
     assert workload["name"] == "tiny-workers"
     assert [t["trial"] for t in workload["configs"]["fp32"]["trials"]] == [0]
     assert workload["warnings"] == []
     assert workload["settings"]["threads"] >= 1
-
-
-def test_run_writes_the_labs_table_as_markdown_and_report_renders_it_again(tmp_path, monkeypatch, capsys):
-    markdown = tmp_path / "lab.md"
-    run_json(tmp_path, f"{TINY}:tiny", "--configs", "fp32", "--trials", "1", "--quiet", "--markdown", str(markdown))
     written = markdown.read_text()
     assert written.startswith(MARKER + "\n### perfgate run: the lab's table\n\n1 workload measured; no verdict")
     assert "| fp32 | " in written and "baseline" not in written.replace("against the baselines", "")
