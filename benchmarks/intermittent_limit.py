@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import time
 
@@ -73,12 +74,18 @@ def pairs_for(probability: float, share: float, alpha: float) -> int:
     return n
 
 
+def capped_rule(cap: int, reserve: float) -> oc.Rule:
+    """perfgate's rule with the extension capped at `cap` pairs, not by time, and `reserve` held back at the
+    budget's look (`operating_characteristic.extension_plan` reads both from that module)."""
+    oc.RESERVE = reserve
+    oc.EXTENSION_BUDGETS = float(cap)  # no time cap: the pairs cap it
+    return oc.Rule("capped", False, oc.DEFAULT_SPENDING, cap, extension=True)
+
+
 def rule_rates(rng: np.random.Generator, reps: int, cap: int, reserve: float) -> tuple[float, float, float, float]:
     """perfgate's rule with the extension capped at `cap` pairs and `reserve` held back: P(fail) intermittent
     (1/3 at 2x), its mean pairs, A/A with a neighbour, 7.5% at 6% noise."""
-    oc.RESERVE = reserve
-    oc.EXTENSION_BUDGETS = float(cap)  # no time cap: the pairs cap it
-    rule = oc.Rule("capped", False, oc.DEFAULT_SPENDING, cap, extension=True)
+    rule = capped_rule(cap, reserve)
 
     def outcome(noise: float, **kwargs: float) -> oc.Outcome:
         base, head = oc.paired_draws(rng, (reps, cap), noise, **kwargs)
@@ -114,24 +121,12 @@ def sign_decide(differences: np.ndarray, n: int, alpha: float, final: bool, shar
 def sign_rates(rng: np.random.Generator, reps: int, cap: int, share: float) -> tuple[float, float]:
     """P(fail) of the intermittent slowdown (1/3 at 2x) and of A/A with a neighbour in 3 pairs of 10, the
     extension's looks by `sign_decide`."""
-    oc.RESERVE = oc.EXTENSION_RESERVE
-    oc.EXTENSION_BUDGETS = float(cap)
-    rule = oc.Rule("capped", False, oc.DEFAULT_SPENDING, cap, extension=True)
+    rule = capped_rule(cap, oc.EXTENSION_RESERVE)
     rates = []
     for kwargs in ({"slow_path": 1 / 3}, {"neighbour": 0.3}):
         base, head = oc.paired_draws(rng, (reps, cap), 0.03, **kwargs)
-        differences = np.log(head) - np.log(base)
-        looks, sizes = [], []
-        for n, alpha, _, final in oc.plan(rule, cap, BUDGET):
-            looks.append(oc.decide_after(oc.paired_estimate(differences, n, None), alpha, final))
-            sizes.append(n)
-        outcome = oc.Outcome.of(looks, sizes)
-        rows = np.flatnonzero((outcome.verdicts == oc.INCONCLUSIVE) & oc.intermittent_signature(differences, BUDGET))
-        looks, sizes = [], []
-        for n, alpha, _, final in oc.extension_plan(rule, cap, BUDGET):
-            looks.append(sign_decide(differences[rows], n, alpha, final, share))
-            sizes.append(n)
-        outcome.verdicts[rows] = oc.Outcome.of(looks, sizes).verdicts
+        look = functools.partial(sign_decide, share=share)
+        outcome = oc.paired_outcomes(base, head, [rule], 1.0, [BUDGET], look)[(rule.name, BUDGET)]
         rates.append(outcome.rate(oc.REGRESSION))
     return rates[0], rates[1]
 

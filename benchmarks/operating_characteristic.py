@@ -562,13 +562,23 @@ def intermittent_signature(differences: np.ndarray, n: int) -> np.ndarray:
     return (head_slow >= INTERMITTENT_PAIRS) & (4 * base_slow <= head_slow)
 
 
+def extension_look(differences: np.ndarray, n: int, alpha: float, final: bool) -> np.ndarray:
+    """An extension look's verdict codes: the after rule's, on the first n pairs."""
+    return decide_after(paired_estimate(differences, n, None), alpha, final)
+
+
 def paired_outcomes(
-    base: np.ndarray, head: np.ndarray, rules: Sequence[Rule], factor: float, stops: Sequence[int]
+    base: np.ndarray,
+    head: np.ndarray,
+    rules: Sequence[Rule],
+    factor: float,
+    stops: Sequence[int],
+    look: Callable[[np.ndarray, int, float, bool], np.ndarray] = extension_look,
 ) -> dict[tuple[str, int], Outcome]:
     """Each rule's outcome at each stop; a look's decision depends on (old rule or not, n, alpha, pass_error,
     final) alone, so it is shared (the after check's looks before its budget's are the extension's too). With
     the extension, the rows still open after the budget's final look that show `intermittent_signature` go on
-    through `extension_plan` (judged on those rows alone)."""
+    through `extension_plan` (judged on those rows alone, each look by `look`)."""
     differences = np.log(head) - np.log(base)
     estimates: dict[tuple[bool, int], Estimate] = {}
     decisions: dict[tuple[bool, int, float, float, bool], np.ndarray] = {}
@@ -593,7 +603,7 @@ def paired_outcomes(
                     extended = differences[rows]
                     looks, sizes = [], []
                     for n, alpha, _, final in extension_plan(rule, rule.most_pairs, budget):
-                        looks.append(decide_after(paired_estimate(extended, n, None), alpha, final))
+                        looks.append(look(extended, n, alpha, final))
                         sizes.append(n)
                     more = Outcome.of(looks, sizes)
                     outcome.verdicts[rows], outcome.used[rows] = more.verdicts, more.used
