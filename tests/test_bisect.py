@@ -93,10 +93,15 @@ def test_a_real_bisection_in_worktrees_names_the_commit(tmp_path):
     tmp.mkdir()
     # four pairs: fewer call nothing. One timed round a trial: calibrated rounds would stretch the three pairs
     # after the first to seconds of timed steps each, which a fivefold slowdown made of sleeps does not need.
-    args = ("--configs", "fp32", "--threads", "1", "--trials", "4", "--max-trials", "4", "--rounds", "1", "--quiet")
+    # Forked trials, as check --against forks them: this test's subject is the search, not how a trial starts.
+    args = ("--configs", "fp32", "--threads", "1", "--trials", "4", "--max-trials", "4", "--rounds", "1")
+    args += ("--fork-trials", "--quiet")
     result = run_in_process("bisect", "HEAD~1", "HEAD", "paced.py:paced", *args, cwd=repo, env={"TMPDIR": str(tmp)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"first bad commit: {bad}\n" in result.stdout
+    assert "each pair measured taking turns at the training steps, trials forked from one server a side\n" in (
+        result.stdout
+    )
     assert "paced fp32: regression: samples/s -" in result.stdout
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1  # both worktrees removed
     assert not [p for p in tmp.iterdir() if p.name.startswith("perfgate-")]

@@ -107,6 +107,9 @@ def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
         request.gate,
         good,
         bad,
+        parallel=request.pairing.parallel,
+        fork=request.pairing.fork,
+        interleaved=request.pairing.interleaved,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
     )

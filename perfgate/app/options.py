@@ -385,12 +385,12 @@ PARALLEL_PAIRS = Option(
 )
 FORK_TRIALS = Option("fork-trials", f"with --against: {FORK_HELP}", kind="flag")
 INTERLEAVED_PAIRS = Option("interleaved-pairs", f"with --against: {INTERLEAVE_HELP}", kind="negatable")
-# calibrate measures in pairs always: the same three options, without "with --against"
-CALIBRATE_PARALLEL_PAIRS = Option(
+# calibrate and bisect measure in pairs always: the same three options, without "with --against"
+ALWAYS_PARALLEL_PAIRS = Option(
     "parallel-pairs", "run each pair's two trials at the same time, on half the CPUs", kind="flag"
 )
-CALIBRATE_FORK_TRIALS = Option("fork-trials", FORK_HELP, kind="flag")
-CALIBRATE_INTERLEAVED_PAIRS = Option("interleaved-pairs", INTERLEAVE_HELP, kind="negatable")
+ALWAYS_FORK_TRIALS = Option("fork-trials", FORK_HELP, kind="flag")
+ALWAYS_INTERLEAVED_PAIRS = Option("interleaved-pairs", INTERLEAVE_HELP, kind="negatable")
 ACCEPT = Option(
     "accept",
     "accept a slowdown on purpose: 'WORKLOAD/CONFIG PCT' (WORKLOAD alone: all its configs; * for every workload), "
@@ -639,6 +639,7 @@ COMMANDS = (
             *_own(SUB_DEBUG, GOOD, BAD),
             *_lab(json=False, profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
+            *_own(ALWAYS_PARALLEL_PAIRS, ALWAYS_FORK_TRIALS, ALWAYS_INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),
@@ -661,7 +662,7 @@ COMMANDS = (
             *_own(SUB_DEBUG),
             *_lab(profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
-            *_own(PAIRS, SLOWDOWN, CALIBRATE_PARALLEL_PAIRS, CALIBRATE_FORK_TRIALS, CALIBRATE_INTERLEAVED_PAIRS),
+            *_own(PAIRS, SLOWDOWN, ALWAYS_PARALLEL_PAIRS, ALWAYS_FORK_TRIALS, ALWAYS_INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),

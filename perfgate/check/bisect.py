@@ -107,10 +107,14 @@ def run_bisect(
     good: str,
     bad: str,
     *,
+    parallel: bool = False,
+    fork: bool = False,
+    interleaved: bool | None = None,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> BisectResult:
-    """Bisect GOOD..BAD in this repository, each step a paired check (interleaved pairs, the default but on CUDA)."""
+    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (`parallel`,
+    `fork`, `interleaved`: `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
     good_commit, bad_commit, commits = commits_between(good, bad)
 
     def check(head: str, base: str) -> GateResult:
@@ -123,7 +127,9 @@ def run_bisect(
                 base_side,
                 head_side,
                 base[:12],
-                interleaved=takes_turns(False, None, run_settings.device),
+                parallel=parallel,
+                fork=fork,
+                interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
                 progress=progress,
                 repo_root=root,
             ) as session,
@@ -139,6 +145,9 @@ def format_bisect(result: BisectResult) -> str:
         f"bisect {result.good[:10]}..{result.bad[:10]}: {len(result.commits)} commit(s), {len(result.steps)} "
         "paired check(s)"
     ]
+    against = result.steps[0].result.against if result.steps else None
+    if against is not None:
+        lines.append(f"each pair measured {against.measured()}")
     for step in result.steps:
         lines.append(f"  {step.commit[:10]} against {step.base[:10]}: {'slower' if step.slower else 'not slower'}")
     if result.first_bad is None:

@@ -366,10 +366,13 @@ class Against:
         head = "the working tree"
         if self.head_commit:
             head += f" ({self.head_commit[:10]}{', with uncommitted changes' if self.head_dirty else ''})"
-        how = pairing_text(self.parallel, self.interleaved)
         base = f"{self.ref} ({self.base_commit[:10]})" if self.base_commit else self.ref
+        return f"paired: {head} against {base}, each pair measured {self.measured()}"
+
+    def measured(self) -> str:
+        """How each pair was measured, in words: its two trials' order, and how a trial process started."""
         processes = ", trials forked from one server a side" if self.forked else ""
-        return f"paired: {head} against {base}, each pair measured {how}{processes}"
+        return f"{pairing_text(self.parallel, self.interleaved)}{processes}"
 
     def to_dict(self) -> dict[str, Any]:
         base = self.base.to_dict()
