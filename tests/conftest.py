@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import scipy.stats  # noqa: F401  (see below)
 
 from tests.helpers.cli import run_in_process
 from tests.helpers.packaging import build_distributions
@@ -13,6 +14,9 @@ from tests.helpers.sharing import MachineLock, runs_alone, shared_files_first
 from tests.helpers.workloads import GATED
 
 _MACHINE_LOCK = pytest.StashKey[MachineLock]()
+# Imported before any test: pytester takes the modules a test imported out of sys.modules when it ends, and
+# numpy's compiled modules (which scipy.stats imports) cannot be loaded twice in a process. A pytester test that
+# runs a perfgate command in this process would otherwise break every later test that needs scipy.stats.
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the base folder
