@@ -283,6 +283,9 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
         "1",
         "--perfgate-threshold",
         "25%",  # far above pair noise, far below the 5x slowdown: the unchanged items pass however busy the machine
+        "--perfgate-rounds",
+        "1",  # calibrated rounds would stretch the later pairs' 25 ms steps to seconds; a fivefold pause needs none
+        "--perfgate-fork-trials",  # the plugin's pairing options reach the check (a fresh process each: test_against)
         "-p",
         "no:cacheprovider",
     )
@@ -293,7 +296,7 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
             "*paced fp32: REGRESSION: samples/s -*",
             "*= perfgate =*",
             f"mode: paired: the working tree ({head[:10]}) against HEAD~1 ({base[:10]}), each pair measured taking "
-            "turns at the training steps",
+            "turns at the training steps, trials forked from one server a side",
             "*tiny*fp32*",
             "*paced*fp32*REGRESSION*",
             "*test_micro.py::test_augmentation *",
@@ -406,6 +409,18 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
             "",
             "ERROR: perfgate: --perfgate-max-trials 2 is below --perfgate-trials 4; give --perfgate-max-trials at "
             "least as large as --perfgate-trials (or equal, for no extra trials)",
+        ),
+        (
+            ["--perfgate", "--perfgate-fork-trials"],
+            "",
+            "ERROR: perfgate: --perfgate-fork-trials needs --perfgate-against; add --perfgate-against REF, e.g. "
+            "--perfgate-against main",
+        ),
+        (
+            ["--perfgate"],
+            "perfgate_interleaved_pairs = false",
+            "ERROR: perfgate: ini perfgate_interleaved_pairs needs --perfgate-against; add --perfgate-against REF, "
+            "e.g. --perfgate-against main",
         ),
         (
             ["--perfgate", "-n", "2"],

@@ -380,17 +380,12 @@ AGAINST = Option(
 )
 PARALLEL_PAIRS = Option(
     "parallel-pairs",
-    "with --against: run each pair's two trials at the same time, each on half of the CPUs",
+    "in a paired check: run each pair's two trials at the same time, each on half of the CPUs",
     kind="flag",
+    pytest=True,
 )
-FORK_TRIALS = Option("fork-trials", f"with --against: {FORK_HELP}", kind="flag")
-INTERLEAVED_PAIRS = Option("interleaved-pairs", f"with --against: {INTERLEAVE_HELP}", kind="negatable")
-# calibrate and bisect measure in pairs always: the same three options, without "with --against"
-ALWAYS_PARALLEL_PAIRS = Option(
-    "parallel-pairs", "run each pair's two trials at the same time, on half the CPUs", kind="flag"
-)
-ALWAYS_FORK_TRIALS = Option("fork-trials", FORK_HELP, kind="flag")
-ALWAYS_INTERLEAVED_PAIRS = Option("interleaved-pairs", INTERLEAVE_HELP, kind="negatable")
+FORK_TRIALS = Option("fork-trials", f"in a paired check: {FORK_HELP}", kind="flag", pytest=True)
+INTERLEAVED_PAIRS = Option("interleaved-pairs", f"in a paired check: {INTERLEAVE_HELP}", kind="negatable", pytest=True)
 ACCEPT = Option(
     "accept",
     "accept a slowdown on purpose: 'WORKLOAD/CONFIG PCT' (WORKLOAD alone: all its configs; * for every workload), "
@@ -525,6 +520,9 @@ PLUGIN_OPTIONS = (
     JSON,
     MARKDOWN,
     AGAINST,
+    PARALLEL_PAIRS,
+    FORK_TRIALS,
+    INTERLEAVED_PAIRS,
     FAIL_ON_INCONCLUSIVE,
     ALLOW_DIRTY,
 )
@@ -639,7 +637,7 @@ COMMANDS = (
             *_own(SUB_DEBUG, GOOD, BAD),
             *_lab(json=False, profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
-            *_own(ALWAYS_PARALLEL_PAIRS, ALWAYS_FORK_TRIALS, ALWAYS_INTERLEAVED_PAIRS),
+            *_own(PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),
@@ -662,7 +660,7 @@ COMMANDS = (
             *_own(SUB_DEBUG),
             *_lab(profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
-            *_own(PAIRS, SLOWDOWN, ALWAYS_PARALLEL_PAIRS, ALWAYS_FORK_TRIALS, ALWAYS_INTERLEAVED_PAIRS),
+            *_own(PAIRS, SLOWDOWN, PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),
@@ -847,6 +845,11 @@ def add_to_pytest(group: Any, parser: Any, option: Option, front_end: FrontEnd, 
         group.addoption(front_end.option(option.name), dest=key, action="store_true", default=None, help=text)
         parser.addini(key, f"perfgate: {text}", type="bool", default=False)
         return
+    if option.kind == "negatable":  # --perfgate-NAME and --perfgate-no-NAME; the ini key's text is true or false
+        group.addoption(front_end.option(option.name), dest=key, action="store_const", const=True, help=text)
+        group.addoption(front_end.option(f"no-{option.name}"), dest=key, action="store_const", const=False)
+        parser.addini(key, f"perfgate: {text}", default=None)
+        return
     group.addoption(
         front_end.option(option.name), dest=key, default=None, metavar=option.metavar, help=text.replace("%", "%%")
     )
@@ -882,7 +885,11 @@ def resolve_pytest(config: Any, *, command: str, environ: Mapping[str, str] | No
         given = None
         if value is not None:
             flag = PYTEST.option(option.name)
-            given = Given(True if option.flag else _from_text(option, str(value), flag), flag)
+            if option.kind == "negatable":
+                flag = PYTEST.option(option.name if value else f"no-{option.name}")
+                given = Given(value, flag)
+            else:
+                given = Given(True if option.flag else _from_text(option, str(value), flag), flag)
         resolved = resolve(option, given, command=command, environ=environ)
         if resolved.source == "default":
             ini = config.getini(key)

@@ -244,8 +244,33 @@ def outputs_of(values: Mapping[str, Any]) -> Outputs:
     )
 
 
-def _pairing(values: Mapping[str, Any]) -> Pairing:
-    return Pairing(bool(values.get("parallel_pairs")), bool(values.get("fork_trials")), values.get("interleaved_pairs"))
+def _pairing(
+    values: Mapping[str, Any],
+    *,
+    against: str | None = "",
+    front_end: FrontEnd = CLI,
+    where: Mapping[str, str] | None = None,
+) -> Pairing:
+    """How a paired check runs its pairs; asked for without a base (`against` None), a UsageError naming where
+    the option came from (`where`, by option key; default: the front end's flag)."""
+    pairing = Pairing(
+        bool(values.get("parallel_pairs")), bool(values.get("fork_trials")), values.get("interleaved_pairs")
+    )
+    if against is None:
+        option = front_end.option
+        interleaved = f"{'' if pairing.interleaved else 'no-'}interleaved-pairs"
+        for given, key, name in (
+            (pairing.parallel, "parallel_pairs", "parallel-pairs"),
+            (pairing.fork, "fork_trials", "fork-trials"),
+            (pairing.interleaved is not None, "interleaved_pairs", interleaved),
+        ):
+            if given:
+                named = (where or {}).get(key) or option(name)
+                raise UsageError(
+                    f"{named} needs {option('against')}",
+                    hint=f"add {option('against')} REF, e.g. {option('against')} main",
+                )
+    return pairing
 
 
 def gate_request(
@@ -282,7 +307,7 @@ def gate_request(
         from perfgate.records.history_branch import check_branch
 
         check_branch(cwd, history.branch)
-    pairing = _pairing(values)
+    pairing = _pairing(values, against=against if not counts_only else "", front_end=front_end)
     if counts_only:
         for given, option in ((history.record, "--record"), (run.profile_dir is not None, "--profile")):
             if given:
@@ -290,14 +315,6 @@ def gate_request(
                     f"{option} cannot be combined with --counts-only, which times nothing",
                     hint=f"leave out {option}, or run the timed check without --counts-only",
                 )
-    elif against is None:
-        for given, option in (
-            (pairing.parallel, "--parallel-pairs"),
-            (pairing.fork, "--fork-trials"),
-            (pairing.interleaved is not None, f"--{'' if pairing.interleaved else 'no-'}interleaved-pairs"),
-        ):
-            if given:
-                raise UsageError(f"{option} needs --against", hint="add --against REF, e.g. --against main")
     if run.profile_dir is not None and against is None and not counts_only:
         check_folder(run.profile_dir, "--profile-dir")
     mode = Mode.COUNTS if counts_only else Mode.PAIRED if against is not None else Mode.STORED
@@ -447,6 +464,7 @@ class PluginRequest:
     against: str | None = None  # a git ref: paired checks instead of the stored baselines
     outputs: Outputs = Outputs()
     rootpath: Path = Path()  # pytest's rootdir: where the paired pytest-benchmark sessions run
+    pairing: Pairing = Pairing()  # how a paired check runs its pairs
 
     @property
     def trials(self) -> int:
@@ -465,6 +483,7 @@ class PluginRequest:
             mode=Mode.STORED if self.against is None else Mode.PAIRED,
             baseline_dir=self.baseline_dir,
             against=self.against,
+            pairing=self.pairing,
             outputs=self.outputs,
             front_end=PYTEST,
             command="pytest --perfgate",
@@ -498,8 +517,10 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
         from perfgate.measure.environment import require_clean_tree
 
         require_clean_tree(rootpath, directory, PYTEST)
+    # an update measures no pairs: the pairing options, like an ini's against, are a check's
+    pairing = _pairing(given, against=against, front_end=PYTEST, where=where) if mode == "check" else Pairing()
     shown = Path(os.path.relpath(directory)) if directory.is_relative_to(Path.cwd()) else directory
-    return PluginRequest(mode, given, project, gate, shown, configs, against, outputs, rootpath)
+    return PluginRequest(mode, given, project, gate, shown, configs, against, outputs, rootpath, pairing)
 
 
 def configured_workloads(project: ProjectConfig) -> list[tuple[Reference, str]]:
