@@ -481,14 +481,29 @@ class PairedSession:
             return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
         server = self.servers.get(side)
         if server is None or not server.alive:
-            if server is not None:
-                server.close()
-            server = self.servers[side] = start_trial_server(self.settings.threads, place, scratch)
+            self._start_servers()
+            server = self.servers[side]
         try:
             return RunningTrial(spec, scratch, self.settings.timeout_s, place, server, front_end=front_end)
         except ServerGone:  # the side's code cannot even start a server: measure with fresh processes
             self.fork = False
             return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
+
+    def _start_servers(self) -> None:
+        """Start every side's fork server that is not running, all at once, and wait until each is ready: their
+        imports overlap, and no trial runs beside a server's imports. A server that cannot start says so at its
+        first fork, and the check goes on with fresh processes."""
+        started = []
+        for side, place in self.places.items():
+            server = self.servers.get(side)
+            if server is None or not server.alive:
+                if server is not None:
+                    server.close()
+                server = self.servers[side] = start_trial_server(self.settings.threads, place, Path(self._scratch.name))
+                started.append(server)
+        for server in started:
+            with contextlib.suppress(ServerGone):
+                server.wait_ready()
 
     def _workload(self, name: str) -> Any:
         return next(workload for _, workload in self.loaded if workload.name == name)

@@ -16,10 +16,12 @@ process has them after its imports: peak memory above setup, against a fresh pro
 enough for baselines measured in fresh processes: the stored-baseline lab keeps fresh processes.
 CPU only: CUDA is set up in each child, never in the server, but that path has not been measured.
 
-Protocol, one JSON line each way per step: the client sends
-`{"spec", "out", "log", "cpus"}`; the server answers `{"pid"}` once the child runs and
-`{"returncode"}` when it has ended. The child is its own process group (`os.setsid`), so the client
-kills it and its DataLoader workers with `os.killpg`, as it does a fresh trial process.
+Protocol, one JSON line each way per step: the server says `{"ready"}` once it has imported everything;
+then the client sends `{"spec", "out", "log", "cpus"}`, and the server answers `{"pid"}` once the child runs
+and `{"returncode"}` when it has ended. Waiting for `ready` apart from the first fork (`wait_ready`) lets a
+paired check start both sides' servers at once and have both ready before any trial runs. The child is its
+own process group (`os.setsid`), so the client kills it and its DataLoader workers with `os.killpg`, as it
+does a fresh trial process.
 """
 
 from __future__ import annotations
@@ -69,13 +71,24 @@ class TrialServer:
         self._stdin: IO[bytes] = self.process.stdin
         self._stdout: IO[bytes] = self.process.stdout
         self._buffer = b""
+        self._ready = False
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def wait_ready(self) -> None:
+        """Return once the server has imported what every trial imports; ServerGone if it exited first."""
+        if self._ready:
+            return
+        reply = self.read_reply(None)
+        if reply is None or not reply.get("ready"):
+            raise ServerGone(f"the trial server did not start: {self._last_log_line()}")
+        self._ready = True
+
     def fork(self, spec_path: Path, out_path: Path, log_path: Path, cpus: frozenset[int] | None) -> ForkedProcess:
         """Start one trial as a forked child; the returned object waits and is killed like a `Popen`."""
+        self.wait_ready()
         request = {"spec": str(spec_path), "out": str(out_path), "log": str(log_path), "cpus": sorted(cpus or ())}
         try:
             self._stdin.write(json.dumps(request).encode() + b"\n")
@@ -163,6 +176,8 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
     del torch
     resident = resident_file_pages()  # the library pages these imports touched: each child maps them first
     server = os.getpid()
+    replies.write(json.dumps({"ready": True}) + "\n")
+    replies.flush()
     for line in requests:
         if not line.strip():
             continue
