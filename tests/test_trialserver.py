@@ -69,6 +69,8 @@ def test_a_server_that_cannot_start_is_a_one_line_error_naming_its_last_words(tm
     log = tmp_path / "server.log"
     server = TrialServer([sys.executable, "-c", "raise SystemExit('no torch here')"], dict(os.environ), None, log)
     server.process.wait()
+    with pytest.raises(ServerGone, match="^the trial server has exited: no torch here$"):
+        server.wait_ready()  # what a paired check waits for before its first trial, both sides' servers started
     with pytest.raises(ServerGone, match="^the trial server (has exited|did not start a trial): no torch here$"):
         server.fork(tmp_path / "spec.json", tmp_path / "out.json", tmp_path / "trial.log", None)
     server.close()
