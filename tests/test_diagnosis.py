@@ -236,6 +236,17 @@ def test_data_wait_grown_with_changed_loader_settings_is_the_data_pipeline_only_
     assert "the DataLoader's settings changed: num_workers 2 -> 0" in finding.evidence
     same = diagnosed_against(baseline_run, phased_run(moved, loader={"num_workers": 2}))
     assert "data pipeline" not in [f.suspect for f in same.findings]
+    # Changed settings with no more waiting for data (the step no slower): still named, never the suspect.
+    unmoved = diagnosed_against(baseline_run, phased_run(BASE_MS, loader={"num_workers": 0}))
+    assert unmoved.suspect is None
+    (finding,) = unmoved.findings
+    assert finding.standing and "the DataLoader's settings changed: num_workers 2 -> 0" in finding.evidence
+    # ... and in a step slower by its compute, named beside the compute suspect, not as one.
+    computed = diagnosed_against(baseline_run, phased_run({**BASE_MS, "forward": 30.0}, loader={"num_workers": 0}))
+    assert computed.suspect == "model compute"
+    pipeline = next(f for f in computed.findings if f.suspect == "data pipeline")
+    assert pipeline.standing and pipeline.line.endswith("(waiting for data did not grow with the changed settings)")
+    assert "the DataLoader's settings changed: num_workers 2 -> 0" in pipeline.evidence
 
 
 def scattered(run, factors=(0.5, 1.15, 0.7)):

@@ -8,7 +8,8 @@ the change in step time. The rules read the same figures:
   (explains) of a regressed step, or it grew data_wait_growth times the baseline's (and by 5% of the
   step or more) while the DataLoader's settings changed (their change is the evidence), or the workers'
   CPU per step grew and took cores the compute phases needed (`_contention_s`); hints come from the
-  DataLoader settings;
+  DataLoader settings. Changed DataLoader settings are always named, as a standing finding (no suspect)
+  when none of this holds;
 - model compute: forward, backward and optimizer growth explains most of a slower step (a regression
   verdict, or early evidence beyond the trials' noise: on a noisy machine one trial's step proves nothing),
   or, counted exactly, FLOPs per sample grew (`FLOPs per sample +38% (the model grew)`), ranked by what the
@@ -694,7 +695,8 @@ def _data_pipeline(
         and wait_now >= th.data_wait_growth * wait_before
         and wait_now - wait_before >= 0.05 * step  # and by a noticeable part of the step
     )
-    if share < th.data_wait_share and explains < th.explains and not grew_with_change:
+    quiet = share < th.data_wait_share and explains < th.explains and not grew_with_change
+    if quiet and not changed:
         return []
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
@@ -735,6 +737,10 @@ def _data_pipeline(
         # More waiting for data in a step that is not measurably slower (fewer workers on a busy machine can be faster):
         # worth knowing, not a regression of the data pipeline.
         line += " (the step is not measurably slower)"
+        standing = True
+    elif quiet:
+        # The settings changed but waiting for data did not grow with them: the change is named, not suspected.
+        line += " (waiting for data did not grow with the changed settings)"
         standing = True
     return [Finding("data pipeline", line, tuple(evidence), standing)]
 
