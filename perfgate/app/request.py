@@ -247,16 +247,16 @@ def outputs_of(values: Mapping[str, Any]) -> Outputs:
 def _pairing(
     values: Mapping[str, Any],
     *,
-    against: str | None = "",
+    unpaired: bool = False,
     front_end: FrontEnd = CLI,
     where: Mapping[str, str] | None = None,
 ) -> Pairing:
-    """How a paired check runs its pairs; asked for without a base (`against` None), a UsageError naming where
-    the option came from (`where`, by option key; default: the front end's flag)."""
+    """How a paired check runs its pairs; asked for in a check that measures no pairs (`unpaired`: no base), a
+    UsageError naming where the option came from (`where`, by option key; default: the front end's flag)."""
     pairing = Pairing(
         bool(values.get("parallel_pairs")), bool(values.get("fork_trials")), values.get("interleaved_pairs")
     )
-    if against is None:
+    if unpaired:
         option = front_end.option
         interleaved = f"{'' if pairing.interleaved else 'no-'}interleaved-pairs"
         for given, key, name in (
@@ -307,7 +307,7 @@ def gate_request(
         from perfgate.records.history_branch import check_branch
 
         check_branch(cwd, history.branch)
-    pairing = _pairing(values, against=against if not counts_only else "", front_end=front_end)
+    pairing = _pairing(values, unpaired=against is None and not counts_only, front_end=front_end)
     if counts_only:
         for given, option in ((history.record, "--record"), (run.profile_dir is not None, "--profile")):
             if given:
@@ -518,7 +518,7 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
 
         require_clean_tree(rootpath, directory, PYTEST)
     # an update measures no pairs: the pairing options, like an ini's against, are a check's
-    pairing = _pairing(given, against=against, front_end=PYTEST, where=where) if mode == "check" else Pairing()
+    pairing = _pairing(given, unpaired=against is None, front_end=PYTEST, where=where) if mode == "check" else Pairing()
     shown = Path(os.path.relpath(directory)) if directory.is_relative_to(Path.cwd()) else directory
     return PluginRequest(mode, given, project, gate, shown, configs, against, outputs, rootpath, pairing)
 
