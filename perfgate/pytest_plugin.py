@@ -140,6 +140,17 @@ class PerfgateSession:
                 if self.mode == "off":
                     item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The perf tests selected, for the suite's split of alpha over the session's checks."""
+        if self.mode != "check":
+            return
+        fixtures = [(item, getattr(item, "fixturenames", ())) for item in session.items]
+        self.suite.plan(
+            configured=[(i.workload, i.config_name) for i, _ in fixtures if isinstance(i, WorkloadItem)],
+            fixture_tests=[i.nodeid for i, names in fixtures if "perfgate" in names],
+            benchmarks=[i.nodeid for i, names in fixtures if "benchmark" in names],
+        )
+
     def _configured_items(self, session: pytest.Session) -> list[WorkloadItem]:
         project = self.suite.request.project
         try:
@@ -364,7 +375,7 @@ class PerfgateFixture:
                     pytest.fail(f"{reference.text}: {'; '.join(problems)}", pytrace=False)
                 self._node.user_properties.append(("perfgate_verdict", "baseline written"))
                 return None
-            result = suite.check([reference], configs)
+            result = suite.check([reference], configs, test=self._node.nodeid)
         except PerfgateError as error:
             pytest.fail(error.one_line(), pytrace=False)
         (verdict,) = result.workloads

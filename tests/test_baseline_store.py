@@ -113,6 +113,31 @@ def test_negative_or_missing_trial_values_are_refused(tmp_path):
         parse_baseline(path.read_text(), source=str(path))
 
 
+def test_each_trial_keeps_the_rounds_its_totals_cover_and_a_file_without_them_reads_one_round(tmp_path):
+    entry = store_entry()
+    fp32 = entry.configs["fp32"]
+    trials = [
+        dataclasses.replace(t, rounds=r, phase_s={"forward": 0.05 * r})
+        for t, r in zip(fp32.trials, (1, 14, 3), strict=True)
+    ]
+    store = BaselineStore(tmp_path)
+    store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
+    loaded = store.find("gpt-small", STORE_FINGERPRINT)
+    assert loaded is not None
+    assert [t.rounds for t in loaded.configs["fp32"].trials] == [1, 14, 3]
+    # every trial reads 5 ms of forward a step over its settings' 10 steps, whatever its rounds
+    assert [t.per_step(t.phase_s["forward"], 10) for t in loaded.configs["fp32"].trials] == pytest.approx([0.005] * 3)
+    path = store.path_for("gpt-small")
+    written = path.read_text()
+    assert re.findall(r"rounds: (\d+)", written) == ["14", "3"]  # one round is left out, as files written before
+    older = re.sub(r"\s*rounds: \d+", "", written)  # written before trials kept their rounds
+    (old,) = parse_baseline(older, source=str(path)).values()
+    assert [t.rounds for t in old.configs["fp32"].trials] == [1, 1, 1]
+    for bad in ("0", "2.5", "true", "'3'"):
+        with pytest.raises(BaselineError, match=r"trials\[1\]\.rounds must be a whole number of at least 1"):
+            parse_baseline(written.replace("rounds: 14", f"rounds: {bad}"), source=str(path))
+
+
 def test_a_profiles_operators_are_written_rounded_and_read_back_to_the_same_text(tmp_path):
     rows = [
         OperatorRow("aten::mm", calls_per_step=2.0, self_cpu_s_per_step=0.00123456789, self_device_s_per_step=0.0),

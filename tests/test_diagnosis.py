@@ -422,3 +422,48 @@ def test_the_diagnosis_reads_the_counts_with_the_projects_tolerances():
     assert tolerances["flops_per_sample"] == 0.5
     assert tolerances["operators_per_step"] == 0.05 and tolerances["kernels_per_step"] == 0.05
     assert count_tolerances(CountTolerances()) == COUNT_TOLERANCES
+
+
+def in_rounds(run, rounds):
+    """The same run with every trial timing its slice `rounds` times over: `rounds` times the steps, the same work
+    and time per step (a paired check calibrates its rounds per config: `perfgate.measure.rounds`)."""
+    (workload,) = run.workloads
+
+    def repeated(t):
+        system = t.system
+        if system is not None and system.loader_cpu_s is not None:
+            system = dataclasses.replace(system, loader_cpu_s=system.loader_cpu_s * rounds)
+        return dataclasses.replace(
+            t,
+            rounds=rounds,
+            step_s=t.step_s * rounds,
+            phases_s={p: values * rounds for p, values in t.phases_s.items()},
+            memory_step_bytes=t.memory_step_bytes * rounds,
+            system=system,
+        )
+
+    configs = {"fp32": ConfigResult("fp32", [repeated(t) for t in workload.configs["fp32"].trials])}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+@pytest.mark.parametrize(("base_rounds", "head_rounds"), [(14, 1), (1, 14), (3, 5)])
+def test_a_side_of_many_rounds_reads_the_same_time_per_step_as_a_side_of_one(base_rounds, head_rounds):
+    # A base calibrated to 14 rounds once read 14x slower per phase than its head ("forward 133.99 -> 11.29 ms per
+    # step"): the same work a step must read the same per step, whatever the rounds each side ran.
+    workers = {"num_workers": 2}
+    base = in_rounds(with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0), base_rounds)
+    same = in_rounds(with_workers(phased_run(BASE_MS, loader=workers), loader_ms=4.0), head_rounds)
+    d = diagnosed_against(base, same)
+    for p in d.phases:
+        assert p.baseline_s == pytest.approx(BASE_MS[p.phase] / 1000, rel=0.01), p
+        assert p.baseline_s == pytest.approx(p.current_s, rel=0.01), p
+    assert d.loader_cpu is not None
+    assert d.loader_cpu.before_s == pytest.approx(0.004, rel=0.03)
+    assert abs(d.loader_cpu.change_s) < 0.03 * d.loader_cpu.before_s
+    # A heavier forward reads as such, in the report's words, against the base's own time per step.
+    heavier = in_rounds(
+        with_workers(phased_run({**BASE_MS, "forward": 8.0}, loader=workers), loader_ms=4.0), head_rounds
+    )
+    d = diagnosed_against(base, heavier)
+    assert d.suspect == "model compute"
+    assert "forward + loss: 4.00 -> 8.00 ms per step" in format_diagnoses([d])

@@ -220,6 +220,45 @@ def test_a_grown_all_reduce_is_communication_ahead_of_the_backward_it_lengthens(
     assert compute.suspect == "model compute" and "communication" not in format_diagnoses([compute])
 
 
+def ranked_in_rounds(run, rounds):
+    """`ranked_run`'s jobs timing their slice `rounds` times over: each rank's steps repeated, the same per step."""
+    (workload,) = run.workloads
+
+    def repeated(rank):
+        return dataclasses.replace(
+            rank,
+            step_s=rank.step_s * rounds,
+            phases_s={p: values * rounds for p, values in rank.phases_s.items()},
+            comm_s=None if rank.comm_s is None else rank.comm_s * rounds,
+            comm_exposed_s=None if rank.comm_exposed_s is None else rank.comm_exposed_s * rounds,
+        )
+
+    trials = [
+        dataclasses.replace(
+            t,
+            rounds=rounds,
+            step_s=t.step_s * rounds,
+            phases_s={p: values * rounds for p, values in t.phases_s.items()},
+            distributed=dataclasses.replace(t.distributed, ranks=[repeated(r) for r in t.distributed.ranks]),
+        )
+        for t in workload.configs["fp32"].trials
+    ]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
+
+
+def test_a_base_of_many_rounds_reads_each_ranks_all_reduce_per_step_as_a_head_of_one():
+    # The base's ranks keep totals over every round's steps: per step they are the head's unit, not rounds times it.
+    slower = ranked_run([plus(BASE_MS, backward=4.0)] * 2, [(6.0, 6.0, 8), (6.0, 6.0, 8)])
+    d = diagnosed(ranked_in_rounds(BASE, 5), slower)
+    text = format_diagnoses([d])
+    assert d.suspect == "communication", text
+    assert "communication: the gradient all-reduce is in flight 2.0 -> 6.0 ms a step" in text
+    assert "backward waits for it after its last bucket: 2.0 -> 6.0 ms a step" in text
+    assert "the gradient all-reduced: 4.0 -> 8.0 MiB a step" in text
+    assert diagnosed(ranked_in_rounds(BASE, 5), BASE).findings == ()
+
+
 def test_one_ranks_slow_loader_is_a_load_imbalance_naming_the_rank_and_the_phase():
     # Rank 1's data wait +10 ms a step; rank 0 waits for it in the all-reduce (its in-flight time grows).
     imbalanced = ranked_run([plus(BASE_MS, backward=10.0), plus(BASE_MS, data_wait=10.0)], [(12.0, 12.0), (2.0, 2.0)])

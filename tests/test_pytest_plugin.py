@@ -177,14 +177,22 @@ def test_a_second_run_passes_and_reports_per_config(measured_pytester, monkeypat
     )
     assert "PASSED perfgate::gated[fp32]" in result.stdout.str()
     assert "bf16" not in result.stdout.str().split("= perfgate =")[1]
+    # The configured item and the fixture test are two checks sharing one alpha, each at its share (issue 42).
+    rate = (
+        "one false-alarm rate for the session: alpha 0.001 over 4 comparisons in 2 checks "
+        "(Holm within each check's share of alpha)"
+    )
+    result.stdout.fnmatch_lines([rate])
     document = json.loads(results.read_text())
     validate_results(document)
     assert sorted(w["name"] for w in document["workloads"]) == ["gated", "tiny"]
     assert document["gate"]["alpha"] == 0.001 and "micro" not in document  # -k deselected the benchmark
+    assert document["gate"]["session"] == {"comparisons": 4, "checks": 2}
     result.stdout.fnmatch_lines([f"results written to {results}", f"report written to {markdown}"])
     report = markdown.read_text()
     assert report.startswith(MARKER + "\n### perfgate: pass\n")
     assert "#### gated\n" in report and "#### tiny\n" in report and "| fp32 |" in report
+    assert f"{rate[0].upper()}{rate[1:]}." in report
     assert summary.read_text() == "an earlier step's summary\n" + report  # appended, as the Action does
     # The same report `perfgate report` renders from the results file: the session's settings are in it.
     capsys.readouterr()  # what pytester echoed of the run

@@ -12,6 +12,7 @@ verdict already measured stands.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from perfgate.app.request import GateRequest, Mode
 from perfgate.app.sink import Sink, progress_for
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import EXIT_USAGE, PerfgateError
+from perfgate.judge.family import COMPARISONS_PER_CONFIG, SessionRate, SessionShares
 from perfgate.outcome import Status, fails_build, measured_exit_code, micro_fails
 
 if TYPE_CHECKING:
@@ -281,13 +283,20 @@ def run_gate(request: GateRequest, sink: Sink) -> Outcome:
 Verdicts = dict[tuple[str, str], "ConfigVerdict | str | None"]  # (workload, config): verdict, problem, None: updated
 
 
+def configured_test(workload: str, config: str) -> str:
+    """A configured item's key in the session's plan (its pytest node id)."""
+    return f"perfgate::{workload}[{config}]"
+
+
 class GateSuite:
     """Every check of one pytest session, its pytest-benchmark tests and its outputs (`pytest --perfgate`, or
     `--perfgate-update`), owned in one place as `GateSession` owns one `perfgate check`. Each check (a fixture
-    test, the configured items of one set of configs) runs through a `GateSession` of its own, so Holm's
-    procedure runs within each test's check, not over the session. `finish` writes the session's results file
-    and report and says whether the session fails. `terminal`: entered around each measurement, it gives the
-    stream progress lines go to (None: quiet)."""
+    test, the configured items of one set of configs, the pytest-benchmark tests at the end) runs at its share of
+    the session's one alpha (`judge.family`: a Bonferroni split over the checks, in proportion to the comparisons
+    `plan` expects of each, and Holm's procedure within each check), so the session fails unchanged code at most
+    alpha of the time however many checks it runs. `finish` writes the session's results file and report and says
+    whether the session fails. `terminal`: entered around each measurement, it gives the stream progress lines go
+    to (None: quiet)."""
 
     def __init__(self, request: PluginRequest, terminal: Callable[[], AbstractContextManager[Any]]) -> None:
         self.request = request
@@ -303,6 +312,31 @@ class GateSuite:
         self.written: list[Path] = []  # the results file and the report, once written
         self._probes: list[float] = []
         self._environment: Environment | None = None  # this process's, once read for pytest-benchmark
+        self.shares = SessionShares(request.gate.alpha)  # the session's alpha and what its checks took of it
+
+    def plan(
+        self,
+        *,
+        configured: Sequence[tuple[str, str]] = (),
+        fixture_tests: Sequence[str] = (),
+        benchmarks: Sequence[str] = (),
+    ) -> None:
+        """The perf tests the session collected, which set each check's share of alpha: each configured item
+        (workload, config), each test that uses the fixture (by node id: it judges the session's configs, unless it
+        says otherwise) and each pytest-benchmark test (one comparison each)."""
+        per_config = COMPARISONS_PER_CONFIG
+        planned = {configured_test(workload, config): per_config for workload, config in configured}
+        planned |= {test: per_config * len(self.request.configs) for test in fixture_tests}
+        planned |= dict.fromkeys(benchmarks, 1)
+        self.shares = SessionShares(self.request.gate.alpha, planned)
+
+    def rate(self) -> SessionRate | None:
+        """The one false-alarm rate the session's checks shared, over the comparisons they judged (None: none)."""
+        checks = len(self.gates) + (1 if self.micro else 0)
+        if not checks:
+            return None
+        tested = sum(1 for v in self.micro if v.throughput is not None and not math.isnan(v.throughput.p_slower))
+        return SessionRate(self.request.gate.alpha, sum(g.comparisons for g in self.gates) + tested, checks)
 
     @contextmanager
     def _measuring(self) -> Iterator[tuple[ProgressCallback | None, Callable[[str], None] | None]]:
@@ -319,12 +353,22 @@ class GateSuite:
         fail_on_inconclusive = self.request.gate.fail_on_inconclusive
         return [v for v in verdicts if fails_build(v.status, fail_on_inconclusive=fail_on_inconclusive)]
 
-    def check(self, references: Sequence[Reference], configs: str | Sequence[str] | None = None) -> GateResult:
-        """Measure and judge these workloads in these configs (None: the session's), stored or paired."""
+    def check(
+        self, references: Sequence[Reference], configs: str | Sequence[str] | None = None, *, test: str | None = None
+    ) -> GateResult:
+        """Measure and judge these workloads in these configs (None: the session's), stored or paired, at the
+        check's share of the session's alpha; `test`: the perf test it runs for (its node id in `plan`)."""
+        return self._check(references, configs, () if test is None else (test,))
+
+    def _check(
+        self, references: Sequence[Reference], configs: str | Sequence[str] | None, tests: Sequence[str]
+    ) -> GateResult:
         from perfgate.app.sink import StreamSink
 
         with dependencies_required(), self._measuring() as (progress, notify):
             request = self.request.check(references, configs)
+            divisor, self.shares = self.shares.share(tests, COMPARISONS_PER_CONFIG * request.judged)
+            request = replace(request, gate=replace(request.gate, session_divisor=divisor))
             result = GateSession(request, StreamSink(quiet=True)).measure(progress, notify)
         self.gates.append(result)
         if result.run is not None:
@@ -355,6 +399,7 @@ class GateSuite:
         from perfgate.variants import CONFIG_NAMES
 
         configs_of: dict[Reference, set[str]] = {}
+        workload_of = {reference: workload for reference, workload, _ in items}
         for reference, _, config in items:
             configs_of.setdefault(reference, set()).add(config)
         groups: dict[tuple[str, ...], list[Reference]] = {}
@@ -366,7 +411,8 @@ class GateSuite:
                 if self.request.mode == "update":
                     outcomes.update(self.update(references, configs))
                     continue
-                for workload in self.check(references, configs).workloads:
+                tests = [configured_test(workload_of[r], config) for r in references for config in configs]
+                for workload in self._check(references, configs, tests).workloads:
                     outcomes.update({(workload.workload, config): workload.problem for config in configs})
                     outcomes.update({(v.workload, v.config): v for v in workload.configs})
         except PerfgateError as error:
@@ -411,7 +457,7 @@ class GateSuite:
                 store.find(fingerprint),
                 measured,
                 threshold=gate.default_thresholds.throughput,
-                alpha=gate.alpha,
+                alpha=gate.alpha / self._micro_divisor(len(measured)),
                 run_noise=DEFAULT_RUN_NOISE if noise is None else noise,
                 path=store.path,
             )
@@ -437,7 +483,7 @@ class GateSuite:
                     names,
                     rootdir=self.request.rootpath,
                     threshold=gate.default_thresholds.throughput,
-                    alpha=gate.alpha,
+                    alpha=gate.alpha / self._micro_divisor(len(names)),
                     max_pairs=max(gate.first_n, gate.max_n),
                     min_pairs=gate.first_n,
                     time_budget_s=gate.budget_s(0),
@@ -450,6 +496,12 @@ class GateSuite:
             )
         except PerfgateError as error:
             self.problems.append(f"pytest-benchmark tests not measured against {against}: {error.one_line()}")
+
+    def _micro_divisor(self, benchmarks: int) -> float:
+        """The pytest-benchmark tests' divisor of alpha: judged at the session's end, their family is its last
+        check and takes what the others left (`judge.family`)."""
+        divisor, self.shares = self.shares.share((), benchmarks, last=True)
+        return divisor
 
     # -- the end ------------------------------------------------------------------------------------
 
@@ -502,7 +554,8 @@ class GateSuite:
         """Every check of this session as one result (an empty one when nothing was checked)."""
         from perfgate.judge.verdict import GateResult, merge_results
 
-        return merge_results(self.gates) if self.gates else GateResult([], self.request.gate)
+        rate = self.rate()
+        return merge_results(self.gates, rate) if self.gates else GateResult([], self.request.gate, session=rate)
 
     def _results(self, micro: MicroSection | None) -> RunResult:
         """The results file's document: every run merged, the check's settings (so `perfgate report` judges it
@@ -547,6 +600,9 @@ class GateSuite:
             return None
         lines = [f"mode: {mode}" for mode in dict.fromkeys(gate.mode for gate in self.gates)]
         lines.append(text.rstrip("\n"))
+        rate = self.rate() if self.request.mode == "check" else None
+        if rate is not None:
+            lines.append(rate.line)
         paired = self.micro_paired
         if paired is not None and paired.pairs:
             stopped = f"; undecided ones stopped at {paired.stopped_because}" if paired.stopped_because else ""

@@ -451,9 +451,10 @@ def inner_session() -> bool:
 class PluginRequest:
     """`pytest --perfgate` (mode "check"), `pytest --perfgate-update` ("update") or neither ("off": the perf tests
     are collected and skipped): one request for the session. Each check in it (a fixture test, the configured
-    items of one set of configs) gets its own `GateRequest` (`check`), so Holm's procedure runs within each test's
-    check. The `RunSettings` are built there (`run`), when trials are about to run: choosing the device imports
-    torch, which a session that runs no perf test never needs."""
+    items of one set of configs) gets its own `GateRequest` (`check`), judged at its share of the session's alpha
+    (`app.gate.GateSuite`, `judge.family`) with Holm's procedure within it. The `RunSettings` are built there
+    (`run`), when trials are about to run: choosing the device imports torch, which a session that runs no perf
+    test never needs."""
 
     mode: str
     values: Mapping[str, Any]

@@ -165,7 +165,9 @@ def _look(
     def compare(name: str, divisor: float) -> ThroughputComparison:
         base, head, levels = looked[name]
         rates = [b.calls_per_sec for b in base], [h.calls_per_sec for h in head]
-        return compare_paired(*rates, threshold=threshold, levels=replace(levels, alpha=levels.alpha / divisor))
+        return compare_paired(
+            *rates, threshold=threshold, levels=replace(levels, alpha=levels.alpha / divisor), slow_rate=None
+        )
 
     first = {name: compare(name, 1.0) for name in looked}
     tested = [name for name, c in first.items() if not math.isnan(c.p_slower)]

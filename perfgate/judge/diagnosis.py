@@ -380,7 +380,7 @@ def _movement(
 ) -> Movement:
     """How these phases' time per step changed, and the standard error of that change (`_moved`)."""
     before = (
-        [sum(t.phase_s.get(p, 0.0) for p in names) / steps for t in baseline.trials if t.phase_s]
+        [t.per_step(sum(t.phase_s.get(p, 0.0) for p in names), steps) for t in baseline.trials if t.phase_s]
         if baseline is not None and steps
         else []
     )
@@ -395,7 +395,8 @@ class _RankFindings:
 
 
 def _rank_steps(ranks: Sequence[Mapping[str, float]], steps: int) -> list[dict[str, float]]:
-    """A trial's ranks as seconds per step, with `busy`: the step outside backward's wait for the all-reduce."""
+    """A trial's ranks as seconds per step, with `busy`: the step outside backward's wait for the all-reduce.
+    `steps`: how many timed steps the ranks' totals cover (every round's)."""
     out = []
     for rank in ranks:
         per_step = {k: v / steps for k, v in rank.items()}
@@ -431,7 +432,7 @@ def _ranks(
     """
     if baseline is None or not steps:
         return _RankFindings([])
-    before = [_rank_steps(t.ranks, steps) for t in baseline.trials if t.ranks]
+    before = [_rank_steps(t.ranks, steps * t.rounds) for t in baseline.trials if t.ranks]
     now = [_rank_steps([rank_totals(r) for r in t.distributed.ranks], len(t.step_s)) for t in ok if t.distributed]
     if not before or not now or len(before[0]) != len(now[0]):
         return _RankFindings([])
@@ -555,7 +556,7 @@ def _loader_cpu(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: 
     now = [t.system.loader_cpu_s / len(t.step_s) for t in ok if t.system and t.system.loader_cpu_s is not None]
     if len(now) < len(ok):
         return None
-    return _moved([(t.loader_cpu_s or 0.0) / steps for t in baseline.trials], now)
+    return _moved([t.per_step(t.loader_cpu_s or 0.0, steps) for t in baseline.trials], now)
 
 
 def _moved(before: Sequence[float], now: Sequence[float]) -> Movement:
@@ -1388,8 +1389,9 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
 def _baseline_per_step(baseline: ConfigEntry | None, phase: str, steps: int | None) -> float | None:
     if baseline is None or not steps:
         return None
-    totals = [t.phase_s[phase] for t in baseline.trials if phase in t.phase_s]
-    return statistics.fmean(totals) / steps if totals else None
+    # each trial's own rounds: a base calibrated to 14 rounds is not 14 times slower per step than a head of one
+    per_step = [t.per_step(t.phase_s[phase], steps) for t in baseline.trials if phase in t.phase_s]
+    return statistics.fmean(per_step) if per_step else None
 
 
 def _steps(entry: BaselineEntry | None) -> int | None:

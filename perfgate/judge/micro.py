@@ -35,7 +35,8 @@ def compare_micro(
     path: Path = Path("baselines") / MICRO_FILE,
 ) -> list[MicroVerdict]:
     """Judge each measured benchmark against its baseline (one look: a pytest session measures once), with one
-    false-alarm rate for the session: alpha divided over the benchmarks by Holm's procedure (`stats.holm_steps`).
+    false-alarm rate over them: `alpha` (the benchmarks' share of the session's, `judge.family`) divided over the
+    benchmarks by Holm's procedure (`stats.holm_steps`).
 
     `run_noise`: how much a session's speed varies from session to session (log standard deviation),
     which blocks of one session cannot show; see `stats.compare_throughput`. `path`: the baseline

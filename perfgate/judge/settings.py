@@ -9,7 +9,16 @@ from typing import Any
 
 from perfgate.errors import UsageError
 from perfgate.judge.acceptance import Acceptance, strongest
-from perfgate.judge.stats import DEFAULT_ALPHA, DEFAULT_SPENDING, PASS_ERROR, LookLevels, look_levels, looks
+from perfgate.judge.stats import (
+    COUNT_SHARE,
+    DEFAULT_ALPHA,
+    DEFAULT_SPENDING,
+    PASS_ERROR,
+    SLOW_RATE,
+    LookLevels,
+    look_levels,
+    looks,
+)
 from perfgate.naming import CLI, FrontEnd
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig, Thresholds
 from perfgate.records.results import GateRecord
@@ -42,6 +51,13 @@ class GateSettings:
     front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
     spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
     accepted: tuple[Acceptance, ...] = ()  # slowdowns accepted on purpose (`judge.acceptance`)
+    # A paired check's count test (`stats.count_slow_pairs`): the runner's rate of one-sided slow pairs on unchanged
+    # code, and where it came from ("" for perfgate's default; "measured by perfgate calibrate on DATE").
+    slow_rate: float = SLOW_RATE
+    slow_rate_source: str = ""
+    # A check of a `pytest --perfgate` session of several: alpha's divisor for its share of the session's one
+    # false-alarm rate (`judge.family`), dividing every look's alpha; 1 for a check alone.
+    session_divisor: float = 1.0
 
     @property
     def update_command(self) -> str:
@@ -64,21 +80,29 @@ class GateSettings:
 
     def levels(self, look: Look | None) -> LookLevels:
         """The error rates one look may spend: a spending plan over the check's looks; without a look
-        (a judgement that adds no trials) the whole of them."""
+        (a judgement that adds no trials) the whole of them. Alpha's share of a session's check
+        (`session_divisor`) divides each look's alpha (the count test's too), so its looks together spend at most
+        that share."""
+        levels = self._spent_at(look)
+        return levels if self.session_divisor == 1.0 else levels.divided(self.session_divisor)
+
+    def _spent_at(self, look: Look | None) -> LookLevels:
         if look is None:
             return LookLevels(self.alpha, PASS_ERROR)
         if look.previous_n is None:  # a results file from before spending plans: an even split
             return LookLevels(self.alpha / self.looks, PASS_ERROR / self.looks)
-        return look_levels(
+        most = max(self.first_n, self.max_n)
+        levels = look_levels(
             look.n,
             look.previous_n,
-            max(self.first_n, self.max_n),
+            most,
             alpha=self.alpha,
             final=look.final,
             shape=self.spending,
             held_back=look.held_back,
             extension=look.extension,
         )
+        return replace(levels, count_alpha=count_level(look, most, self.alpha))
 
     def thresholds_for(self, workload: str, config: str) -> Thresholds:
         """The thresholds of one workload and config: the project's overrides, the command line's threshold."""
@@ -208,6 +232,20 @@ class Look:
 
 
 Looks = Mapping[tuple[str, str], Look]
+COUNT_SPENDING_POWER = 2.0
+
+
+def count_level(look: Look, most: int, alpha: float) -> float:
+    """The count test's level at a look (`stats.count_slow_pairs`): COUNT_SHARE of alpha, spent over the pairs up
+    to `most` whatever the time budget, in proportion to (n / most)^2: a count of a few pairs can reject nothing
+    at these levels, and a slow path in a third of the trials shows after 15-30 pairs. The last look of a check
+    (final and not held back for an extension) spends what is left. Every path's looks together spend at most
+    COUNT_SHARE x alpha (the union bound)."""
+    previous = min(look.previous_n or 0, most)
+    last = look.n >= most or (look.final and not look.held_back)
+    upto = most if last else min(look.n, most)
+    power = COUNT_SPENDING_POWER
+    return max(COUNT_SHARE * alpha * max(upto**power - previous**power, 0) / most**power, 1e-300)
 
 
 class LookTracker:

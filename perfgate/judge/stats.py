@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -57,12 +57,107 @@ DEFAULT_SPENDING = "hwang-shih-decani"
 # add past the budget when the slow trials all fall on one side (an intermittent slowdown: `check.sequential`).
 EXTENSION_RESERVE = 0.3
 
+# The count test of a paired check (`count_slow_pairs`): how often head ran much slower than its pair, against the
+# rate at which a runner stalls one side of a pair on unchanged code (SLOW_RATE unless `perfgate calibrate`
+# measured it). "Much slower" is SLOW_CUT_SIGMAS times the pairs' own noise (a robust scale: the width of their
+# shortest half), never less than SLOW_CUT_FLOOR. The test takes COUNT_SHARE of a check's alpha, spent over its most
+# pairs (`count_level`; the interval's significance keeps the rest of each look's), tests head's count
+# against the larger of the rate and the base's own rate (its BASE_RATE_BOUND upper bound: the base side sees the
+# same runner), and stands down where the base's slow pairs alone are beyond the rate (a one-sided binomial p
+# below STAND_DOWN_P): interference then hits this runner more often than the test may assume.
+# benchmarks/count_test.py chose these values by simulation.
+SLOW_RATE = 0.05
+SHORTH_NORMAL = 1.349  # the width of a normal sample's shortest half, in standard deviations (2 x 0.674)
+SLOW_CUT_SIGMAS = 6.0
+SLOW_CUT_FLOOR = 1.25
+COUNT_SHARE = 0.3
+STAND_DOWN_P = 0.05
+BASE_RATE_BOUND = 0.8  # the count tests head against the larger of the rate and this upper bound of the base's rate
+
 
 class Verdict(StrEnum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
     NO_CHANGE = "no change"
     INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class SlowPairCount:
+    """A paired check's count test: in how many pairs head ran `cut` or more slower than its base trial, tested
+    against `rate`, the most a runner stalls one side of a pair on unchanged code (H0: head's rate <= `rate`), with
+    the base's own count as the check of that assumption (`count_slow_pairs`)."""
+
+    pairs: int
+    head_slow: int  # pairs in which head ran `cut` or more slower than its base trial
+    base_slow: int  # pairs in which base ran `cut` or more slower than its head trial
+    cut: float  # the factor "much slower" means here: SLOW_CUT_SIGMAS x the pairs' noise, at least SLOW_CUT_FLOOR
+    rate: float  # r0: the runner's rate of one-sided slow pairs on unchanged code
+    tested_rate: float  # what head's count was tested against: the larger of `rate` and the base's own (its bound)
+    p_value: float  # one-sided binomial: P(head_slow or more of `pairs` | tested_rate)
+    base_p: float  # the base's count against `rate`: below STAND_DOWN_P, the runner stalls more often than `rate`
+    alpha: float  # the level the count had at this look (`count_level`)
+    head_factor: float = math.nan  # how much slower head's slow pairs ran (their median ratio base/head)
+    rate_source: str = ""  # where `rate` came from: "" perfgate's default, else "measured by perfgate calibrate on ..."
+
+    @property
+    def stood_down(self) -> bool:
+        """The base's own count is more than `rate` allows: the assumption fails on this runner now."""
+        return self.base_p < STAND_DOWN_P
+
+    @property
+    def rejects(self) -> bool:
+        """Head ran much slower than its pair more often than the runner's rate explains, at this look's level."""
+        return not self.stood_down and self.pairs >= MIN_DECIDING and self.p_value <= self.alpha
+
+
+def slow_cut(differences: Sequence[float]) -> float:
+    """What "much slower" means for these per-pair log ratios: SLOW_CUT_SIGMAS times their robust scale, and never
+    less than SLOW_CUT_FLOOR; as a factor. The scale is the shortest interval that holds half the pairs (two at
+    least), over its width for a normal sample (2 x 0.674 sigma): a slow path takes its pairs far from the others,
+    and the shortest half then lies within one cluster, whose spread is the pairs' noise. (The median absolute
+    deviation breaks down as the slow pairs near half: 6 slow pairs of 12 made it 30x the noise.)"""
+    if len(differences) < 2:
+        return SLOW_CUT_FLOOR
+    ordered = sorted(differences)
+    half = max(2, len(ordered) // 2)
+    shortest = min(ordered[i + half - 1] - ordered[i] for i in range(len(ordered) - half + 1))
+    return max(SLOW_CUT_FLOOR, math.exp(SLOW_CUT_SIGMAS * shortest / SHORTH_NORMAL))
+
+
+def count_slow_pairs(differences: Sequence[float], rate: float, alpha: float, rate_source: str = "") -> SlowPairCount:
+    """The count test on per-pair log ratios head/base (`differences`, below 0: head slower): how many pairs ran
+    much slower on each side (`slow_cut`), and the binomial tail of head's count under "at most `rate` of pairs"
+    (or the base's own rate, where its BASE_RATE_BOUND upper bound is larger), to be judged at `alpha`. Valid
+    where one-sided stalls of unchanged code hit a side in at most that rate of pairs, independently: the base's
+    count tests that (`SlowPairCount.stood_down`)."""
+    _check_level(rate, "the runner's slow-pair rate")
+    cut = slow_cut(differences)
+    limit = math.log(cut) - 1e-9
+    head = [d for d in differences if d <= -limit]
+    base_slow = sum(d >= limit for d in differences)
+    n = len(differences)
+    tested = max(rate, float(_beta().ppf(BASE_RATE_BOUND, base_slow + 1, n - base_slow))) if n else rate
+    return SlowPairCount(
+        pairs=n,
+        head_slow=len(head),
+        base_slow=base_slow,
+        cut=cut,
+        rate=rate,
+        tested_rate=tested,
+        p_value=binomial_tail(len(head), n, tested),
+        base_p=binomial_tail(base_slow, n, rate),
+        alpha=alpha,
+        head_factor=math.exp(-statistics.median(head)) if head else math.nan,
+        rate_source=rate_source,
+    )
+
+
+def binomial_tail(k: int, n: int, rate: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, rate)."""
+    if k <= 0:
+        return 1.0
+    return float(_binomial().sf(k - 1, n, rate))
 
 
 @dataclass(frozen=True)
@@ -86,6 +181,8 @@ class ThroughputComparison:
     verdict: Verdict
     slow: tuple[int, int] = (0, 0)  # (baseline, candidate) trials SLOW_FACTOR or more slower than their pair
     boundary: float = math.nan  # the one-sided level of the interval's slow end at this look (`boundary_level`)
+    count: SlowPairCount | None = None  # a paired check's count test of head's much slower pairs
+    by_count: bool = False  # a regression whose significance the count test gave (the interval at `boundary`)
 
     @property
     def change(self) -> float:
@@ -100,6 +197,14 @@ class LookLevels:
     alpha: float  # chance of a false regression (or improvement) call at this look
     pass_error: float  # chance, at this look, of calling "no change" on a change exactly at the threshold
     final: bool = False  # no more pairs will come: a paired check reads its interval at BOUNDARY_FINAL at least
+    # A paired check's count test at this look (`count_levels`); None: COUNT_SHARE of `alpha`, as the interval's
+    # part takes the rest.
+    count_alpha: float | None = None
+
+    def divided(self, divisor: float) -> LookLevels:
+        """These levels with alpha (the count's too) divided, as Holm's procedure divides them."""
+        count = None if self.count_alpha is None else self.count_alpha / divisor
+        return replace(self, alpha=self.alpha / divisor, count_alpha=count)
 
 
 def spent(fraction: float, total: float, shape: str = DEFAULT_SPENDING) -> float:
@@ -299,6 +404,8 @@ def compare_paired(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     levels: LookLevels | None = None,
+    slow_rate: float | None = SLOW_RATE,
+    rate_source: str = "",
 ) -> ThroughputComparison:
     """Compare head with base from pairs of trials measured side by side (pair i: base[i], head[i]).
 
@@ -309,6 +416,14 @@ def compare_paired(
     head's trials on a 2x slower path is a regression, reported as intermittent. The verdict rules are
     `compare_throughput`'s; `n_baseline` and `n_candidate` are both the number of pairs, and `noise` is the
     per-pair standard deviation of the log ratio.
+
+    With `slow_rate` (None: none), the count test (`count_slow_pairs`) joins the interval: the interval's
+    significance against no change takes 1 - COUNT_SHARE of the look's alpha, the count `levels.count_alpha`
+    (None: COUNT_SHARE of alpha). A count that rejects makes a regression of an interval that lies beyond the
+    threshold's bound at the boundary's level alone (the count gave the significance): so "5%" keeps its meaning,
+    and an intermittent slow path that the t-test needs about 40 pairs for is called in about 20. `alpha` is then
+    the two parts' levels together and `p_slower` the combined test's, alpha x the smaller of p_t / its level and
+    p_count / its level: a valid p-value for Holm, each part being tested at its own level.
     """
     _check_level(threshold, "threshold")
     if len(base) != len(head):
@@ -325,17 +440,43 @@ def compare_paired(
         noise = statistics.stdev(differences)
         se, df = noise / math.sqrt(n), float(n - 1)
     limit = math.log(SLOW_FACTOR) - 1e-9  # a hair of slack: exactly 1.5x counts at any scale
-    return _decide(
+    share = 0.0 if slow_rate is None else COUNT_SHARE
+    t_alpha = levels.alpha * (1.0 - share)
+    decided = _decide(
         difference,
         se,
         df,
         noise,
         threshold=threshold,
-        alpha=levels.alpha,
+        alpha=t_alpha,
         medians=(statistics.median(base), statistics.median(head)),
         sizes=(n, n),
         slow=(sum(d >= limit for d in differences), sum(d <= -limit for d in differences)),
         final=levels.final,
+    )
+    if slow_rate is None:
+        return decided
+    count_alpha = levels.alpha * share if levels.count_alpha is None else levels.count_alpha
+    count = count_slow_pairs(differences, slow_rate, count_alpha, rate_source)
+    # The combined test's alpha and p-value: its share of alpha (p / alpha, as Holm reads it) is the smaller of
+    # its parts' shares, each part at its own level.
+    alpha = t_alpha + count_alpha
+    shares = [decided.p_slower / t_alpha] + ([] if count.stood_down else [count.p_value / count_alpha])
+    p_slower = min(1.0, alpha * min(shares)) if not math.isnan(decided.p_slower) else decided.p_slower
+    decided = replace(decided, alpha=alpha, p_slower=p_slower, count=count)
+    if decided.verdict != Verdict.INCONCLUSIVE or not count.rejects or se is None or se == 0.0:
+        return decided
+    # The count gave the significance: the interval at the boundary's level alone decides the size.
+    width = float(_student_t().ppf(1 - decided.boundary, df)) * se
+    if difference + width >= -math.log1p(threshold):
+        return decided
+    return replace(
+        decided,
+        ci_low=_exp(difference - width),
+        ci_high=_exp(difference + width),
+        confidence=1 - 2 * decided.boundary,
+        verdict=Verdict.REGRESSION,
+        by_count=True,
     )
 
 
@@ -752,6 +893,20 @@ def _normal() -> Any:
     from scipy import stats
 
     return stats.norm
+
+
+@cache
+def _beta() -> Any:
+    from scipy import stats
+
+    return stats.beta
+
+
+@cache
+def _binomial() -> Any:
+    from scipy import stats
+
+    return stats.binom
 
 
 @cache

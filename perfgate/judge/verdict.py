@@ -17,6 +17,7 @@ from pathlib import Path
 
 from perfgate.judge.acceptance import Acceptance, unused
 from perfgate.judge.counts import CountsComparison, SideCounts, compare_sides, side_counts
+from perfgate.judge.family import SessionRate
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
 from perfgate.judge.settings import GateSettings, Look, Looks
 from perfgate.judge.stats import (
@@ -117,6 +118,7 @@ class GateResult:
     against: Against | None = None  # set in a paired check: the base it measured beside the working tree
     comparisons: int = 0  # tests that share the check's one false-alarm rate (`one_error_rate`)
     family: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # alpha's divisors used
+    session: SessionRate | None = None  # a pytest session's checks: the one false-alarm rate they share
 
     @property
     def mode(self) -> str:
@@ -157,7 +159,10 @@ class GateResult:
     def to_record(self, baseline_dir: Path) -> GateRecord:
         """What a results file keeps of this check: its settings, its mode, each config's last look and the
         divisors of alpha, so a later report judges the run exactly as the check did."""
-        return self.settings.to_record(baseline_dir, mode=self.mode, looks=self.looks, divisors=self.family)
+        record = self.settings.to_record(baseline_dir, mode=self.mode, looks=self.looks, divisors=self.family)
+        if self.session is None:
+            return record
+        return replace(record, session={"comparisons": self.session.comparisons, "checks": self.session.checks})
 
 
 def missing_baseline(
@@ -240,14 +245,17 @@ def holm_divisors(result: GateResult) -> dict[tuple[str, str], tuple[float, floa
 
 
 def _tests(result: GateResult) -> Iterable[tuple[float, tuple[str, str], int]]:
-    """(p-value / alpha, config, 0 for throughput or 1 for memory) for each comparison that has a p-value."""
+    """(p-value / alpha, config, 0 for throughput or 1 for memory) for each comparison that has a p-value and
+    sampling error. An exact memory comparison (CUDA's peak allocated memory, repeating to the byte: its p is 0
+    or 1) cannot be a false alarm, so, like the exact counts, it stays out of the family and takes no share of
+    alpha from the others."""
     for verdict in result.verdicts:
         key = (verdict.workload, verdict.config)
         throughput = verdict.throughput
         if throughput is not None and not math.isnan(throughput.p_slower):
             yield throughput.p_slower / throughput.alpha, key, 0
         memory = verdict.memory
-        if memory is not None and not math.isnan(memory.p_larger):
+        if memory is not None and not memory.exact and not math.isnan(memory.p_larger):
             yield memory.p_larger / memory.alpha, key, 1
 
 
@@ -309,7 +317,8 @@ def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | Non
         else None  # written before one error rate per check, or by `perfgate run`: Holm's over this file
     )
     result = compare_results(run, settings, store=BaselineStore(directory), looks=looks, family=family)
-    return replace(result, looks=looks)
+    session = None if gate is None or gate.session is None else SessionRate(settings.alpha, **gate.session)
+    return replace(result, looks=looks, session=session)
 
 
 def _config_key(text: str) -> tuple[str, str]:
@@ -563,27 +572,35 @@ def judge_counts_only(
 
 
 def _with_one_sided_failures(verdict: ConfigVerdict, head: WorkloadResult, base: WorkloadResult) -> ConfigVerdict:
-    """Name each pair in which one side's trial failed (or timed out) while the other's ran. Its pair cannot be
-    timed, but it is evidence: a head that fails where the base runs is not shown unchanged, so "no change"
-    becomes inconclusive."""
+    """Failed trials are evidence. A head whose trials of a config failed or timed out (hung) while every base
+    trial of it ran fails the check: "the head failed in 2 of 9 trials; the base in 0 of 9", with the first error.
+    Failures on both sides say the workload is flaky: said so, and no "no change" is shown (inconclusive); a
+    regression the pairs show stays one. A base that fails where the head runs is named."""
     if verdict.status in (Status.FAILED, Status.NO_BASELINE, Status.NOT_COMPARABLE):
         return verdict
     head_config, base_config = head.configs.get(verdict.config), base.configs.get(verdict.config)
     if head_config is None or base_config is None:
         return verdict
-    head_trials = {t.trial: t for t in head_config.trials}
-    base_trials = {t.trial: t for t in base_config.trials}
-    notes = []
-    for side, mine, other in (("head", head_trials, base_trials), ("base", base_trials, head_trials)):
-        for index, trial in sorted(mine.items()):
-            if not trial.ok and index in other and other[index].ok:
-                notes.append(f"{side} trial {index + 1} failed while its pair's other trial ran ({trial.failure})")
-    if not notes:
+    head_failed = [t for t in head_config.trials if not t.ok]
+    base_failed = [t for t in base_config.trials if not t.ok]
+    if not head_failed and not base_failed:
         return verdict
-    head_only = any(note.startswith("head") for note in notes)
-    status = Status.INCONCLUSIVE if head_only and verdict.status == Status.NO_CHANGE else verdict.status
-    shown = "; ".join(notes) + (": not shown unchanged" if status != verdict.status else "")
-    return replace(verdict, status=status, reason=f"{verdict.reason}; {shown}")
+    counts = (
+        f"the head failed in {len(head_failed)} of {len(head_config.trials)} trials; "
+        f"the base in {len(base_failed)} of {len(base_config.trials)}"
+    )
+    if head_failed and not base_failed:
+        first = head_failed[0]
+        reason = f"{counts}: a head that fails where its base runs is a defect (head trial {first.trial + 1}: "
+        reason += f"{first.failure}); {verdict.reason}"
+        return replace(verdict, status=Status.FAILED, reason=reason, trials_failed=len(head_failed))
+    if head_failed:
+        first = head_failed[0]
+        status = Status.INCONCLUSIVE if verdict.status == Status.NO_CHANGE else verdict.status
+        shown = f"{counts}: the workload is flaky, failing on both sides (first: {first.failure})"
+        return replace(verdict, status=status, reason=f"{verdict.reason}; {shown}", trials_failed=len(head_failed))
+    first = base_failed[0]
+    return replace(verdict, reason=f"{verdict.reason}; {counts} (base trial {first.trial + 1}: {first.failure})")
 
 
 def pair_trials(head: WorkloadResult, base: WorkloadResult) -> tuple[WorkloadResult, WorkloadResult]:
@@ -633,7 +650,7 @@ def _compare_config(
     two sides' counts from their trials (None: the entry's)."""
     thresholds = settings.thresholds_for(workload, config)
     memory_alpha = levels.alpha / divisors[1]
-    levels = replace(levels, alpha=levels.alpha / divisors[0])
+    levels = levels.divided(divisors[0])
     measured = candidate.configs.get(config)
     if base is None:
         fix = "the base has no measurement of it" if paired else f"run {settings.update_command}"
@@ -643,7 +660,7 @@ def _compare_config(
     if measured is None:
         reason = "the config failed: no trial produced a measurement"
         return ConfigVerdict(workload, config, Status.FAILED, reason, thresholds)
-    throughput, adjusted, machine = _throughput(base, measured, thresholds.throughput, levels, paired)
+    throughput, adjusted, machine = _throughput(base, measured, thresholds.throughput, levels, paired, settings)
     base_memory, measured_memory = of_entry(base), of_entry(measured)
     peaks = compared_peaks(base_memory, measured_memory, "the base" if paired else "the baseline")
     memory = (  # a paired check's peaks are in pair order (`pair_trials`, `compared_peaks`)
@@ -671,7 +688,7 @@ def _compare_config(
         and combined_verdict(throughput, adjusted) in (Verdict.REGRESSION, Verdict.INCONCLUSIVE)
     ):
         # Judged again against the accepted bound, as the threshold is: within it only when the data rule out more.
-        raw, machine_adjusted, _ = _throughput(base, measured, acceptance.slowdown, levels, paired)
+        raw, machine_adjusted, _ = _throughput(base, measured, acceptance.slowdown, levels, paired, settings)
         accepted = AcceptedSlowdown(acceptance, raw, machine_adjusted)
         if accepted.within and memory.verdict not in (Verdict.REGRESSION, Verdict.INCONCLUSIVE):
             status = Status.ACCEPTED
@@ -706,13 +723,23 @@ def _compare_config(
 
 
 def _throughput(
-    base: ConfigEntry, measured: ConfigEntry, threshold: float, levels: LookLevels, paired: bool
+    base: ConfigEntry,
+    measured: ConfigEntry,
+    threshold: float,
+    levels: LookLevels,
+    paired: bool,
+    settings: GateSettings,
 ) -> tuple[ThroughputComparison, ThroughputComparison | None, ThroughputComparison | None]:
     """Throughput against `threshold`: raw, machine-adjusted and the machine probe's own (those two against
-    stored baselines only; a paired check's pairs need neither)."""
+    stored baselines only; a paired check's pairs need neither, and take the count test at the settings' rate)."""
     if paired:
         paired_comparison = compare_paired(
-            base.samples_per_sec, measured.samples_per_sec, threshold=threshold, levels=levels
+            base.samples_per_sec,
+            measured.samples_per_sec,
+            threshold=threshold,
+            levels=levels,
+            slow_rate=settings.slow_rate,
+            rate_source=settings.slow_rate_source,
         )
         return paired_comparison, None, None
     probed = compare_probed(
@@ -774,14 +801,23 @@ def _losses(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.4g}" for v in values)
 
 
-def merge_results(gates: Sequence[GateResult]) -> GateResult:
+def merge_results(gates: Sequence[GateResult], session: SessionRate | None = None) -> GateResult:
     """One result from several checks of one session (`pytest --perfgate` checks each fixture test and each
     group of configured items on its own): every workload once, its configs from all of them (a later
-    verdict of a config replaces an earlier), the runs merged, the settings of the first."""
+    verdict of a config replaces an earlier), the runs merged, the settings of the first.
+
+    `session`: the one false-alarm rate the session's checks shared (`judge.family`). Each check judged at its
+    share of alpha (`GateSettings.session_divisor`); the merged result keeps the session's alpha and, for each
+    config, Holm's divisors times its check's, so a later report (`judge_saved`) judges every config at the level
+    its check did."""
     if not gates:
         raise ValueError("merge_results needs at least one result")
+    settings = replace(gates[0].settings, session_divisor=1.0)
     if len(gates) == 1:
-        return gates[0]
+        gate = gates[0]
+        if session is None and gate.settings.session_divisor == 1.0:
+            return gate
+        return replace(gate, settings=settings, family=session_family(gate), session=session)
     workloads: dict[str, WorkloadVerdict] = {}
     for gate in gates:
         for w in gate.workloads:
@@ -798,10 +834,22 @@ def merge_results(gates: Sequence[GateResult]) -> GateResult:
     return replace(
         gates[0],
         workloads=list(workloads.values()),
+        settings=settings,
         run=merge_runs(runs) if runs else None,
         stopped_because=next((g.stopped_because for g in gates if g.stopped_because), None),
         looks={key: look for g in gates for key, look in g.looks.items()},
         against=sides[-1] if same_base else None,
         comparisons=sum(g.comparisons for g in gates),
-        family={key: divisors for g in gates for key, divisors in g.family.items()},
+        family={key: divisors for g in gates for key, divisors in session_family(g).items()},
+        session=session,
     )
+
+
+def session_family(gate: GateResult) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each config's divisors of the session's alpha in a check judged at a share of it: Holm's divisors within
+    the check times the check's `session_divisor` (every config the check judged, in or out of Holm's family)."""
+    divisor = gate.settings.session_divisor
+    if divisor == 1.0:
+        return dict(gate.family)
+    keys = dict.fromkeys([*gate.family, *((v.workload, v.config) for v in gate.verdicts)])
+    return {key: (pair[0] * divisor, pair[1] * divisor) for key in keys for pair in [gate.family.get(key, (1.0, 1.0))]}

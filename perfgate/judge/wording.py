@@ -9,6 +9,7 @@ from perfgate.judge.stats import (
     MIN_DECIDING,
     SLOW_FACTOR,
     MemoryComparison,
+    SlowPairCount,
     ThroughputComparison,
     Verdict,
     combined_verdict,
@@ -27,7 +28,12 @@ def throughput_reason(
 
     `unit` names the figure compared, `sample` what each value of it came from (a trial, a session).
     """
-    reason = _throughput_verdict_reason(t, unit, sample) + _slow_note(t, sample)
+    reason = _throughput_verdict_reason(t, unit, sample)
+    count = t.count
+    if count is not None and not t.by_count and (count.head_slow or count.stood_down):
+        reason += f"; the count of much slower pairs: {count_text(count)}"
+    elif count is None:
+        reason += _slow_note(t, sample)
     if adjusted is None or machine is None:
         return reason
     speed = f"the machine probe ran {machine.ratio:.3f}x as fast as when the baseline was measured"
@@ -87,6 +93,27 @@ def _slow_note(t: ThroughputComparison, sample: str = "trial") -> str:
     return f" ({'; '.join(parts)}: {kind})"
 
 
+def count_text(count: SlowPairCount) -> str:
+    """The count test in one line: `4 of 14 head trials ran 1.9x slower than their pair (1.31x or more counts);
+    base: 0 of 14; the runner's rate on unchanged code: at most 5% (perfgate's default): p=1.2e-05 <= 2.5e-04`."""
+    factor = "" if math.isnan(count.head_factor) else f" {count.head_factor:.2g}x"
+    source = count.rate_source or "perfgate's default"
+    line = (
+        f"{count.head_slow} of {count.pairs} head trials ran{factor} slower than their pair ({count.cut:.2f}x or "
+        f"more counts); base: {count.base_slow} of {count.pairs}; the runner's rate on unchanged code: at most "
+        f"{format_pct(count.rate, 0)} ({source})"
+    )
+    if count.stood_down:
+        return (
+            f"{line}; the count test stood down: the base's own slow pairs are more than that rate allows, so "
+            "interference hits this runner more often than the test may assume"
+        )
+    if count.tested_rate > count.rate:
+        line += f", tested against {format_pct(count.tested_rate, 1)}, the bound of the base's own rate"
+    relation = "<=" if count.rejects else ">"
+    return f"{line}: p={format_p_value(count.p_value)} {relation} {format_p_value(count.alpha)}"
+
+
 def threshold_text(threshold: float, unit: str = "samples/s") -> str:
     """The threshold in its one unit, time per sample, with the samples/s bound it sets for a slowdown:
     `the 25% threshold on time per sample (samples/s -20.0%)`.
@@ -115,6 +142,11 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
         p_value = format_p_value(min(t.p_slower, t.p_faster))
         change += f", {100 * t.confidence:.1f}% CI {t.ci_low:.3f}-{t.ci_high:.3f}x, p={p_value})"
     threshold = f"the {100 * t.threshold:g}% threshold on {_time_unit(unit)}"
+    if t.verdict == Verdict.REGRESSION and t.by_count and t.count is not None:
+        return (
+            f"{change}: a regression beyond {threshold} (the whole interval lies below {unit} "
+            f"{_bound(t.threshold)}), intermittent: {count_text(t.count)}"
+        )
     if t.verdict == Verdict.REGRESSION:
         return (
             f"{change}: a regression beyond {threshold} (the whole interval lies below {unit} "

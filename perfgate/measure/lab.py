@@ -366,7 +366,9 @@ class RunningTrial:
         server: TrialServer | None = None,
         *,
         front_end: FrontEnd = CLI,
+        timeout_note: str | None = None,
     ) -> None:
+        """`timeout_note`: what a trial that runs past `timeout_s` is said to have done (default: timed out)."""
         side = f"-{place.name}" if place.name else ""
         stem = f"{spec.reference_target.rsplit(':', 1)[-1]}-{spec.config}-{spec.trial}{side}"
         stem = stem.replace("/", "_").replace("@", "_")
@@ -375,6 +377,7 @@ class RunningTrial:
         self.log_path = scratch / f"{stem}.log"
         self.spec = spec
         self.timeout_s = timeout_s
+        self.timeout_note = timeout_note
         self.front_end = front_end
         spec_path.write_text(json.dumps(asdict(spec)), encoding="utf-8")
         self.out_path.unlink(missing_ok=True)
@@ -424,7 +427,8 @@ class RunningTrial:
             self.kill()
             return _failed(
                 self.spec,
-                f"timed out after {self.timeout_s:g} s (raise {self.front_end.option('timeout')} if the trial needs "
+                self.timeout_note
+                or f"timed out after {self.timeout_s:g} s (raise {self.front_end.option('timeout')} if the trial needs "
                 "longer)",
                 self.started,
             )

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -295,6 +295,12 @@ def source_folders(repo_root: Path) -> list[Path]:
     return folders
 
 
+# A trial that takes HANG_FACTOR times the slowest trial of its config so far (either side), and at least
+# HANG_FLOOR_S, has hung: it fails as a timeout would, found minutes before the fixed timeout (`--timeout`).
+HANG_FACTOR = 5.0
+HANG_FLOOR_S = 60.0
+
+
 @dataclass
 class SideTrials:
     """One side's trials so far, per (workload, config), and configs that cannot run on it."""
@@ -429,23 +435,34 @@ class PairedSession:
         started = time.perf_counter()
         if self.progress:
             self.progress(TrialEvent(planned, total))
+        limit = self._hang_limit(key)
         if self.parallel or self.interleaved:
             running: dict[str, RunningTrial] = {}
             turns = TurnCoordinator(Path(self._scratch.name) / "turns", sides) if self.interleaved else None
+            deadline = None
             try:  # started one by one inside the try: Ctrl-C between the two starts takes the first down too
                 for side in sides:
-                    running[side] = self._start(side, key, pair, None if turns is None else turns.prefix(side))
+                    running[side] = self._start(side, key, pair, None if turns is None else turns.prefix(side), limit)
                 if turns is not None:
                     processes = {side: trial.process for side, trial in running.items()}
-                    turns.run(processes, sides[0], time.perf_counter() + self.settings.timeout_s)
-                records = {side: running[side].wait() for side in sides}
+                    fixed = time.perf_counter() + (limit or self.settings.timeout_s)
+                    deadline = turns.run(processes, sides[0], fixed, hang_after=None if limit else self._hang_after)
+                    if deadline < fixed:  # one side was done: the other has until its time x HANG_FACTOR
+                        for trial in running.values():
+                            trial.timeout_note = (
+                                f"hung: no result {HANG_FACTOR:g}x as long as the other side of its pair took (at "
+                                f"least {HANG_FLOOR_S:g} s)"
+                            )
+                records = {side: running[side].wait(deadline) for side in sides}
             finally:
                 if turns is not None:
                     turns.close({side: trial.process for side, trial in running.items()})
                 for process in running.values():
                     process.kill()
         else:
-            records = {side: self._start(side, key, pair).wait() for side in sides}
+            records = {}
+            for side in sides:  # the second side's limit may come from the first's time
+                records[side] = self._start(side, key, pair, None, limit or self._limit_after(records)).wait()
         for side in sides:
             self._record(side, key, records[side])
         results = [records[side].result for side in sides]
@@ -457,7 +474,30 @@ class PairedSession:
             head = self.sides["head"].trials[key][-1]
             self.progress(TrialEvent(planned, total, finished=head))
 
-    def _start(self, side: str, key: tuple[str, str], pair: int, turns: str | None = None) -> RunningTrial:
+    def _hang_limit(self, key: tuple[str, str]) -> float | None:
+        """How long a trial of this config may take before it counts as hung: HANG_FACTOR x the slowest trial of it
+        so far (either side, wall time), at least HANG_FLOOR_S and at most the timeout; None before any ran."""
+        times = [t.wall_s or t.process_s or 0.0 for side in SIDES for t in self.sides[side].trials[key] if t.ok]
+        return self._hang_after(max(times)) if times else None
+
+    def _hang_after(self, other_s: float) -> float:
+        return min(self.settings.timeout_s, max(HANG_FLOOR_S, HANG_FACTOR * other_s))
+
+    def _limit_after(self, records: Mapping[str, TrialRecord]) -> float | None:
+        """The limit of a pair's later trial from its earlier ones, when they ran (`_hang_after`)."""
+        times = [r.result.wall_s or r.result.process_s or 0.0 for r in records.values() if r.result.ok]
+        return self._hang_after(max(times)) if times else None
+
+    def _start(
+        self,
+        side: str,
+        key: tuple[str, str],
+        pair: int,
+        turns: str | None = None,
+        limit: float | None = None,
+    ) -> RunningTrial:
+        """Start one side's trial; `limit`: the time after which it counts as hung (`_hang_limit`), else the
+        timeout."""
         reference = self.references[(side, key[0])]
         nproc = self.settings.nproc_of(self._workload(key[0]))
         spec = TrialSpec(
@@ -477,17 +517,24 @@ class PairedSession:
         scratch = Path(self._scratch.name)
         place = self.places[side]
         front_end = self.settings.front_end
+        timeout_s = limit or self.settings.timeout_s
+        hung = (
+            None
+            if limit is None
+            else f"hung: no result after {limit:.0f} s, {HANG_FACTOR:g}x the slowest trial of this config so far "
+            f"(at least {HANG_FLOOR_S:g} s)"
+        )
         if not self.fork:
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
+            return RunningTrial(spec, scratch, timeout_s, place, front_end=front_end, timeout_note=hung)
         server = self.servers.get(side)
         if server is None or not server.alive:
             self._start_servers()
             server = self.servers[side]
         try:
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place, server, front_end=front_end)
+            return RunningTrial(spec, scratch, timeout_s, place, server, front_end=front_end, timeout_note=hung)
         except ServerGone:  # the side's code cannot even start a server: measure with fresh processes
             self.fork = False
-            return RunningTrial(spec, scratch, self.settings.timeout_s, place, front_end=front_end)
+            return RunningTrial(spec, scratch, timeout_s, place, front_end=front_end, timeout_note=hung)
 
     def _start_servers(self) -> None:
         """Start every side's fork server that is not running, all at once, and wait until each is ready: their
@@ -514,10 +561,14 @@ class PairedSession:
         if record.failure_kind == "workload":
             message = str(result.failure)
             if side == "head":
-                # This workload gets no more pairs (its configs fail in the results); the others go on. When
-                # every workload has failed, the first one's error is the check's.
-                error = workload_error(key[0], key[1], record, self.settings.front_end)
-                self.workload_failures.setdefault(key[0], error)
+                # This workload gets no more pairs (its configs fail in the results); the others go on. A head
+                # that ran before and raises now is judged (`verdict._with_one_sided_failures`: it fails the check,
+                # with its report); when every workload has failed without a trial that ran, the first one's error
+                # is the check's.
+                ran = any(t.ok for (name, _), done in trials.trials.items() if name == key[0] for t in done)
+                if not ran:
+                    error = workload_error(key[0], key[1], record, self.settings.front_end)
+                    self.workload_failures.setdefault(key[0], error)
                 for config in self.settings.configs:
                     trials.config_failures.setdefault((key[0], config), message)
                 trials.trials[key].append(result)

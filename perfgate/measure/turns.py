@@ -26,7 +26,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -113,14 +113,26 @@ class TurnCoordinator:
     def prefix(self, side: str) -> str:
         return self.prefixes[side]
 
-    def run(self, processes: Mapping[str, _Process], first: str, deadline: float) -> None:
+    def run(
+        self,
+        processes: Mapping[str, _Process],
+        first: str,
+        deadline: float,
+        hang_after: Callable[[float], float] | None = None,
+    ) -> float:
         """Give the turns until both sides have finished their steps, one has exited, or `deadline`
-        (`time.perf_counter()`) passes; then let both run free. `first` takes the first turn."""
+        (`time.perf_counter()`) passes; then let both run free. `first` takes the first turn. With `hang_after`,
+        once a side is done after `elapsed` seconds the others must be done within `hang_after(elapsed)` more (a
+        hang is found from the other side's time). Returns the deadline that held at the end."""
         ready: set[str] = set()
         done: set[str] = set()  # finished their steps, or exited
         active: str | None = None
+        started = time.perf_counter()
         try:
             while len(done) < len(self.sides) and time.perf_counter() < deadline:
+                if done and hang_after is not None:
+                    deadline = min(deadline, time.perf_counter() + hang_after(time.perf_counter() - started))
+                    hang_after = None
                 for side, process in processes.items():
                     if side not in done and process.poll() is not None:
                         done.add(side)
@@ -155,6 +167,7 @@ class TurnCoordinator:
                                 active = None
         finally:
             self.close(processes)
+        return deadline
 
     def _go_to(self, process: _Process, side: str) -> None:
         _signal(process, signal.SIGCONT)

@@ -66,6 +66,14 @@ class TrialEntry:
     # timed, `comm` (a gradient all-reduce in flight), `comm_exposed` (backward waiting for it) and
     # `comm_bytes` (the gradient bytes all-reduced), all summed over the timed steps (diagnosis)
     ranks: list[dict[str, float]] | None = None
+    # times the trial ran its timed steps over the pinned slice (`TrialResult.rounds`): every total above covers
+    # steps x rounds steps, so a per-step figure divides by both (`per_step`); 1 in files written before
+    rounds: int = 1
+
+    def per_step(self, total_s: float, steps: int) -> float:
+        """A total over this trial's timed steps (`phase_s`, `loader_cpu_s`, a rank's figures) per step, given one
+        round's `steps` (the entry's settings): the same unit as a trial measured in any number of rounds."""
+        return total_s / (steps * self.rounds)
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 process_bytes=None if t.memory is None else t.memory.process_bytes,
                 loader_workers_bytes=None if t.memory is None else t.memory.loader_workers_bytes,
                 ranks=None if t.distributed is None else [rank_totals(r) for r in t.distributed.ranks],
+                rounds=t.rounds,
             )
             for t in config.trials
             if t.ok
@@ -357,6 +366,8 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 "torch_calls_per_step": t.torch_calls_per_step,
                 "host_syncs_per_step": t.host_syncs_per_step,
                 "graph_breaks": t.graph_breaks,
+                # the totals below cover steps x rounds timed steps; one round, as in files written before, left out
+                **({} if t.rounds == 1 else {"rounds": t.rounds}),
                 # the DataLoader workers' CPU seconds, where measured (files written before leave it out)
                 **({} if t.loader_cpu_s is None else {"loader_cpu_s": round_figure(t.loader_cpu_s)}),
                 # what peak_bytes is and its parts, where known (files written before leave them out)
@@ -500,6 +511,15 @@ class DocumentReader:
             ranks.append({str(k): float(self.number(rank, k, f"{where}[{index}]") or 0.0) for k in rank})
         return ranks
 
+    def rounds(self, trial: Mapping[str, Any], where: str) -> int:
+        """A trial's `rounds`: a whole number of at least 1; left out (files written before it was kept), 1."""
+        if "rounds" not in trial:
+            return 1
+        value = trial["rounds"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(f"{where}.rounds must be a whole number of at least 1, got {value!r}")
+        return value
+
     def config(self, raw: Any, where: str) -> ConfigEntry:
         raw = self.mapping(raw, where)
         losses = raw.get("first_losses", [])
@@ -536,6 +556,7 @@ class DocumentReader:
                     process_bytes=_int_or_none(self.number(trial, "process_bytes", here, optional=True)),
                     loader_workers_bytes=_int_or_none(self.number(trial, "loader_workers_bytes", here, optional=True)),
                     ranks=self.ranks(trial.get("ranks"), f"{here}.ranks"),
+                    rounds=self.rounds(trial, here),
                 )
             )
         operators = raw.get("top_operators", [])

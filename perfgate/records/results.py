@@ -453,6 +453,8 @@ class GateRecord:
     mode: str | None = None
     looks: Mapping[str, tuple[Any, ...]] | None = None  # "workload/config": n, previous n, final (`Look.to_record`)
     divisors: Mapping[str, tuple[float, float]] | None = None  # "workload/config": throughput's, memory's
+    # a pytest session's checks sharing one alpha (`judge.family`): {"comparisons": N, "checks": K}
+    session: Mapping[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the results file keeps, keys in the order perfgate has always written them."""
@@ -474,6 +476,8 @@ class GateRecord:
             document["looks"] = {key: list(look) for key, look in self.looks.items()}
         if self.divisors is not None:
             document["divisors"] = {key: list(pair) for key, pair in self.divisors.items()}
+        if self.session is not None:
+            document["session"] = dict(self.session)
         return document
 
     @classmethod
@@ -506,11 +510,12 @@ class GateRecord:
             mode=record.get("mode"),
             looks=_looks(record.get("looks"), f"{what}'s looks"),
             divisors=_divisors(record.get("divisors"), f"{what}'s divisors"),
+            session=_session(record.get("session"), f"{what}'s session"),
         )
 
 
 _GATE_FIELDS = tuple(GateRecord.__dataclass_fields__)
-_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors")  # added within schema_version 2
+_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors", "session")  # added within schema_version 2
 
 
 def _expect(record: Mapping[str, Any], key: str, kind: type, what: str) -> None:
@@ -567,6 +572,14 @@ def _divisors(data: Any, what: str) -> dict[str, tuple[float, float]] | None:
             raise ShapeError(f"{what} has {key!r}: {pair!r}, not [throughput, memory]")
         divisors[str(key)] = (_number(pair[0], f"{what}[{key!r}]"), _number(pair[1], f"{what}[{key!r}]"))
     return divisors
+
+
+def _session(data: Any, what: str) -> dict[str, int] | None:
+    if data is None:
+        return None
+    if not (isinstance(data, dict) and set(data) == {"comparisons", "checks"} and all(map(_is_int, data.values()))):
+        raise ShapeError(f'{what} is {data!r}, not {{"comparisons": N, "checks": K}} (whole numbers)')
+    return {"comparisons": data["comparisons"], "checks": data["checks"]}
 
 
 def _is_int(value: Any) -> bool:

@@ -119,6 +119,21 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
             "detectable_slowdown": c.detectable_slowdown,
             "verdict": c.verdict.value,
         }
+        if c.count is not None:
+            count = c.count
+            values["slow_pairs"] = {
+                "pairs": count.pairs,
+                "head": count.head_slow,
+                "base": count.base_slow,
+                "cut": count.cut,
+                "rate": count.rate,
+                "rate_source": count.rate_source or "default",
+                "tested_rate": count.tested_rate,
+                "p_value": count.p_value,
+                "alpha": count.alpha,
+                "stood_down": count.stood_down,
+                "decided": c.by_count,
+            }
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
 
     uses = _utilisations(result)

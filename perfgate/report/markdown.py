@@ -159,6 +159,9 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
         compared.append(f"Slowdowns accepted: {_cell('; '.join(a.shown for a in result.settings.accepted))}.")
     if micro is not None and micro.benchmarks:
         compared.append(f"pytest-benchmark tests compared with: {_cell(micro.mode)}.")
+    if result.session is not None:
+        rate = result.session.line
+        compared.append(f"{rate[0].upper()}{_cell(rate[1:])}.")
     return line + "\n\n" + " ".join(compared)
 
 

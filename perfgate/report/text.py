@@ -410,7 +410,6 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
             ]
         )
     lines.extend(_table(rows))
-    settings = result.settings
     limits = sorted({(v.thresholds.throughput, v.thresholds.memory) for v in workload.configs})
     limit_text = ", ".join(f"{limits_text(a)}, peak memory {100 * b:g}%" for a, b in limits)
     if paired:
@@ -425,8 +424,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
             "machine-adjusted ratio to agree)"
         )
     lines.append(
-        f"  {explained}; thresholds: {limit_text}; alpha {settings.alpha:g} for the whole check "
-        f"({result.comparisons} comparisons, Holm), one-sided over all looks; "
+        f"  {explained}; thresholds: {limit_text}; {family_text(result)}, one-sided over all looks; "
         f"CI: {confidence_text(workload)}"
     )
     for verdict in workload.configs:
@@ -435,6 +433,15 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
     lines.extend(format_counts(workload))
     lines.extend(f"  ! {note}" for note in gate_throttled_trials(workload.workload, result))
     return "\n".join(lines)
+
+
+def family_text(result: GateResult) -> str:
+    """Over what the check's alpha was one false-alarm rate: the check's comparisons, or a pytest session's
+    comparisons in all of its checks (`judge.family`)."""
+    session = result.session
+    if session is None:
+        return f"alpha {result.settings.alpha:g} for the whole check ({result.comparisons} comparisons, Holm)"
+    return f"alpha {session.alpha:g} for the whole session, over {session.described}"
 
 
 def count_columns(workload: WorkloadVerdict) -> list[str]:
