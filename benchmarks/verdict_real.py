@@ -4,6 +4,8 @@
     python benchmarks/verdict_real.py planted [--checks 20]       # head 7.5% slower: at least 18 of 20 fail
     python benchmarks/verdict_real.py intermittent [--checks 10]  # a 2x slower path one trial in three: all fail
     python benchmarks/verdict_real.py memory [--checks 10]        # stored baseline, another session: none fails
+    python benchmarks/verdict_real.py raises [--checks 3]         # head raises in one trial in three: exit 4
+    python benchmarks/verdict_real.py hangs [--checks 3]          # head hangs in one trial in three: exit 4, soon
 
 Each check is a real `perfgate check` (or, for `planted`, the same paired check with the slowdown planted in
 head's steps, as `perfgate calibrate` plants it) on the suite's paired-check MLP (tests/test_against.py), in a
@@ -13,6 +15,9 @@ three, chosen at random: on lm-small every step sleeps its own time again (2x), 
 too short to sleep accurately, its loss is computed three times over (1.2-2x).
 `--workload lm` checks the built-in lm-small instead of the MLP (the workload of the real runs in
 docs/performance.md before 2026-11-26), `--threads N` pins torch's threads as those runs did (1).
+`raises` and `hangs` (issue 42): head's workload raises, or sleeps for an hour, in about one trial process in three
+(chosen at random, never in the first, so that the check has a trial that ran); each check must fail with exit 4,
+its report written, a hang within 5 minutes of it. `--fork-trials` passes that option to the paired checks.
 `memory` records one baseline with `perfgate update`, then checks unchanged code against it, each check a new
 session; it reports the peak-memory verdicts. Printed per check: the verdict, exit code, pairs (or trials),
 ratio and seconds; then the counts and a 95% Clopper-Pearson bound on the failure rate. Run nothing else
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -84,11 +90,32 @@ def bench():
 """
 
 
+# Appended to head's workload for `raises` and `hangs`: in about one trial process in three, not the first (a
+# counter file in FAILING_COUNTER: the check loads the workload once, then each trial does).
+FAILING = """
+
+import os
+import random
+import time
+from pathlib import Path
+
+_counter = Path(os.environ["FAILING_COUNTER"])
+_seen = int(_counter.read_text()) if _counter.exists() else 0
+_counter.write_text(str(_seen + 1))
+if _seen >= 2 and random.random() < 1 / 3:
+    if HANG:
+        time.sleep(3600)  # a lock that is never released
+    raise RuntimeError("a rare lock timed out")
+"""
+
+
 def sources(workload: str, mode: str) -> tuple[str, str]:
     """The base's and the head's workload file."""
     base = bench() if workload == "mlp" else LM_SOURCE.format(comment="base")
     head = bench(comment="unchanged code") if workload == "mlp" else LM_SOURCE.format(comment="unchanged code")
     slow = f"\nSLEEP = {workload == 'lm'}" + SLOW_PATH
+    if mode in ("raises", "hangs"):
+        return base, head + f"\nHANG = {mode == 'hangs'}" + FAILING
     return base, head + slow if mode == "intermittent" else head
 
 
@@ -174,14 +201,16 @@ def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("aa", "planted", "intermittent", "memory"))
+    parser.add_argument("mode", choices=("aa", "planted", "intermittent", "memory", "raises", "hangs"))
     parser.add_argument("--checks", type=int, default=None, help="checks to run (default: 20, or 10)")
     parser.add_argument("--slowdown", type=float, default=0.075, help="planted: head's steps this much longer")
     parser.add_argument("--workload", choices=("mlp", "lm"), default="mlp", help="the suite's MLP, or lm-small")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per trial (default: torch's)")
+    parser.add_argument("--fork-trials", action="store_true", help="paired checks fork their trials")
     args = parser.parse_args()
     extra = [] if args.threads is None else ["--threads", str(args.threads)]
-    checks = args.checks or (20 if args.mode in ("aa", "planted") else 10)
+    extra += ["--fork-trials"] if args.fork_trials else []
+    checks = args.checks or (20 if args.mode in ("aa", "planted") else 3 if args.mode in ("raises", "hangs") else 10)
     threads = "torch's own threads" if args.threads is None else f"{args.threads} thread(s)"
     print(
         f"verdict_real {args.mode}: {checks} checks of {args.workload}, {threads}, "
@@ -198,6 +227,8 @@ def main() -> int:
         for index in range(checks):
             started = time.perf_counter()
             out = folder / f"check-{index}.json"
+            counter = folder / f"counter-{index}"
+            os.environ["FAILING_COUNTER"] = str(counter)  # the trials inherit it (`raises`, `hangs`)
             if args.mode == "planted":
                 found = planted_check(repo, out, args.slowdown, args.threads)
             elif args.mode == "memory":
@@ -212,7 +243,7 @@ def main() -> int:
                 f"{found['seconds']:.0f} s" + (f"  ERROR {found['error']}" if "error" in found else ""),
                 flush=True,
             )
-    failed = sum(1 for r in results if r["code"] == 1)
+    failed = sum(1 for r in results if r["code"] == (4 if args.mode in ("raises", "hangs") else 1))
     memory_failed = sum(1 for r in results if r.get("memory") == "regression")
     counts: dict[str, int] = {}
     for r in results:

@@ -10,6 +10,8 @@ max_trials = 8              # power-aware checks stop adding trials here
 nproc = 2                   # ranks per trial: data-parallel under torchrun (a Workload's own nproc wins)
 benchmark_noise = "10%"     # pytest-benchmark tests: how much a session's speed varies from session to session
 peak_tflops = { bf16 = 989, fp32 = 67 }  # one GPU's dense peak TFLOP/s, for the utilisation (judge/utilisation.py)
+slow_pair_rate = "5%"       # the count test's r0: one side of a pair stalled on unchanged code (perfgate calibrate)
+slow_pair_rate_date = 2026-11-28  # ... and when calibrate measured it
 
 [tool.perfgate.thresholds]  # per workload, per config, or both; the most specific wins
 "vision-small" = { throughput = "10%" }
@@ -24,6 +26,7 @@ graph_breaks = 0
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import math
 import tomllib
@@ -52,6 +55,8 @@ KEYS = (
     "diagnosis",
     "counts",
     "peak_tflops",
+    "slow_pair_rate",
+    "slow_pair_rate_date",
 )
 METRICS = ("throughput", "memory")
 # `peak_tflops`' keys: a GPU's dense peak TFLOP/s for bf16 (tensor cores) and fp32 (without them), replacing the
@@ -132,6 +137,20 @@ class ProjectConfig:
     history: Path | None = None  # the history folder (`check --record`, `perfgate history`), relative to base_dir
     counts: CountTolerances = field(default_factory=CountTolerances)  # `[tool.perfgate.counts]`
     peak_tflops: dict[str, float] = field(default_factory=dict)  # the GPU's dense peak by PEAK_DTYPES, TFLOP/s
+    # A paired check's count test: the runner's rate of one-sided slow pairs on unchanged code (r0, as
+    # `perfgate calibrate` prints it), and the day calibrate measured it; None: perfgate's default
+    slow_pair_rate: float | None = None
+    slow_pair_rate_date: datetime.date | None = None
+
+    @property
+    def slow_pair_rate_source(self) -> str:
+        """Where `slow_pair_rate` came from, as the count test's line names it ("" where the project sets none)."""
+        if self.slow_pair_rate is None:
+            return ""
+        if self.slow_pair_rate_date is not None:
+            return f"measured by perfgate calibrate on {self.slow_pair_rate_date.isoformat()}"
+        where = "[tool.perfgate]" if self.source is None or self.source.endswith("[tool.perfgate]") else "perfgate.yaml"
+        return f"from {where} slow_pair_rate"
 
     def diagnosis_thresholds(self) -> DiagnosisThresholds:
         """The diagnosis rules' thresholds: the defaults with this project's values."""
@@ -307,7 +326,41 @@ def _parse(section: dict[str, Any], source: str, directory: Path) -> ProjectConf
         history=_folder(section, "history", source, directory),
         counts=_count_tolerances(section.get("counts", {}), f"{source} counts"),
         peak_tflops=_peak_tflops(section.get("peak_tflops", {}), f"{source} peak_tflops"),
+        slow_pair_rate=_slow_pair_rate(section.get("slow_pair_rate"), f"{source} slow_pair_rate"),
+        slow_pair_rate_date=_slow_pair_rate_date(section, source),
     )
+
+
+def _slow_pair_rate(value: Any, where: str) -> float | None:
+    """`slow_pair_rate = "5%"`: a share of pair-sides, strictly between 0 and 1."""
+    if value is None:
+        return None
+    try:
+        return parse_fraction(value, where)
+    except UsageError as exc:
+        hint = 'write the rate perfgate calibrate printed, such as slow_pair_rate = "5%" (or remove it: 5%)'
+        raise UsageError(exc.what, where=where, hint=hint) from exc
+
+
+def _slow_pair_rate_date(section: dict[str, Any], source: str) -> datetime.date | None:
+    """`slow_pair_rate_date = 2026-11-28` (a TOML or YAML date, or that text): when calibrate measured the rate."""
+    value = section.get("slow_pair_rate_date")
+    if value is None:
+        return None
+    where = f"{source} slow_pair_rate_date"
+    if section.get("slow_pair_rate") is None:
+        hint = "add the slow_pair_rate perfgate calibrate printed, or remove the date"
+        raise UsageError("a date without slow_pair_rate", where=where, hint=hint)
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value.strip())
+        except ValueError:
+            pass
+    raise UsageError(f"{_shown(value)} is not a date", where=where, hint="write slow_pair_rate_date = 2026-11-28")
 
 
 def _folder(section: dict[str, Any], key: str, source: str, directory: Path) -> Path | None:

@@ -7,6 +7,7 @@ one made-up machine, fp32 20% slower than its baseline, bf16 unchanged with one 
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +16,14 @@ import pytest
 
 from perfgate.errors import ResultsError
 from perfgate.judge.settings import GateSettings, Look
+from perfgate.judge.stats import SLOW_RATE
 from perfgate.judge.verdict import Status, compare_results
+from perfgate.project import ProjectConfig
 from perfgate.records.baselines import BaselineStore, render_baseline
 from perfgate.records.fingerprint import Fingerprint, fingerprint_key, machine_fingerprint
 from perfgate.records.results import SCHEMA_PATH as SCHEMA
-from perfgate.records.results import load_results, parse_results
+from perfgate.records.results import GateRecord, load_results, parse_results
+from perfgate.records.shapes import ShapeError
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_gate, format_run
 from tests.helpers.cli import run_main
@@ -245,6 +249,36 @@ def test_a_checks_gate_record_is_written_in_order_and_read_back_strictly(tmp_pat
     (tmp_path / "unknown.json").write_text(json.dumps({**document, "gate": {**older, "budget": 1}}), encoding="utf-8")
     with pytest.raises(ResultsError, match="the gate record has the unknown field 'budget'"):
         load_results(tmp_path / "unknown.json")
+
+
+def test_a_checks_slow_pair_rate_is_kept_in_its_gate_record_and_judges_the_file_again(tmp_path):
+    calibrated = ProjectConfig(slow_pair_rate=0.02, slow_pair_rate_date=datetime.date(2026, 11, 28))
+    gate = GateSettings.from_options(calibrated, trials=3, paired=True).to_record(Path("baselines"))
+    path = tmp_path / "check.json"
+    replace(load_results(RESULTS), gate=gate).write_json(path)
+    document = json.loads(path.read_text(encoding="utf-8"))
+    validate_results(document)
+    source = "measured by perfgate calibrate on 2026-11-28"
+    assert (document["gate"]["slow_rate"], document["gate"]["slow_rate_source"]) == (0.02, source)
+    saved = load_results(path).gate
+    assert saved == gate
+    # judged again where the project now says otherwise: as the check judged it
+    now = ProjectConfig(slow_pair_rate=0.2)
+    again = GateSettings.from_record(now, saved)
+    assert (again.slow_rate, again.slow_rate_source) == (0.02, source)
+    # a file from before the rate was recorded was judged at perfgate's default
+    older = {key: value for key, value in document["gate"].items() if not key.startswith("slow_rate")}
+    (tmp_path / "older.json").write_text(json.dumps({**document, "gate": older}), encoding="utf-8")
+    before = load_results(tmp_path / "older.json").gate
+    assert before is not None and before.to_dict() == older
+    judged = GateSettings.from_record(now, before)
+    assert (judged.slow_rate, judged.slow_rate_source) == (SLOW_RATE, "")
+    bad = {**document, "gate": {**document["gate"], "slow_rate": 1.5}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ResultsError, match="gate.slow_rate: 1.5 is greater than or equal to the maximum of 1"):
+        load_results(tmp_path / "bad.json")
+    with pytest.raises(ShapeError, match="the gate record's slow_rate is 1.5, not a rate between 0 and 1"):
+        GateRecord.from_dict(bad["gate"])  # read without the schema, as strictly
 
 
 def test_an_unknown_environment_key_is_kept_and_an_unknown_settings_key_is_refused(tmp_path):

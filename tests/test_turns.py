@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -33,14 +35,19 @@ SIDE = textwrap.dedent(
     if __name__ == "__main__":
         prefix, out = sys.argv[1], sys.argv[2]
         steps, step_s, crash_at = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+        hang_at = int(sys.argv[6])  # -2: before it is ready; a step: there
         child = multiprocessing.get_context("fork").Process(target=worker, args=(out + ".ticks",), daemon=True)
         child.start()
         turns = TurnTaker(prefix, turn_s=0.05)
+        if hang_at == -2:
+            time.sleep(3600)
         turns.begin()
         spans = []
         for step in range(steps):
             if step == crash_at:
                 raise SystemExit(3)
+            if step == hang_at:
+                time.sleep(3600)
             started = time.monotonic()
             while time.monotonic() - started < step_s:
                 pass
@@ -53,12 +60,23 @@ SIDE = textwrap.dedent(
 )
 
 
-def start(tmp_path: Path, coordinator: TurnCoordinator, side: str, steps: int, crash_at: int = -1) -> subprocess.Popen:
+def start(
+    tmp_path: Path, coordinator: TurnCoordinator, side: str, steps: int, crash_at: int = -1, hang_at: int = -1
+) -> subprocess.Popen:
     script = tmp_path / "side.py"
     script.write_text(SIDE, encoding="utf-8")
     out = tmp_path / f"{side}.json"
     return subprocess.Popen(
-        [sys.executable, str(script), coordinator.prefix(side), str(out), str(steps), "0.01", str(crash_at)],
+        [
+            sys.executable,
+            str(script),
+            coordinator.prefix(side),
+            str(out),
+            str(steps),
+            "0.01",
+            str(crash_at),
+            str(hang_at),
+        ],
         start_new_session=True,  # as trials are: the coordinator stops the whole group
     )
 
@@ -110,3 +128,23 @@ def test_a_trial_whose_coordinator_is_gone_goes_on_alone(tmp_path):
     coordinator.close()  # end of file on its pipe: no more turns to wait for
     assert process.wait(timeout=30) == 0
     assert len(json.loads((tmp_path / "head.json").read_text())) == 20
+
+
+@pytest.mark.parametrize("hang_at", [-2, 12], ids=["before it is ready", "in a step"])
+def test_a_side_that_hangs_is_named_stalled_and_the_other_finishes_alone_once_freed(tmp_path, hang_at):
+    coordinator = TurnCoordinator(tmp_path / "turns", ["base", "head"])
+    processes = {"base": start(tmp_path, coordinator, "base", steps=40)}
+    processes["head"] = start(tmp_path, coordinator, "head", steps=40, hang_at=hang_at)
+    started = time.perf_counter()
+    try:
+        # Before it is ready: found from the base's time to get ready (hang_after); in a step: at the deadline.
+        deadline = coordinator.run(processes, "base", started + 4, hang_after=lambda elapsed: 1.5)
+        assert coordinator.stalled == {"head"}
+        assert deadline <= time.perf_counter() < started + 6
+        assert processes["base"].wait(timeout=30) == 0  # waited only for the head; freed, it finishes
+        assert len(json.loads((tmp_path / "base.json").read_text())) == 40
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)

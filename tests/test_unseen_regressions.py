@@ -1,10 +1,12 @@
 """Regressions outside the steady case (issue 42): the count test of much slower pairs, failed and hung trials as
-evidence, and the hang limit taken from the other side's time. Unit tests: no trials run."""
+evidence, the hang limit taken from the other side's time, and a budget that says what would decide. Unit tests
+(no trials run) but one end-to-end check whose head raises in its second trial."""
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import replace
 
 import pytest
@@ -209,3 +211,64 @@ def test_a_head_that_raises_in_one_pair_of_three_fails_the_check_with_exit_4_and
     assert "the head failed in 1 of " in result.stdout and "the base in 0 of " in result.stdout
     assert "a rare lock timed out" in result.stdout
     assert (repo / "out.json").is_file()  # the report is written
+
+
+# -- a budget that can decide, or says it cannot ----------------------------------------------------------------
+
+
+def test_a_budget_too_short_for_a_noisy_config_says_which_budget_would_decide_it():
+    from types import SimpleNamespace
+
+    from perfgate.check.paired import budget_plan
+    from perfgate.measure.paired import SideTrials
+
+    def trials(noise: float, side: str) -> list[TrialResult]:
+        rng = random.Random(hash((noise, side)) % 1000)
+        return [TrialResult("fp32", i, "ok", samples_per_sec=1000 * math.exp(rng.gauss(0, noise))) for i in range(3)]
+
+    keys = [("lm", "fp32"), ("vision", "fp32")]  # lm's pairs spread 8%, vision's 0.5%
+    noises = {("lm", "fp32"): 0.08, ("vision", "fp32"): 0.005}
+    sides = {side: SideTrials(trials={k: trials(noises[k], side) for k in keys}) for side in ("base", "head")}
+    session = SimpleNamespace(sides=sides, mean_pair_s=lambda key: 30.0)
+    settings = GateSettings(first_n=3, max_n=40, time_budget_s=300.0)
+    started = time.monotonic() - 170.0  # three pairs of each config took almost 3 minutes of the 5
+    (line,) = budget_plan(session, keys, settings, started)
+    # vision needs one more pair (4 are the fewest that decide), then lm has the rest: 130 s = 1 + 2 more pairs
+    assert line.startswith("lm fp32: 6 pairs fit in the 5-minute budget, ")
+    needed = int(line.split(", ")[1].split()[0])
+    assert needed > 6
+    minutes = math.ceil((170 + (needed - 3) * 30 + 30) / 60)
+    assert line.endswith(
+        f"are needed: raise --time-budget to {minutes} minutes ({60 * minutes} s) or check fewer configs"
+    )
+
+
+# -- the diagnosis names an intermittent slow path ----------------------------------------------------------------
+
+
+def test_the_diagnosis_leads_with_an_intermittent_slow_path_the_count_found():
+    from perfgate.judge.diagnosis import diagnose
+    from tests.helpers.results import phased_trial
+
+    def side(slow: set[int], seed: int):
+        rng = random.Random(seed)
+        run = phased_run(BASE_MS)
+        workload = run.workloads[0]
+        trials = []
+        for i in range(24):
+            factor = (2.0 if i in slow else 1.0) * math.exp(rng.gauss(0, 0.01))
+            trials.append(phased_trial(i, {p: v * factor for p, v in BASE_MS.items()}))
+        configs = {"fp32": replace(workload.configs["fp32"], trials=trials)}
+        return replace(run, workloads=[replace(workload, configs=configs)])
+
+    base, head = side(set(), 1), side(set(range(1, 24, 3)), 2)
+    against = Against(ref="main", base_commit="b" * 40, head_commit="h" * 40, head_dirty=False, base=base)
+    looks = {("w", "fp32"): Look(24, 23, True)}
+    result = compare_pairs(replace(head, against=against), base, GateSettings(max_n=40), looks, against)
+    verdict = result.verdicts[0]
+    assert verdict.status == Status.REGRESSION and verdict.throughput.count.rejects
+    (diagnosis,) = diagnose(result)
+    assert diagnosis.suspect == "intermittent"
+    assert diagnosis.findings[0].line.startswith(
+        "intermittent: a slow path in some processes: 8 of 24 head trials ran 2x slower than their pair"
+    )

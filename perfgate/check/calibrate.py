@@ -9,18 +9,34 @@ Two passes over the working tree, each a paired check of the code against itself
 2. Planted: the same paired check with a known slowdown in head (every step sleeps a fraction of its
    own time, `TrialSpec.planted_slowdown`), decided as `perfgate check --against` decides. A runner
    that cannot call a planted 10% slowdown a regression cannot gate 5% either.
+
+From the A/A pairs also comes r0, the rate at which this runner stalls one side of a pair on unchanged code, which
+a paired check's count test assumes (`runner_slow_rate`); calibrate prints it as `[tool.perfgate]` keeps it
+(`slow_pair_rate`, `slow_pair_rate_date`), where every later check reads it.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfgate.check.paired import decide_paired, remove_leftovers, takes_turns
 from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import DETECTION_POWER, MIN_DECIDING, boundary_level, look_levels, student_t_ppf
+from perfgate.judge.stats import (
+    DETECTION_POWER,
+    MIN_DECIDING,
+    SLOW_RATE,
+    STAND_DOWN_P,
+    SlowPairCount,
+    binomial_tail,
+    boundary_level,
+    look_levels,
+    rate_upper_bound,
+    student_t_ppf,
+)
 from perfgate.judge.verdict import GateResult, compare_pairs
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
@@ -30,6 +46,42 @@ from perfgate.references import Reference
 
 DEFAULT_CALIBRATION_PAIRS = 5
 DEFAULT_PLANTED_SLOWDOWN = 0.10
+# How sure the bound on a runner's slow-pair rate is: a calibrated rate below perfgate's default must be shown at
+# this confidence (0 slow sides in 74 or more), and a runner shown to stall more often is assumed to stall this much
+RATE_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class SlowPairRate:
+    """The runner's one-sided slow pairs in calibrate's A/A pairs, counted as the count test counts them
+    (`stats.slow_cut` of each config's per-pair log ratios; each pair gives each side one chance to run much slower
+    than the other), and the rate r0 a paired check's count test is to assume (`runner_slow_rate`)."""
+
+    slow: int  # pair-sides that ran much slower than their pair: head's slow pairs and base's
+    sides: int  # 2 x the A/A pairs, over every config
+    bound: float  # the rate's RATE_CONFIDENCE upper bound (Clopper-Pearson), up to a whole percent; nan: no pairs
+    rate: float  # r0: what the count test will assume
+
+    @property
+    def measured(self) -> float:
+        """The share of pair-sides that ran much slower (nan: no pairs)."""
+        return self.slow / self.sides if self.sides else math.nan
+
+
+def runner_slow_rate(counts: Sequence[SlowPairCount]) -> SlowPairRate:
+    """r0 from the A/A pairs' count tests: perfgate's default (SLOW_RATE) unless the pairs show otherwise. A handful
+    of pairs cannot show a rate of a few percent, so the rate is bounded above at RATE_CONFIDENCE: below the default
+    only where that bound is (enough pairs with no stall); above it, at the bound, only where the pairs' own count
+    is beyond the default as a check's count test would stand down on it (binomial p below STAND_DOWN_P)."""
+    slow = sum(c.head_slow + c.base_slow for c in counts)
+    sides = 2 * sum(c.pairs for c in counts)
+    if not sides:
+        return SlowPairRate(slow=0, sides=0, bound=math.nan, rate=SLOW_RATE)
+    # up to a whole percent, as the count test's line shows a rate; 99% at most (a rate must stay below 1)
+    bound = min(math.ceil(100 * rate_upper_bound(slow, sides, RATE_CONFIDENCE) - 1e-9) / 100, 0.99)
+    quieter = bound < SLOW_RATE
+    noisier = binomial_tail(slow, sides, SLOW_RATE) < STAND_DOWN_P
+    return SlowPairRate(slow=slow, sides=sides, bound=bound, rate=bound if quieter or noisier else SLOW_RATE)
 
 
 @dataclass(frozen=True)
@@ -53,6 +105,8 @@ class Calibration:
     settings_text: str
     aa: GateResult
     planted: GateResult
+    slow_pairs: SlowPairRate = SlowPairRate(slow=0, sides=0, bound=math.nan, rate=SLOW_RATE)
+    measured_on: datetime.date = field(default_factory=datetime.date.today)
 
 
 def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, threshold: float) -> float:
@@ -147,6 +201,7 @@ def run_calibration(
                 planted_ratio=math.nan if other is None or other.throughput is None else other.throughput.ratio,
             )
         )
+    aa_comparisons = [v.throughput for v in aa_result.verdicts if v.throughput is not None]
     how = pairing_text(parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     threads = f"{run_settings.torch_threads} torch thread(s) per trial"
@@ -159,6 +214,7 @@ def run_calibration(
         f"{how}; time budget {budget_s:g} s, at most {settings.max_n} pairs per config",
         aa=aa_result,
         planted=planted_result,
+        slow_pairs=runner_slow_rate([t.count for t in aa_comparisons if t.count is not None]),
     )
 
 
@@ -199,6 +255,7 @@ def format_calibration(calibration: Calibration, front_end: FrontEnd = CLI) -> s
         f"planted: the verdict on head made {100 * calibration.slowdown:g}% slower"
     )
     lines.append(f"  settings: {calibration.settings_text}")
+    lines.extend("  " + line for line in slow_pair_lines(calibration.slow_pairs, calibration.measured_on))
     caught = [c for c in calibration.configs if c.planted_status == "regression"]
     worst = max(
         (c.detectable_slowdown for c in calibration.configs if math.isfinite(c.detectable_slowdown)), default=math.nan
@@ -218,6 +275,30 @@ def format_calibration(calibration: Calibration, front_end: FrontEnd = CLI) -> s
             f"({option('threads')} 1), or a quieter runner."
         )
     return "\n".join(lines) + "\n"
+
+
+def slow_pair_lines(found: SlowPairRate, measured_on: datetime.date) -> list[str]:
+    """What the A/A pairs say of r0, and the `[tool.perfgate]` keys that keep it for every later check: `one-sided
+    slow pairs: 0 of 24 pair-sides (at most 12% at 95%); the count test will assume at most 5%`."""
+    assumed = f"the count test will assume at most {_rate_text(found.rate)}"
+    default = f"perfgate's default of {_rate_text(SLOW_RATE)}"
+    if not found.sides:
+        return [f"one-sided slow pairs: no A/A pair was measured; {assumed} ({default})"]
+    seen = (
+        f"one-sided slow pairs: {found.slow} of {found.sides} pair-sides "
+        f"(at most {_rate_text(found.bound)} at {100 * RATE_CONFIDENCE:g}%); {assumed}"
+    )
+    if found.rate < SLOW_RATE:
+        seen += f", below {default}: these pairs show this runner stalls less often"
+    elif found.rate > SLOW_RATE:
+        seen += f": this runner stalls one side of a pair more often than {default}"
+    keys = f'slow_pair_rate = "{_rate_text(found.rate)}" and slow_pair_rate_date = {measured_on.isoformat()}'
+    return [seen, f"to keep it for every check on this runner, add to [tool.perfgate] (pyproject.toml): {keys}"]
+
+
+def _rate_text(rate: float) -> str:
+    """`5%`, `2.5%`: a rate as the count test's line shows it."""
+    return f"{100 * rate:.3g}%"
 
 
 def _slowdown_text(fraction: float) -> str:

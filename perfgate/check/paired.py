@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -10,8 +12,8 @@ from pathlib import Path
 from perfgate.check.sequential import decide_sequentially
 from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, LookTracker
-from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
-from perfgate.judge.wording import pairs_needed_note
+from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict, compare_pairs
+from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, base_checkout, sweep_leftovers
 from perfgate.naming import CLI, FrontEnd
@@ -29,6 +31,10 @@ def decide_paired(
         if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > budget_s:
             break
         session.run_more(keys)
+    plan = budget_plan(session, keys, settings, started)
+    if notify:
+        for line in plan:
+            notify(f"the budget will not decide {line}")
     tracker = LookTracker(settings, extensible=True)
 
     def judge(final: bool) -> GateResult:
@@ -48,7 +54,62 @@ def decide_paired(
         unit="pair",
         extend=tracker.extend,
     )
+    if stopped is not None:
+        short = budget_plan(session, [(v.workload, v.config) for v in result.verdicts if _open(v)], settings, started)
+        if short:
+            stopped = f"{stopped}; {'; '.join(short)}"
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
+
+
+def _open(verdict: ConfigVerdict) -> bool:
+    return verdict.status == Status.INCONCLUSIVE
+
+
+def pair_noise(session: PairedSession, key: tuple[str, str]) -> tuple[float, int]:
+    """The standard deviation of the per-pair log ratios head/base of a config's pairs that ran on both sides, and
+    how many there are (nan below two)."""
+    base = {t.trial: t.samples_per_sec for t in session.sides["base"].trials[key] if t.ok and t.samples_per_sec > 0}
+    logs = [
+        math.log(t.samples_per_sec / base[t.trial])
+        for t in session.sides["head"].trials[key]
+        if t.ok and t.samples_per_sec > 0 and t.trial in base
+    ]
+    return (statistics.stdev(logs) if len(logs) >= 2 else math.nan), len(logs)
+
+
+def budget_plan(
+    session: PairedSession, keys: Sequence[tuple[str, str]], settings: GateSettings, started: float
+) -> list[str]:
+    """The configs the time budget cannot decide, each in one line (`budget_note`): from each config's pair time
+    and pair-to-pair noise so far, the pairs that resolving its threshold needs (at least MIN_DECIDING, at most
+    the check's most), and the pairs that fit in what is left of the budget if every open config gets one more
+    pair a round until it has what it needs (a config that has what it needs hands its time to the others)."""
+    budget_s = settings.budget_s(len(session.sides["head"].trials))
+    elapsed = time.monotonic() - started
+    most = max(settings.first_n, settings.max_n)
+    needs: dict[tuple[str, str], tuple[int, int]] = {}
+    for key in keys:
+        noise, pairs = pair_noise(session, key)
+        needed = pairs_to_resolve(noise, pairs, settings.thresholds_for(*key).throughput)
+        if needed is not None and needed > pairs:
+            needs[key] = (pairs, min(needed, most))
+    reached = {key: pairs for key, (pairs, _) in needs.items()}
+    left = budget_s - elapsed
+    while True:
+        pending = [key for key, (_, needed) in needs.items() if reached[key] < needed]
+        round_s = sum(map(session.mean_pair_s, pending))
+        if not pending or round_s > left:
+            break
+        left -= round_s
+        for key in pending:
+            reached[key] += 1
+    needed_s = elapsed + sum((needed - pairs) * session.mean_pair_s(key) for key, (pairs, needed) in needs.items())
+    option = settings.front_end.option("time-budget")
+    return [
+        budget_note(f"{key[0]} {key[1]}", reached[key], needed, budget_s, needed_s, option)
+        for key, (_, needed) in needs.items()
+        if reached[key] < needed
+    ]
 
 
 def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu", front_end: FrontEnd = CLI) -> bool:

@@ -71,6 +71,7 @@ from typing import Any
 from perfgate.formatting import format_bytes, format_names
 from perfgate.judge.counts import COUNT_NAMES
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry, of_trials, signed_bytes
+from perfgate.judge.stats import ThroughputComparison
 from perfgate.judge.verdict import GateResult
 from perfgate.outcome import Status
 from perfgate.project import CountTolerances, DiagnosisThresholds
@@ -293,9 +294,32 @@ def diagnose(
                 session_noise=0.0 if result.run.against is not None else th.session_noise,
                 tolerances=count_tolerances(result.settings.project.counts),
             )
+            if diagnosis is not None:
+                diagnosis = _with_intermittent(diagnosis, verdict.throughput)
             if diagnosis is not None and (diagnosis.early or not open_only):
                 diagnoses.append(diagnosis)
     return diagnoses
+
+
+def _with_intermittent(diagnosis: Diagnosis, throughput: ThroughputComparison | None) -> Diagnosis:
+    """A slow path that head takes in some of its trial processes leads the findings where the count test found
+    it (`stats.count_slow_pairs`: more much slower head pairs than the runner's rate explains): the phases
+    average it over every trial, and it is what a rare lock, a recompile or a cold cache looks like."""
+    count = None if throughput is None else throughput.count
+    if count is None or not (count.rejects or throughput is not None and throughput.by_count):
+        return diagnosis
+    factor = "" if math.isnan(count.head_factor) else f" {count.head_factor:.2g}x"
+    finding = Finding(
+        "intermittent",
+        f"intermittent: a slow path in some processes: {count.head_slow} of {count.pairs} head trials ran{factor} "
+        f"slower than their pair, base trials {count.base_slow} of {count.pairs}",
+        (
+            "a steady slowdown slows every trial alike; a lock, a recompile or a cold cache that some processes "
+            "meet slows those alone: look for what differs between runs of the same code (a timeout, a cache, "
+            "a race, a data-dependent path)",
+        ),
+    )
+    return replace(diagnosis, findings=(finding, *diagnosis.findings))
 
 
 def diagnose_config(

@@ -139,12 +139,20 @@ class GateSettings:
             mode=mode,
             looks=None if looks is None else {f"{w}/{c}": tuple(k.to_record()) for (w, c), k in looks.items()},
             divisors=None if divisors is None else {f"{w}/{c}": (d[0], d[1]) for (w, c), d in divisors.items()},
+            # the count test's rate where it is not perfgate's default (a file without it was judged at SLOW_RATE)
+            slow_rate=None if self._default_slow_rate else self.slow_rate,
+            slow_rate_source=None if self._default_slow_rate else self.slow_rate_source,
         )
+
+    @property
+    def _default_slow_rate(self) -> bool:
+        return self.slow_rate == SLOW_RATE and not self.slow_rate_source
 
     @classmethod
     def from_record(cls, project: ProjectConfig, record: GateRecord) -> GateSettings:
         """Settings saved by `to_record` (the project's thresholds still apply); an older file's record lacks
-        the spending plan and the acceptances (the defaults)."""
+        the spending plan, the acceptances and the count test's rate (the defaults). The recorded rate is the one
+        the check used: a project's `slow_pair_rate` set since does not judge the file."""
         return cls(
             project=project,
             threshold=record.threshold,
@@ -154,6 +162,8 @@ class GateSettings:
             fail_on_inconclusive=record.fail_on_inconclusive,
             spending=record.spending or DEFAULT_SPENDING,
             accepted=tuple(Acceptance.from_record(a) for a in record.accepted or ()),
+            slow_rate=SLOW_RATE if record.slow_rate is None else float(record.slow_rate),
+            slow_rate_source=record.slow_rate_source or "",
         )
 
     @classmethod
@@ -173,7 +183,8 @@ class GateSettings:
     ) -> GateSettings:
         """Settings from a front end's options (None: not given) over the project's. `paired`: a paired check,
         whose pairs are cheap beside a stored baseline's trials: without --max-trials it may take up to
-        `DEFAULT_MAX_PAIRS` (the project's max_trials is for trials against stored baselines)."""
+        `DEFAULT_MAX_PAIRS` (the project's max_trials is for trials against stored baselines). The count test's
+        rate is the project's `slow_pair_rate` (measured by `perfgate calibrate`), else SLOW_RATE."""
         if max_trials is not None and max_trials < trials:
             most, count = front_end.option("max-trials"), front_end.option("trials")
             raise UsageError(
@@ -196,6 +207,8 @@ class GateSettings:
             fail_on_inconclusive=fail_on_inconclusive,
             front_end=front_end,
             accepted=tuple(accepted),
+            slow_rate=SLOW_RATE if project.slow_pair_rate is None else project.slow_pair_rate,
+            slow_rate_source=project.slow_pair_rate_source,
         )
 
 
@@ -241,6 +254,7 @@ def count_level(look: Look, most: int, alpha: float) -> float:
     at these levels, and a slow path in a third of the trials shows after 15-30 pairs. The last look of a check
     (final and not held back for an extension) spends what is left. Every path's looks together spend at most
     COUNT_SHARE x alpha (the union bound)."""
+    most = max(most, look.n)  # as `look_levels`: a look past the most pairs is the last
     previous = min(look.previous_n or 0, most)
     last = look.n >= most or (look.final and not look.held_back)
     upto = most if last else min(look.n, most)

@@ -160,6 +160,20 @@ def binomial_tail(k: int, n: int, rate: float) -> float:
     return float(_binomial().sf(k - 1, n, rate))
 
 
+def rate_upper_bound(k: int, n: int, confidence: float) -> float:
+    """The one-sided Clopper-Pearson upper bound of a rate seen `k` times in `n` chances, at `confidence`: the
+    largest rate under which `k` or fewer would still be seen with probability 1 - `confidence` (1.0 when every
+    chance was taken; nan without any)."""
+    _check_level(confidence, "the bound's confidence")
+    if not 0 <= k <= n:
+        raise ValueError(f"a count of {k} in {n} chances is no count")
+    if n == 0:
+        return math.nan
+    if k == n:
+        return 1.0
+    return float(_beta().ppf(confidence, k + 1, n - k))
+
+
 @dataclass(frozen=True)
 class ThroughputComparison:
     """Candidate against baseline samples/sec: ratio of geometric means, interval, tests and verdict."""
@@ -197,8 +211,8 @@ class LookLevels:
     alpha: float  # chance of a false regression (or improvement) call at this look
     pass_error: float  # chance, at this look, of calling "no change" on a change exactly at the threshold
     final: bool = False  # no more pairs will come: a paired check reads its interval at BOUNDARY_FINAL at least
-    # A paired check's count test at this look (`count_levels`); None: COUNT_SHARE of `alpha`, as the interval's
-    # part takes the rest.
+    # A paired check's count test at this look (`settings.count_level`); None: COUNT_SHARE of `alpha`, as the
+    # interval's part takes the rest.
     count_alpha: float | None = None
 
     def divided(self, divisor: float) -> LookLevels:

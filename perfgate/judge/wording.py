@@ -101,7 +101,7 @@ def count_text(count: SlowPairCount) -> str:
     line = (
         f"{count.head_slow} of {count.pairs} head trials ran{factor} slower than their pair ({count.cut:.2f}x or "
         f"more counts); base: {count.base_slow} of {count.pairs}; the runner's rate on unchanged code: at most "
-        f"{format_pct(count.rate, 0)} ({source})"
+        f"{100 * count.rate:.3g}% ({source})"  # a rate set to "2.5%" shows as set
     )
     if count.stood_down:
         return (
@@ -215,15 +215,38 @@ def memory_reason(m: MemoryComparison, parts: str = "") -> str:
     return f"{text}): inconclusive, the interval straddles the {tolerance} tolerance{which}"
 
 
+def pairs_to_resolve(noise: float, pairs: int, threshold: float) -> int | None:
+    """How many pairs resolving `threshold` takes at this pair-to-pair `noise` (`pairs_needed_note`), never fewer
+    than MIN_DECIDING nor than `pairs`; None without an estimate of noise."""
+    if not math.isfinite(noise):
+        return None
+    return max(pairs, MIN_DECIDING, math.ceil(((0.524 + 0.842) * noise / (math.log1p(threshold) / 2)) ** 2))
+
+
+def budget_note(name: str, fit: int, needed: int, budget_s: float, needed_s: float, option: str) -> str:
+    """`lm-small bf16: 3 pairs fit in the 10-minute budget, 9 are needed: raise --time-budget to 25 minutes or
+    check fewer configs`."""
+    return (
+        f"{name}: {fit} pair{'s' if fit != 1 else ''} fit in the {_minutes(budget_s)} budget, {needed} are needed: "
+        f"raise {option} to {_minutes(needed_s, ceiling=True)} or check fewer configs"
+    )
+
+
+def _minutes(seconds: float, *, ceiling: bool = False) -> str:
+    minutes = math.ceil(seconds / 60) if ceiling else seconds / 60
+    return f"{minutes:g}-minute" if not ceiling else f"{minutes:g} minutes ({60 * minutes:g} s)"
+
+
 def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:
     """`to resolve the 5% threshold it would need about 24 pairs, 9 more minutes at 31 s a pair`.
 
     Resolving means that a change half the threshold away from it (2.5% or 7.5% for a 5% threshold) would put
     the verdict's interval on its side of the threshold with 80% probability at a last look (one-sided level
     BOUNDARY_FINAL): (z_0.7 + z_0.8) * noise / sqrt(n) <= log(1 + threshold) / 2, in the normal approximation."""
-    if not math.isfinite(noise):
+    resolving = pairs_to_resolve(noise, pairs + 1, threshold)
+    if resolving is None:
         return f"one pair gives no estimate of noise; each pair took {pair_s:.0f} s (raise --time-budget)"
-    needed = max(pairs + 1, MIN_DECIDING, math.ceil(((0.524 + 0.842) * noise / (math.log1p(threshold) / 2)) ** 2))
+    needed = resolving
     minutes = (needed - pairs) * pair_s / 60
     return (
         f"to resolve the {100 * threshold:g}% threshold it would need about {needed} pairs, "

@@ -443,17 +443,24 @@ class PairedSession:
             try:  # started one by one inside the try: Ctrl-C between the two starts takes the first down too
                 for side in sides:
                     running[side] = self._start(side, key, pair, None if turns is None else turns.prefix(side), limit)
+                stalled: set[str] = set()
                 if turns is not None:
                     processes = {side: trial.process for side, trial in running.items()}
                     fixed = time.perf_counter() + (limit or self.settings.timeout_s)
                     deadline = turns.run(processes, sides[0], fixed, hang_after=None if limit else self._hang_after)
-                    if deadline < fixed:  # one side was done: the other has until its time x HANG_FACTOR
-                        for trial in running.values():
-                            trial.timeout_note = (
-                                f"hung: no result {HANG_FACTOR:g}x as long as the other side of its pair took (at "
-                                f"least {HANG_FLOOR_S:g} s)"
-                            )
-                records = {side: running[side].wait(deadline) for side in sides}
+                    stalled = turns.stalled
+                    for side in stalled:  # found from the other side's time, not the timeout
+                        running[side].timeout_note = running[side].timeout_note or (
+                            f"hung: no result {HANG_FACTOR:g}x as long as the other side of its pair took (at least "
+                            f"{HANG_FLOOR_S:g} s)"
+                        )
+                # The hung side is stopped first; a side that only waited for it goes on alone, with a limit of its
+                # own from now (its pair is not timed: the other trial failed).
+                records = {side: running[side].wait(deadline) for side in sides if side in stalled}
+                alone = time.perf_counter() + (limit or self.settings.timeout_s)
+                records |= {
+                    side: running[side].wait(alone if stalled else deadline) for side in sides if side not in stalled
+                }
             finally:
                 if turns is not None:
                     turns.close({side: trial.process for side, trial in running.items()})

@@ -109,6 +109,7 @@ class TurnCoordinator:
                 # Read and write: neither the trial's open nor a read here ever waits for the other end.
                 fds[side] = os.open(path, os.O_RDWR | os.O_NONBLOCK)
         self.turns = {side: 0 for side in self.sides}
+        self.stalled: set[str] = set()  # after `run`: the sides that held the pair up when its deadline passed
 
     def prefix(self, side: str) -> str:
         return self.prefixes[side]
@@ -121,18 +122,34 @@ class TurnCoordinator:
         hang_after: Callable[[float], float] | None = None,
     ) -> float:
         """Give the turns until both sides have finished their steps, one has exited, or `deadline`
-        (`time.perf_counter()`) passes; then let both run free. `first` takes the first turn. With `hang_after`,
-        once a side is done after `elapsed` seconds the others must be done within `hang_after(elapsed)` more (a
-        hang is found from the other side's time). Returns the deadline that held at the end."""
+        (`time.perf_counter()`) passes; then let both run free. `first` takes the first turn. With `hang_after`, a
+        hang is found from the other side's time: once a side is done after `elapsed` seconds the others must be
+        done within `hang_after(elapsed)` more, and once a side is ready (its imports done) the others must be ready
+        within `hang_after` of its time to get there. Returns the deadline that held at the end; `stalled` then
+        names the sides that held the pair up when it passed (never ready, or holding the turn), whose pair's
+        other trial only waited for them."""
         ready: set[str] = set()
         done: set[str] = set()  # finished their steps, or exited
         active: str | None = None
         started = time.perf_counter()
+        self.stalled = set()
+        waiting_for_ready: float | None = None  # the deadline for the sides not yet ready, once one is
         try:
-            while len(done) < len(self.sides) and time.perf_counter() < deadline:
+            while len(done) < len(self.sides):
+                now = time.perf_counter()
                 if done and hang_after is not None:
-                    deadline = min(deadline, time.perf_counter() + hang_after(time.perf_counter() - started))
+                    deadline = min(deadline, now + hang_after(now - started))
                     hang_after = None
+                live = [side for side in self.sides if side not in done]
+                if hang_after is not None and waiting_for_ready is None and ready and not all(s in ready for s in live):
+                    waiting_for_ready = now + hang_after(now - started)
+                if now >= deadline or (
+                    waiting_for_ready is not None and now >= waiting_for_ready and not all(s in ready for s in live)
+                ):
+                    unready = {side for side in live if side not in ready}
+                    self.stalled = unready or ({active} if active is not None else set(live))
+                    deadline = min(deadline, now)
+                    break
                 for side, process in processes.items():
                     if side not in done and process.poll() is not None:
                         done.add(side)

@@ -455,6 +455,10 @@ class GateRecord:
     divisors: Mapping[str, tuple[float, float]] | None = None  # "workload/config": throughput's, memory's
     # a pytest session's checks sharing one alpha (`judge.family`): {"comparisons": N, "checks": K}
     session: Mapping[str, int] | None = None
+    # a paired check's count test: the runner's rate of one-sided slow pairs it assumed, and where that came from
+    # ("measured by perfgate calibrate on DATE"); None: perfgate's default, `stats.SLOW_RATE`
+    slow_rate: float | None = None
+    slow_rate_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the results file keeps, keys in the order perfgate has always written them."""
@@ -478,6 +482,10 @@ class GateRecord:
             document["divisors"] = {key: list(pair) for key, pair in self.divisors.items()}
         if self.session is not None:
             document["session"] = dict(self.session)
+        if self.slow_rate is not None:
+            document["slow_rate"] = self.slow_rate
+        if self.slow_rate_source is not None:
+            document["slow_rate_source"] = self.slow_rate_source
         return document
 
     @classmethod
@@ -492,9 +500,12 @@ class GateRecord:
         _expect(record, "max_trials", int, what)
         _expect(record, "fail_on_inconclusive", bool, what)
         _expect(record, "baseline_dir", str, what)
-        for key in ("spending", "mode"):
+        for key in ("spending", "mode", "slow_rate_source"):
             if record.get(key) is not None:
                 _expect(record, key, str, what)
+        slow_rate = record.get("slow_rate")
+        if slow_rate is not None and not 0 < _number(slow_rate, f"{what}'s slow_rate") < 1:
+            raise ShapeError(f"{what}'s slow_rate is {slow_rate!r}, not a rate between 0 and 1")
         accepted = record.get("accepted")
         if accepted is not None and not (isinstance(accepted, list) and all(isinstance(a, dict) for a in accepted)):
             raise ShapeError(f"{what}'s accepted is not a list of JSON objects")
@@ -511,11 +522,14 @@ class GateRecord:
             looks=_looks(record.get("looks"), f"{what}'s looks"),
             divisors=_divisors(record.get("divisors"), f"{what}'s divisors"),
             session=_session(record.get("session"), f"{what}'s session"),
+            slow_rate=slow_rate,
+            slow_rate_source=record.get("slow_rate_source"),
         )
 
 
 _GATE_FIELDS = tuple(GateRecord.__dataclass_fields__)
-_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors", "session")  # added within schema_version 2
+# added within schema_version 2
+_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors", "session", "slow_rate", "slow_rate_source")
 
 
 def _expect(record: Mapping[str, Any], key: str, kind: type, what: str) -> None:

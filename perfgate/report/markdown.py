@@ -150,6 +150,8 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
     statuses = [v.status for v in result.verdicts] + [Status(b.status) for b in (micro.benchmarks if micro else [])]
     if code == 0 and Status.INCONCLUSIVE in statuses:
         line += " Inconclusive verdicts do not fail the build."
+    if result.stopped_because and Status.INCONCLUSIVE in statuses:
+        line += f" Extra pairs stopped: {_cell(result.stopped_because)}."
     line += "".join(f"\n\n**Problem**: {_cell(problem)}" for problem in problems)
     line += "".join(f"\n\n**Warning**: {_cell(text)}" for text in result.unused_acceptances)
     compared = [f"Compared with: {_cell(result.mode)}."] if result.workloads or not micro else []
