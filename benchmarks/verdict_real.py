@@ -109,11 +109,11 @@ if _seen >= 2 and random.random() < 1 / 3:
 """
 
 
-def sources(workload: str, mode: str) -> tuple[str, str]:
-    """The base's and the head's workload file."""
+def sources(workload: str, mode: str, sleep: bool = False) -> tuple[str, str]:
+    """The base's and the head's workload file (`sleep`: the MLP's slow path sleeps, as lm-small's does)."""
     base = bench() if workload == "mlp" else LM_SOURCE.format(comment="base")
     head = bench(comment="unchanged code") if workload == "mlp" else LM_SOURCE.format(comment="unchanged code")
-    slow = f"\nSLEEP = {workload == 'lm'}" + SLOW_PATH
+    slow = f"\nSLEEP = {workload == 'lm' or sleep}" + SLOW_PATH
     if mode in ("raises", "hangs"):
         return base, head + f"\nHANG = {mode == 'hangs'}" + FAILING
     return base, head + slow if mode == "intermittent" else head
@@ -146,7 +146,7 @@ from perfgate.measure.lab import RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.references import resolve_references
 references = resolve_references([{WORKLOAD!r}])
-settings = GateSettings(trials=3, max_trials=DEFAULT_MAX_PAIRS)
+settings = GateSettings(first_n=3, max_n=DEFAULT_MAX_PAIRS)
 run_settings = RunSettings(configs=("fp32",), threads={threads!r})
 tree = working_tree()
 with PairedSession(references, run_settings, tree, tree, "itself", interleaved=takes_turns(False, None),
@@ -207,6 +207,9 @@ def main() -> int:
     parser.add_argument("--workload", choices=("mlp", "lm"), default="mlp", help="the suite's MLP, or lm-small")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per trial (default: torch's)")
     parser.add_argument("--fork-trials", action="store_true", help="paired checks fork their trials")
+    parser.add_argument(
+        "--sleep", action="store_true", help="intermittent: the MLP's slow path sleeps its step's time again (2-3x)"
+    )
     args = parser.parse_args()
     extra = [] if args.threads is None else ["--threads", str(args.threads)]
     extra += ["--fork-trials"] if args.fork_trials else []
@@ -219,7 +222,7 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        repo = make_repo(folder, *sources(args.workload, args.mode))
+        repo = make_repo(folder, *sources(args.workload, args.mode, args.sleep))
         if args.mode == "memory":
             recorded = perfgate(repo, "update", WORKLOAD, "--configs", "fp32", *extra)
             if recorded.returncode != 0:
