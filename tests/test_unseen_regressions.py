@@ -241,6 +241,15 @@ def test_a_budget_too_short_for_a_noisy_config_says_which_budget_would_decide_it
     assert line.endswith(
         f"are needed: raise --time-budget to {minutes} minutes ({60 * minutes} s) or check fewer configs"
     )
+    # No budget decides a config that needs more pairs than a check runs.
+    settings = GateSettings(first_n=3, max_n=6, time_budget_s=100.0)
+    lines = budget_plan(session, keys, settings, time.monotonic() - 90.0)
+    noisy = next(line for line in lines if line.startswith("lm fp32: "))
+    assert noisy.startswith("lm fp32: 3 pairs fit in the 100 s budget, about ")
+    assert noisy.endswith(
+        "more than the 6 a check runs: the pairs are too noisy for this threshold here (a quieter "
+        "runner, fewer configs at once, or a larger threshold)"
+    )
 
 
 # -- the diagnosis names an intermittent slow path ----------------------------------------------------------------

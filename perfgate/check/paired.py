@@ -92,21 +92,23 @@ def budget_plan(
         noise, pairs = pair_noise(session, key)
         needed = pairs_to_resolve(noise, pairs, settings.thresholds_for(*key).throughput)
         if needed is not None and needed > pairs:
-            needs[key] = (pairs, min(needed, most))
+            needs[key] = (pairs, needed)
     reached = {key: pairs for key, (pairs, _) in needs.items()}
     left = budget_s - elapsed
     while True:
-        pending = [key for key, (_, needed) in needs.items() if reached[key] < needed]
+        pending = [key for key, (_, needed) in needs.items() if reached[key] < min(needed, most)]
         round_s = sum(map(session.mean_pair_s, pending))
         if not pending or round_s > left:
             break
         left -= round_s
         for key in pending:
             reached[key] += 1
-    needed_s = elapsed + sum((needed - pairs) * session.mean_pair_s(key) for key, (pairs, needed) in needs.items())
+    needed_s = elapsed + sum(
+        (min(needed, most) - pairs) * session.mean_pair_s(key) for key, (pairs, needed) in needs.items()
+    )
     option = settings.front_end.option("time-budget")
     return [
-        budget_note(f"{key[0]} {key[1]}", reached[key], needed, budget_s, needed_s, option)
+        budget_note(f"{key[0]} {key[1]}", reached[key], needed, budget_s, needed_s, option, most)
         for key, (_, needed) in needs.items()
         if reached[key] < needed
     ]

@@ -223,18 +223,25 @@ def pairs_to_resolve(noise: float, pairs: int, threshold: float) -> int | None:
     return max(pairs, MIN_DECIDING, math.ceil(((0.524 + 0.842) * noise / (math.log1p(threshold) / 2)) ** 2))
 
 
-def budget_note(name: str, fit: int, needed: int, budget_s: float, needed_s: float, option: str) -> str:
+def budget_note(name: str, fit: int, needed: int, budget_s: float, needed_s: float, option: str, most: int) -> str:
     """`lm-small bf16: 3 pairs fit in the 10-minute budget, 9 are needed: raise --time-budget to 25 minutes or
-    check fewer configs`."""
+    check fewer configs`; where more than `most` pairs (the check's most) are needed, no budget decides."""
+    fit_text = f"{name}: {fit} pair{'s' if fit != 1 else ''} fit in the {_duration(budget_s)} budget"
+    if needed > most:
+        return (
+            f"{fit_text}, about {needed} are needed, more than the {most} a check runs: the pairs are too noisy for "
+            "this threshold here (a quieter runner, fewer configs at once, or a larger threshold)"
+        )
     return (
-        f"{name}: {fit} pair{'s' if fit != 1 else ''} fit in the {_minutes(budget_s)} budget, {needed} are needed: "
-        f"raise {option} to {_minutes(needed_s, ceiling=True)} or check fewer configs"
+        f"{fit_text}, {needed} are needed: raise {option} to {math.ceil(needed_s / 60)} minutes "
+        f"({60 * math.ceil(needed_s / 60)} s) or check fewer configs"
     )
 
 
-def _minutes(seconds: float, *, ceiling: bool = False) -> str:
-    minutes = math.ceil(seconds / 60) if ceiling else seconds / 60
-    return f"{minutes:g}-minute" if not ceiling else f"{minutes:g} minutes ({60 * minutes:g} s)"
+def _duration(seconds: float) -> str:
+    """`10-minute`, `90 s`: a budget as a person says it."""
+    minutes = seconds / 60
+    return f"{minutes:g}-minute" if minutes == int(minutes) else f"{seconds:.0f} s"
 
 
 def pairs_needed_note(noise: float, pairs: int, threshold: float, pair_s: float) -> str:
