@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import math
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import numpy as np
-from power import _markdown, _pct, _upper_95  # the report's helpers (run from benchmarks/)
+from operating_characteristic import module_at  # run from benchmarks/
+from power import _markdown, _pct, _upper_95  # the report's helpers
 
 import perfgate.check.sequential as after_sequential
 from perfgate.judge.settings import GateSettings, LookTracker
@@ -49,7 +46,6 @@ from perfgate.judge.stats import COUNT_SHARE, SLOW_CUT_FLOOR, SLOW_CUT_SIGMAS, S
 from perfgate.judge.verdict import ConfigVerdict
 from perfgate.outcome import Status
 
-REPO = Path(__file__).resolve().parent.parent
 OLD_COMMIT = "a31faa1"
 FIRST, MOST, BUDGET = 3, 40, 12
 DRIFT_STEP = 0.02
@@ -102,23 +98,7 @@ CHANGES = (
 
 def load_old_sequential() -> ModuleType:
     """a31faa1's perfgate/check/sequential.py as a module of its own (`git show` into a temporary file)."""
-    source = subprocess.run(
-        ["git", "show", f"{OLD_COMMIT}:perfgate/check/sequential.py"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    name = f"perfgate_sequential_{OLD_COMMIT}"
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"{name}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    return module_at(OLD_COMMIT, "perfgate/check/sequential.py", "perfgate_sequential")
 
 
 @dataclass(frozen=True)

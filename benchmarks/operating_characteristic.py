@@ -212,15 +212,20 @@ EXTENSION_BUDGETS = float(DEFAULT_MAX_PAIRS)
 
 
 def load_old_stats() -> ModuleType:
-    """a75baf4's perfgate/judge/stats.py as a module of its own (`git show` into a temporary file)."""
+    """a75baf4's perfgate/judge/stats.py as a module of its own."""
+    return module_at(OLD_COMMIT, "perfgate/judge/stats.py", "perfgate_stats")
+
+
+def module_at(commit: str, path: str, stem: str) -> ModuleType:
+    """A module of the repository as it was at `commit` (`git show` into a temporary file), named `stem_commit`."""
     source = subprocess.run(
-        ["git", "show", f"{OLD_COMMIT}:perfgate/judge/stats.py"], cwd=REPO, capture_output=True, text=True, check=True
+        ["git", "show", f"{commit}:{path}"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
-    name = f"perfgate_stats_{OLD_COMMIT}"
+    name = f"{stem}_{commit}"
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"{name}.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location(name, path)
+        file = Path(folder) / f"{name}.py"
+        file.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, file)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses look their module up while the class is made
