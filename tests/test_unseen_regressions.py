@@ -281,3 +281,9 @@ def test_the_diagnosis_leads_with_an_intermittent_slow_path_the_count_found():
     assert diagnosis.findings[0].line.startswith(
         "intermittent: a slow path in some processes: 8 of 24 head trials ran 2x slower than their pair"
     )
+    # Every head trial 2x slower is a steady slowdown: the count rejects, and the phases name the suspect.
+    head = side(set(range(24)), 2)
+    result = compare_pairs(replace(head, against=against), base, GateSettings(max_n=40), looks, against)
+    assert result.verdicts[0].status == Status.REGRESSION and result.verdicts[0].throughput.count.rejects
+    (diagnosis,) = diagnose(result)
+    assert diagnosis.suspect != "intermittent" and not any(f.suspect == "intermittent" for f in diagnosis.findings)

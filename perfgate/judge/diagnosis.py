@@ -303,10 +303,13 @@ def diagnose(
 
 def _with_intermittent(diagnosis: Diagnosis, throughput: ThroughputComparison | None) -> Diagnosis:
     """A slow path that head takes in some of its trial processes leads the findings where the count test found
-    it (`stats.count_slow_pairs`: more much slower head pairs than the runner's rate explains): the phases
-    average it over every trial, and it is what a rare lock, a recompile or a cold cache looks like."""
+    it (`stats.count_slow_pairs`: more much slower head pairs than the runner's rate explains, in at most half
+    the pairs; in most of them the slowdown is steady): the phases average it over every trial, and it is what a
+    rare lock, a recompile or a cold cache looks like."""
     count = None if throughput is None else throughput.count
     if count is None or not (count.rejects or throughput is not None and throughput.by_count):
+        return diagnosis
+    if 2 * count.head_slow > count.pairs:  # slow in most pairs: a steady slowdown, which the phases explain
         return diagnosis
     factor = "" if math.isnan(count.head_factor) else f" {count.head_factor:.2g}x"
     finding = Finding(

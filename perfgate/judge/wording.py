@@ -30,7 +30,8 @@ def throughput_reason(
     """
     reason = _throughput_verdict_reason(t, unit, sample)
     count = t.count
-    if count is not None and not t.by_count and (count.head_slow or count.stood_down):
+    minority = 0 < 2 * count.head_slow <= count.pairs if count is not None else False  # most: a steady change
+    if count is not None and not t.by_count and (minority or count.stood_down):
         reason += f"; the count of much slower pairs: {count_text(count)}"
     elif count is None:
         reason += _slow_note(t, sample)
