@@ -12,7 +12,7 @@ from pathlib import Path
 from perfgate.check.sequential import decide_sequentially
 from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, LookTracker
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict, compare_pairs
+from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
 from perfgate.measure.lab import ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, base_checkout, sweep_leftovers
@@ -55,14 +55,11 @@ def decide_paired(
         extend=tracker.extend,
     )
     if stopped is not None:
-        short = budget_plan(session, [(v.workload, v.config) for v in result.verdicts if _open(v)], settings, started)
+        still_open = [(v.workload, v.config) for v in result.verdicts if v.status == Status.INCONCLUSIVE]
+        short = budget_plan(session, still_open, settings, started)
         if short:
             stopped = f"{stopped}; {'; '.join(short)}"
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
-
-
-def _open(verdict: ConfigVerdict) -> bool:
-    return verdict.status == Status.INCONCLUSIVE
 
 
 def pair_noise(session: PairedSession, key: tuple[str, str]) -> tuple[float, int]:

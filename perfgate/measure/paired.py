@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -469,7 +469,8 @@ class PairedSession:
         else:
             records = {}
             for side in sides:  # the second side's limit may come from the first's time
-                records[side] = self._start(side, key, pair, None, limit or self._limit_after(records)).wait()
+                earlier = self._limit_from(r.result for r in records.values())
+                records[side] = self._start(side, key, pair, None, limit or earlier).wait()
         for side in sides:
             self._record(side, key, records[side])
         results = [records[side].result for side in sides]
@@ -484,16 +485,15 @@ class PairedSession:
     def _hang_limit(self, key: tuple[str, str]) -> float | None:
         """How long a trial of this config may take before it counts as hung: HANG_FACTOR x the slowest trial of it
         so far (either side, wall time), at least HANG_FLOOR_S and at most the timeout; None before any ran."""
-        times = [t.wall_s or t.process_s or 0.0 for side in SIDES for t in self.sides[side].trials[key] if t.ok]
+        return self._limit_from(t for side in SIDES for t in self.sides[side].trials[key])
+
+    def _limit_from(self, results: Iterable[TrialResult]) -> float | None:
+        """`_hang_after` the slowest of these trials that ran (wall time); None where none ran."""
+        times = [t.wall_s or t.process_s or 0.0 for t in results if t.ok]
         return self._hang_after(max(times)) if times else None
 
     def _hang_after(self, other_s: float) -> float:
         return min(self.settings.timeout_s, max(HANG_FLOOR_S, HANG_FACTOR * other_s))
-
-    def _limit_after(self, records: Mapping[str, TrialRecord]) -> float | None:
-        """The limit of a pair's later trial from its earlier ones, when they ran (`_hang_after`)."""
-        times = [r.result.wall_s or r.result.process_s or 0.0 for r in records.values() if r.result.ok]
-        return self._hang_after(max(times)) if times else None
 
     def _start(
         self,
