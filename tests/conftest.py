@@ -55,10 +55,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture(scope="session")
 def gated_project(tmp_path_factory):
-    """A project folder whose baselines/ holds the gated workload measured on this machine (read-only)."""
+    """A project folder whose baselines/ holds the gated workload measured on this machine (read-only).
+
+    Five trials: a trial of this workload times about 10 ms of steps, so one trial that a busy machine
+    slowed 2x leaves three trials' Welch interval (2 degrees of freedom) too wide for even a 6x planted
+    slowdown to lie wholly beyond the threshold under a session's share of alpha."""
     folder = tmp_path_factory.mktemp("project")
     result = run_in_process(
-        "update", GATED, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
+        "update", GATED, "--configs", "fp32", "--trials", "5", "--threads", "1", "--quiet", cwd=folder
     )
     assert result.returncode == 0, result.stderr
     assert "baselines/gated.yaml: new baseline for gated on " in result.stdout

@@ -25,10 +25,10 @@ def test_update_writes_a_reviewable_baseline_for_this_machine(gated_project):
     assert document["schema_version"] == 1 and document["workload"] == "gated"
     (entry,) = document["machines"].values()
     assert entry["fingerprint"]["device_type"] == "cpu"
-    assert entry["settings"]["steps"] == 8 and entry["settings"]["trials"] == 3
+    assert entry["settings"]["steps"] == 8 and entry["settings"]["trials"] == 5
     assert entry["data_checksum"].startswith("sha256:")
     fp32 = entry["configs"]["fp32"]
-    assert len(fp32["trials"]) == 3 and len(fp32["first_losses"]) == 3
+    assert len(fp32["trials"]) == 5 and len(fp32["first_losses"]) == 3
     assert set(fp32["trials"][0]["phase_s"]) == {"data_wait", "h2d", "forward", "backward", "optimizer"}
     assert all(trial["probe_steps_per_sec"] > 0 for trial in fp32["trials"])
 
