@@ -41,6 +41,7 @@ DEPENDENCIES = {
     "psutil": Dependency("psutil", _pip("psutil")),
     "jsonschema": Dependency("jsonschema", _pip("jsonschema")),
     "ruptures": Dependency("ruptures", _pip("ruptures")),
+    "uv": Dependency("uv", _pip("uv")),  # optional at run time: pip installs the base's environment without it
     "matplotlib": Dependency("matplotlib", _pip("'perfgate[chart]'")),
     "pynvml": Dependency("nvidia-ml-py", _pip("'perfgate[gpu]'")),
 }

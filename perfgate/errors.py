@@ -36,7 +36,8 @@ EXIT_CODES = (
     ExitCode(
         EXIT_NO_BASELINE,
         "nothing to compare",
-        "no comparable baseline (none for this machine, or the workload's amount of work changed), or no recorded run",
+        "no comparable baseline (none for this machine, or the workload's amount of work changed), no recorded run, "
+        "or a paired check's base whose declared packages cannot be installed",
     ),
     ExitCode(
         EXIT_WORKLOAD_FAILED,

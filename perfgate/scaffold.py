@@ -404,6 +404,9 @@ jobs:
         uses: {action}
         with:
           against: merge-base # the commit the pull request branched from, measured side by side
+          # The base runs in these packages, or in its own environment (cached) where the two commits
+          # declare different ones or the project compiles an extension: a dependency bump is measured.
+          environment: auto
           configs: fp32 # on a CPU; the bf16 configs need a GPU or a CPU with bfloat16 instructions
           # A fork's token is read-only: its pull requests get the job summary, not a comment.
           comment: ${{{{ github.event.pull_request.head.repo.full_name == github.repository }}}}

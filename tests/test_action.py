@@ -15,6 +15,7 @@ import yaml
 
 from perfgate.action import accept_label_options, may_post_new_comment
 from perfgate.judge.settings import GateSettings
+from perfgate.measure.packages import cache_root
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import load_results
 from perfgate.report.markdown import MARKER
@@ -462,8 +463,12 @@ def run_prepare(tmp_path: Path, inputs: dict[str, str], cwd: Path | None = None)
             "::error title=perfgate::working-directory 'nowhere' is not a folder of the workspace",
         ),
         ({"comment": "sometimes"}, "::error title=perfgate::comment must be true, false or on-change, got 'sometimes'"),
+        (
+            {"environment": "sideways"},
+            "::error title=perfgate::environment must be auto, shared or per-side, got 'sideways'",
+        ),
     ],
-    ids=["unknown", "newline", "missing-folder", "comment"],
+    ids=["unknown", "newline", "missing-folder", "comment", "environment"],
 )
 def test_bad_inputs_stop_the_action_first_in_one_line(tmp_path, inputs, message):
     code, stdout, outputs = run_prepare(tmp_path, inputs)
@@ -486,6 +491,38 @@ def test_the_caches_are_keyed_by_runner_python_and_what_pip_would_fetch(tmp_path
     assert inductor["with"]["path"] == "${{ steps.install.outputs.inductor-cache }}"
     assert GATE["env"]["PERFGATE_INDUCTOR_CACHE"] == "${{ steps.install.outputs.inductor-cache }}"
     assert STEPS.index(inductor) < STEPS.index(GATE) and STEPS.index(INSTALL) < STEPS.index(inductor)
+    assert outputs["environments"] == str(cache_root())  # the folder perfgate keeps the base's environments in
+    assert outputs["environments-key"] == f"perfgate-environments-Linux-X64-py{python}"
+
+
+def test_a_paired_checks_base_environments_are_cached_by_what_the_workspace_declares():
+    caches = [step for step in STEPS if step.get("uses", "").startswith("actions/cache@")]
+    environments = next(step for step in caches if "environments" in step["name"])
+    assert len({step["uses"] for step in caches}) == 1  # the one pinned actions/cache
+    condition = " ".join(environments["if"].split())
+    assert condition == (
+        "${{ inputs.cache == 'true' && inputs.mode == 'check' && inputs.against != '' "
+        "&& inputs.environment != 'shared' }}"
+    )
+    assert environments["with"]["path"] == "${{ steps.prepare.outputs.environments }}"
+    key = " ".join(environments["with"]["key"].split())
+    assert key == (
+        "${{ steps.prepare.outputs.environments-key }}-${{ hashFiles('**/pyproject.toml', '**/requirements*.txt', "
+        "'**/uv.lock', '**/poetry.lock', '**/pylock*.toml') }}"
+    )
+    assert environments["with"]["restore-keys"] == "${{ steps.prepare.outputs.environments-key }}-"
+    assert STEPS.index(PREPARE) < STEPS.index(environments) < STEPS.index(GATE)
+    assert GATE["env"]["BASE_ENVIRONMENTS_FOLDER"] == "${{ steps.prepare.outputs.environments }}"
+    assert 'export PERFGATE_ENVIRONMENT_CACHE="$BASE_ENVIRONMENTS_FOLDER"' in GATE["run"]
+
+
+def test_the_environment_input_reaches_paired_checks_only():
+    assert ACTION["inputs"]["environment"]["default"] == "auto"
+    assert PREPARE["env"]["INPUT_ENVIRONMENT"] == GATE["env"]["INPUT_ENVIRONMENT"] == "${{ inputs.environment }}"
+    run = GATE["run"]
+    passed = run.index('options+=("--environment=$INPUT_ENVIRONMENT")')
+    condition = run.rindex('if [ "$paired" = true ]; then', 0, passed)
+    assert run.rindex("paired=true", 0, condition) > run.index('options+=("--against=$INPUT_AGAINST")')
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash

@@ -113,6 +113,10 @@ BAD_GATE_OPTIONS = [
         "give --max-trials at least as large as --trials (or equal, for no extra trials)",
     ),
     (
+        ("check", f"{TINY}:tiny", "--environment", "per-side"),
+        "error: --environment needs --against; add --against REF, e.g. --against main",
+    ),
+    (
         ("compare", "a.json", "b.json", "c.json"),
         "error: compare takes one or two results files; perfgate compare [BASELINE.json] CANDIDATE.json",
     ),

@@ -24,9 +24,10 @@ from perfgate.app.options import (
     resolve,
     resolve_all,
 )
-from perfgate.app.request import gate_settings
+from perfgate.app.request import Pairing, _pairing, gate_settings, plugin_request
 from perfgate.errors import UsageError
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
+from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
 from perfgate.variants import CONFIG_NAMES
 from tests.helpers.cli import run_cli
@@ -119,6 +120,89 @@ def test_the_recorded_threshold_is_only_one_given_and_paired_means_more_pairs():
     assert gate_settings({}, project, trials=3, paired=True).max_n == DEFAULT_MAX_PAIRS
     assert gate_settings({"max_trials": 6}, project, trials=3, paired=True).max_n == 6
     assert gate_settings({}, project, trials=1, paired=False, single_look=True).max_n == 1
+
+
+# -- the paired check's environment (--environment, --perfgate-environment, the Action's environment) ----------
+
+
+class PytestConfig:
+    """What `resolve_pytest` reads of a pytest config: the options given (by ini key) and the ini file's keys."""
+
+    def __init__(self, given: dict[str, object] | None = None, ini: dict[str, str] | None = None) -> None:
+        self.given = given or {}
+        self.ini = ini or {}
+
+    def getoption(self, key: str) -> object:
+        return self.given.get(key)
+
+    def getini(self, key: str) -> object:
+        return self.ini.get(key)
+
+
+def test_environment_is_a_check_option_from_the_command_line_or_the_environment_else_auto():
+    assert values(["check", "--environment", "per-side"], {})["environment"] == "per-side"
+    assert values(["check", "--environment", "shared"], {"PERFGATE_ENVIRONMENT": "per-side"})["environment"] == "shared"
+    assert values(["check"], {"PERFGATE_ENVIRONMENT": "per-side"})["environment"] == "per-side"
+    assert values(["check"], {})["environment"] is None  # not given: no --against needed for it
+    assert _pairing({}).environment == "auto" and Pairing().environment == "auto"
+    assert _pairing(values(["check", "--environment", "per-side"], {})).environment == "per-side"
+    for command in ("run", "update", "calibrate", "bisect", "compare"):
+        assert "environment" not in {option.key for option in options.options_of(command)}, command
+    assert options.ENVIRONMENT in PLUGIN_OPTIONS and options.ENVIRONMENT.action_input == "environment"
+
+
+def test_a_bad_environment_is_a_usage_error_naming_the_option_and_the_choices():
+    with pytest.raises(UsageError) as error:
+        build_parser().parse_args(["check", "--environment", "sideways"])
+    line = error.value.one_line()
+    assert line.startswith("argument --environment: invalid choice: 'sideways'"), line
+    assert all(choice in line for choice in ("auto", "shared", "per-side")) and "perfgate check --help" in line
+    with pytest.raises(UsageError) as error:
+        resolve(options.ENVIRONMENT, None, environ={"PERFGATE_ENVIRONMENT": "sideways"})
+    choices = "choose from auto, shared, per-side"
+    assert error.value.one_line() == f"invalid choice 'sideways' (PERFGATE_ENVIRONMENT); {choices}"
+
+
+@pytest.mark.parametrize("mode", ["auto", "shared", "per-side"])
+def test_environment_given_without_against_is_a_usage_error_naming_where_it_came_from(mode):
+    with pytest.raises(UsageError) as error:
+        _pairing({"environment": mode}, unpaired=True)
+    assert error.value.one_line() == "--environment needs --against; add --against REF, e.g. --against main"
+    where = {"environment": "ini perfgate_environment"}
+    with pytest.raises(UsageError) as error:
+        _pairing({"environment": mode}, unpaired=True, front_end=PYTEST, where=where)
+    assert error.value.one_line() == (
+        "ini perfgate_environment needs --perfgate-against; add --perfgate-against REF, e.g. --perfgate-against main"
+    )
+    assert _pairing({"environment": None}, unpaired=True) == Pairing()  # not given: nothing to refuse
+
+
+def test_the_plugin_reads_its_environment_from_the_option_else_the_ini_key():
+    given = PytestConfig({"perfgate_environment": "per-side"}, {"perfgate_environment": "shared"})
+    resolved = options.resolve_pytest(given, command="check", environ={})["environment"]
+    assert (resolved.value, resolved.where, resolved.source) == ("per-side", "--perfgate-environment", "option")
+    ini = PytestConfig(ini={"perfgate_environment": "'shared'"})  # pytest.ini keeps the quotes
+    resolved = options.resolve_pytest(ini, command="check", environ={})["environment"]
+    assert (resolved.value, resolved.where) == ("shared", "ini perfgate_environment")
+    assert options.resolve_pytest(PytestConfig(), command="check", environ={})["environment"].value is None
+    for config, where in [
+        (PytestConfig({"perfgate_environment": "sideways"}), "--perfgate-environment"),
+        (PytestConfig(ini={"perfgate_environment": "sideways"}), "ini perfgate_environment"),
+    ]:
+        with pytest.raises(UsageError) as error:
+            options.resolve_pytest(config, command="check", environ={})
+        assert error.value.one_line() == f"invalid choice 'sideways' ({where}); choose from auto, shared, per-side"
+
+
+def test_the_plugins_environment_without_against_stops_a_check_not_a_session_without_perfgate(tmp_path):
+    ini = PytestConfig(ini={"perfgate_environment": "per-side"})
+    resolved = options.resolve_pytest(ini, command="check", environ={})
+    with pytest.raises(UsageError) as error:
+        plugin_request(resolved, mode="check", rootpath=tmp_path)
+    assert error.value.one_line() == (
+        "ini perfgate_environment needs --perfgate-against; add --perfgate-against REF, e.g. --perfgate-against main"
+    )
+    assert plugin_request(resolved, mode="off", rootpath=tmp_path).pairing == Pairing()
 
 
 # -- the Action and the reference, held to the declarations ---------------------------------------------------

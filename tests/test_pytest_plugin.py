@@ -431,6 +431,17 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
             "e.g. --perfgate-against main",
         ),
         (
+            ["--perfgate"],
+            "perfgate_environment = per-side",
+            "ERROR: perfgate: ini perfgate_environment needs --perfgate-against; add --perfgate-against REF, "
+            "e.g. --perfgate-against main",
+        ),
+        (
+            ["--perfgate", "--perfgate-environment", "sideways"],
+            "",
+            "ERROR: perfgate: invalid choice 'sideways' (--perfgate-environment); choose from auto, shared, per-side",
+        ),
+        (
             ["--perfgate", "-n", "2"],
             "",
             "ERROR: perfgate: perf tests cannot run under pytest-xdist (-n 2): two benchmarks at once on one machine "

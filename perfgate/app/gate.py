@@ -124,6 +124,7 @@ class GateSession:
                 store=BaselineStore(request.baseline_dir),
                 progress=progress,
                 notify=notify,
+                environment=request.pairing.environment,
             )
         elif request.mode == Mode.PAIRED:
             from perfgate.check.paired import run_paired_check
@@ -137,6 +138,7 @@ class GateSession:
                 parallel=request.pairing.parallel,
                 fork=request.pairing.fork,
                 interleaved=request.pairing.interleaved,
+                environment=request.pairing.environment,
                 progress=progress,
                 notify=notify,
             )

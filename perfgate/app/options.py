@@ -37,6 +37,7 @@ from perfgate.judge.acceptance import Acceptance, parse_acceptance, parse_label
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S, PER_CONFIG_BUDGET_S
 from perfgate.judge.stats import DEFAULT_ALPHA
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S
+from perfgate.measure.packages import MODES as ENVIRONMENT_MODES
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig, parse_count, parse_fraction, parse_seconds
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
@@ -178,6 +179,12 @@ INTERLEAVE_HELP = (
     "stopped (POSIX only): a busy neighbour hits both sides alike (default, but for --parallel-pairs and on "
     "CUDA, where a stopped side's queued kernels would run in the other's turn); --no-interleaved-pairs runs them "
     "one after the other"
+)
+ENVIRONMENT_HELP = (
+    "where the base side runs: auto (default): in its own environment where the two commits declare different "
+    "packages (pyproject.toml, requirements*.txt, uv.lock, poetry.lock, pylock.toml) or the project builds a "
+    "compiled extension, else in the head's at no cost; per-side: always in its own; shared: always in the "
+    "head's (the base's code with the head's installed packages)"
 )
 HISTORY_BRANCH_HELP = (
     "keep the history on this branch of the origin remote too (CI runners keep no files): "
@@ -386,6 +393,14 @@ PARALLEL_PAIRS = Option(
 )
 FORK_TRIALS = Option("fork-trials", f"in a paired check: {FORK_HELP}", kind="flag", pytest=True)
 INTERLEAVED_PAIRS = Option("interleaved-pairs", f"in a paired check: {INTERLEAVE_HELP}", kind="negatable", pytest=True)
+ENVIRONMENT = Option(
+    "environment",
+    f"in a paired check: {ENVIRONMENT_HELP}",
+    "MODE",
+    choices=ENVIRONMENT_MODES,
+    pytest=True,
+    action_input="environment",
+)
 ACCEPT = Option(
     "accept",
     "accept a slowdown on purpose: 'WORKLOAD/CONFIG PCT' (WORKLOAD alone: all its configs; * for every workload), "
@@ -523,6 +538,7 @@ PLUGIN_OPTIONS = (
     PARALLEL_PAIRS,
     FORK_TRIALS,
     INTERLEAVED_PAIRS,
+    ENVIRONMENT,
     FAIL_ON_INCONCLUSIVE,
     ALLOW_DIRTY,
 )
@@ -608,7 +624,7 @@ COMMANDS = (
             *_own(MARKDOWN, DIAGNOSE),
             *_in("history", RECORD, HISTORY_DIR, HISTORY_BRANCH),
             *_own(COUNTS_ONLY),
-            *_in("paired check", AGAINST, PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS),
+            *_in("paired check", AGAINST, PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS, ENVIRONMENT),
         ),
         (*_GATES, EXIT_REGRESSION, EXIT_NO_BASELINE),
         {

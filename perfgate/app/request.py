@@ -42,11 +42,13 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True)
 class Pairing:
-    """How a paired check runs its pairs (`--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`)."""
+    """How a paired check runs its pairs (`--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`), and
+    where its base side runs (`--environment`: auto, shared or per-side)."""
 
     parallel: bool = False
     fork: bool = False
     interleaved: bool | None = None
+    environment: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -253,8 +255,12 @@ def _pairing(
 ) -> Pairing:
     """How a paired check runs its pairs; asked for in a check that measures no pairs (`unpaired`: no base), a
     UsageError naming where the option came from (`where`, by option key; default: the front end's flag)."""
+    environment = values.get("environment")
     pairing = Pairing(
-        bool(values.get("parallel_pairs")), bool(values.get("fork_trials")), values.get("interleaved_pairs")
+        bool(values.get("parallel_pairs")),
+        bool(values.get("fork_trials")),
+        values.get("interleaved_pairs"),
+        environment or "auto",
     )
     if unpaired:
         option = front_end.option
@@ -263,6 +269,7 @@ def _pairing(
             (pairing.parallel, "parallel_pairs", "parallel-pairs"),
             (pairing.fork, "fork_trials", "fork-trials"),
             (pairing.interleaved is not None, "interleaved_pairs", interleaved),
+            (environment is not None, "environment", "environment"),
         ):
             if given:
                 named = (where or {}).get(key) or option(name)

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from perfgate._files import OwnedTempDir
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import GateResult, find_baselines, judge_counts_only
 from perfgate.measure.lab import LabSession, ProgressCallback, RunSettings
-from perfgate.measure.paired import PairedSession, base_checkout
+from perfgate.measure.packages import base_environment
+from perfgate.measure.paired import PairedSession, base_checkout, changed_files
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.fingerprint import machine_fingerprint
 from perfgate.references import Reference
@@ -36,16 +38,24 @@ def run_counts_check(
     store: BaselineStore | None = None,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
+    environment: str = "auto",
 ) -> GateResult:
     """Count every config of the working tree and of `against` (both sides of a pair at once), or of the working
     tree alone against the stored baselines' counts (`store`: this machine's, else the workload's latest from any
-    machine, whose device-dependent counts are compared only on the same device type), and judge by the counts."""
+    machine, whose device-dependent counts are compared only on the same device type), and judge by the counts.
+    `environment`: where the base's trials run (`perfgate.measure.packages`; a dependency changes the counts too)."""
     started = time.monotonic()
     run_settings = counting_settings(run_settings)
     if against is not None:
         with (
             base_checkout(against) as (base, head),
-            PairedSession(references, run_settings, base, head, against, parallel=True, progress=progress) as session,
+            OwnedTempDir("perfgate-") as scratch,
+            base_environment(
+                environment, base.root, head.root, scratch, notify=notify, changed=changed_files(head, base)
+            ) as own,
+            PairedSession(
+                references, run_settings, base, head, against, parallel=True, progress=progress, base_environment=own
+            ) as session,
         ):
             if notify:
                 notify(

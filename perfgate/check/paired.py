@@ -9,13 +9,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from perfgate._files import OwnedTempDir
 from perfgate.check.sequential import decide_sequentially
 from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, LookTracker
 from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
 from perfgate.measure.lab import ProgressCallback, RunSettings
-from perfgate.measure.paired import PairedSession, base_checkout, sweep_leftovers
+from perfgate.measure.packages import base_environment
+from perfgate.measure.paired import PairedSession, base_checkout, changed_files, sweep_leftovers
 from perfgate.naming import CLI, FrontEnd
 from perfgate.references import Reference
 
@@ -24,24 +26,28 @@ def decide_paired(
     session: PairedSession, settings: GateSettings, started: float, notify: Callable[[str], None] | None
 ) -> GateResult:
     """The paired check: the first pairs (as far as the time budget allows), then more pairs for open
-    configs until each is decided or the budget or `max_trials` is reached (`decide_sequentially`)."""
+    configs until each is decided or the budget or `max_trials` is reached (`decide_sequentially`). The configs
+    the first look leaves open that the budget cannot decide are named then (`budget_plan`)."""
     keys = list(session.sides["head"].trials)
     budget_s = settings.budget_s(len(keys))
     for index in range(settings.first_n):
         if index and time.monotonic() - started + sum(map(session.mean_pair_s, keys)) > budget_s:
             break
         session.run_more(keys)
-    plan = budget_plan(session, keys, settings, started)
-    if notify:
-        for line in plan:
-            notify(f"the budget will not decide {line}")
     tracker = LookTracker(settings, extensible=True)
+    looked: list[GateResult] = []
 
     def judge(final: bool) -> GateResult:
         counts = {key: session.ok_pairs(key) for key in keys}
         run = session.paired_run()
         assert run.against is not None
-        return compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+        result = compare_pairs(run, run.against.base, settings, tracker.look(counts, final), run.against)
+        if not looked and notify:  # the first look: the configs it leaves open that the budget cannot decide
+            still_open = [(v.workload, v.config) for v in result.verdicts if v.status == Status.INCONCLUSIVE]
+            for line in budget_plan(session, still_open, settings, started):
+                notify(f"the budget will not decide {line}")
+        looked.append(result)
+        return result
 
     result, stopped = decide_sequentially(
         judge,
@@ -144,14 +150,27 @@ def run_paired_check(
     interleaved: bool | None = None,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
+    environment: str = "auto",
 ) -> GateResult:
     """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open.
 
-    `interleaved` (None: `takes_turns`) lets a pair's trials take turns at their steps."""
+    `interleaved` (None: `takes_turns`) lets a pair's trials take turns at their steps. `environment` (one of
+    `measure.packages.MODES`): where the base's trials run, the head's environment or one of its own."""
     started = time.monotonic()
     remove_leftovers(notify)
+    front_end = run_settings.front_end
     with (
-        base_checkout(ref, where=run_settings.front_end.option("against")) as (base, head),
+        base_checkout(ref, where=front_end.option("against")) as (base, head),
+        OwnedTempDir("perfgate-") as scratch,
+        base_environment(
+            environment,
+            base.root,
+            head.root,
+            Path(scratch),
+            front_end=front_end,
+            notify=notify,
+            changed=changed_files(head, base),
+        ) as own,
         PairedSession(
             references,
             run_settings,
@@ -162,6 +181,7 @@ def run_paired_check(
             fork=fork,
             interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
             progress=progress,
+            base_environment=own,
         ) as session,
     ):
         if notify:

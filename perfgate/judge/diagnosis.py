@@ -39,6 +39,12 @@ the change in step time. The rules read the same figures:
   imbalance_growth of the step, carried by one phase: the rank and the phase are named) and straggler (the
   same lead spread over the phases);
 - numerics: a config that failed with a NaN or infinite loss;
+- dependencies (a paired check whose sides ran on other package versions, `Against.environments`): a config that
+  regressed, or whose open verdict leans slower, names the packages that changed; with every count of the step
+  unchanged (the same work: the training code did not change what it computes) they lead, the counts and the
+  phases that grew their evidence; counts that moved with them are their evidence too. Where both sides ran in
+  the head's packages while the base declares others, a standing caveat says the dependency change went
+  unmeasured;
 - operators (with `--profile`): the operators whose self time per step grew most against the
   baseline's profile, and the trace's file name (supporting evidence, never the suspect by itself).
 
@@ -72,11 +78,12 @@ from perfgate.formatting import format_bytes, format_names
 from perfgate.judge.counts import COUNT_NAMES
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry, of_trials, signed_bytes
 from perfgate.judge.stats import ThroughputComparison
-from perfgate.judge.verdict import GateResult
+from perfgate.judge.verdict import ConfigVerdict, GateResult
+from perfgate.naming import CLI
 from perfgate.outcome import Status
 from perfgate.project import CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, rank_totals
-from perfgate.records.results import ConfigResult, TrialResult, WorkloadResult, WorkloadSettings
+from perfgate.records.results import ConfigResult, Environments, TrialResult, WorkloadResult, WorkloadSettings
 from perfgate.records.shapes import DEVICE_DEPENDENT_COUNTS, Counts, Environment, OperatorRow, Profile
 from perfgate.records.summary import PHASES, percentile
 
@@ -106,6 +113,9 @@ def count_tolerances(counts: CountTolerances) -> dict[str, float]:
 
 
 SAME_WORK = "runtime or machine"  # the suspect of a slower step whose every count is unchanged
+DEPENDENCIES = "dependencies"  # the suspect of a paired check whose sides ran on other package versions
+SAME_WORK_PACKAGES = "dependencies: the same work on other packages"  # how a dependencies finding that leads begins
+ONLY_PACKAGES = "dependencies: only the declared packages changed"  # leads too: the code is the base's
 FLOPS_LINE = "model compute: FLOPs per sample"  # how a model-compute finding the counts prove begins
 ALLOCATED_KINDS = {
     "cuda-max-allocated": "the CUDA allocator's peak of allocated bytes over one untimed step",
@@ -258,6 +268,9 @@ def diagnose(
     if result.run is None:
         return []
     measured = {w.name: w for w in result.run.workloads}
+    against = result.against if result.against is not None else result.run.against
+    environments = None if against is None else against.environments
+    environment_option = result.settings.front_end.option("environment")
     diagnoses = []
     for workload in result.workloads:
         current = measured.get(workload.workload)
@@ -293,12 +306,21 @@ def diagnose(
                 machine_ratio=verdict.machine.ratio if verdict.machine is not None else None,
                 session_noise=0.0 if result.run.against is not None else th.session_noise,
                 tolerances=count_tolerances(result.settings.project.counts),
+                environments=environments,
+                regressed=verdict.status == Status.REGRESSION or _leans_slower(verdict),
+                environment_option=environment_option,
             )
             if diagnosis is not None:
                 diagnosis = _with_intermittent(diagnosis, verdict.throughput)
             if diagnosis is not None and (diagnosis.early or not open_only):
                 diagnoses.append(diagnosis)
     return diagnoses
+
+
+def _leans_slower(verdict: ConfigVerdict) -> bool:
+    """An open samples/s verdict whose pairs lean slower: the head's ratio below the base's."""
+    t = verdict.throughput
+    return verdict.status == Status.INCONCLUSIVE and t is not None and t.ratio < 1
 
 
 def _with_intermittent(diagnosis: Diagnosis, throughput: ThroughputComparison | None) -> Diagnosis:
@@ -343,6 +365,9 @@ def diagnose_config(
     machine_ratio: float | None = None,
     session_noise: float = 0.0,
     tolerances: Mapping[str, float] = COUNT_TOLERANCES,
+    environments: Environments | None = None,
+    regressed: bool = False,
+    environment_option: str = CLI.option("environment"),
 ) -> Diagnosis | None:
     """Attribution and findings for one config; None when no trial of it succeeded. `changes` is the
     verdict's evidence of what else changed (the model's numerics, the data pipeline's output).
@@ -353,7 +378,10 @@ def diagnose_config(
     speed change, `machine_ratio` from the probe, taken out), the
     part that explains most of the growth leads and memory follows; otherwise memory leads when it is
     what changed. A finding true of the baseline too, or one that explains no slower step, is no suspect.
-    `tolerances`: how far each count may move unnoticed (`count_tolerances`)."""
+    `tolerances`: how far each count may move unnoticed (`count_tolerances`). `environments`: the packages each
+    side of a paired check ran with (None: not paired, or not recorded); `regressed`: the verdict is a regression
+    of any figure, or an open one that leans slower; `environment_option`: the option that gives the base its own
+    environment, as the front end spells it (`_dependencies`)."""
     ok = [t for t in current.trials if t.ok and t.step_s]
     if not ok:
         return None
@@ -395,6 +423,7 @@ def diagnose_config(
         *_operators(baseline, profile),
     ]
     findings = _same_work(findings, counted, slowdown, phases, th, machine_ratio)
+    findings = _dependencies(findings, environments, counted, slowdown or regressed, phases, environment_option)
     findings.sort(key=lambda f: _strength(f, phases, slowdown, contention + ranks.waited_s), reverse=True)
     compile_s = _compile_times(ok, baseline)
     return Diagnosis(
@@ -1321,6 +1350,73 @@ def _same_work(
     return [*findings, Finding(SAME_WORK, line, tuple(evidence))]
 
 
+def _dependencies(
+    findings: list[Finding],
+    environments: Environments | None,
+    counted: _Counted | None,
+    suspected: bool,
+    phases: Sequence[PhaseChange],
+    environment_option: str,
+) -> list[Finding]:
+    """A paired check whose sides ran on other package versions: where the config regressed (or leans slower,
+    `suspected`), the packages that changed are a suspect. With every count of the step unchanged the code does the
+    same work (the diagnosis knows no diff of the code: the counts are its cue), so the packages lead, and the
+    same-work finding's counts and phases become their evidence; counts that moved are evidence that the new
+    versions changed what runs, and where head changes no file but the declarations (`code_changed` False) the
+    packages lead with them. Both sides in the head's packages while the base declares others: a standing
+    caveat, since the check did not measure the dependency change. Nothing without the record (`environments`)."""
+    if environments is None:
+        return findings
+    if environments.kind == "shared" and environments.declared:
+        caveat = Finding(
+            DEPENDENCIES,
+            f"{DEPENDENCIES}: the base ran in the head's packages: a dependency change is not measured "
+            f"({environment_option} per-side measures it)",
+            (f"the base declares {', '.join(environments.declared)}, not installed for it",),
+            standing=True,
+        )
+        findings = [*findings, caveat]
+    changed = environments.changed_text()
+    if not suspected or not changed:
+        return findings
+    where = (
+        "the base ran in an environment built from its own declarations"
+        if environments.kind == "per-side"
+        else "as each side imported them"
+    )
+    evidence = [f"dependency change: {changed} ({where})"]
+    if counted is not None and counted.same_work:
+        findings = [f for f in findings if f.suspect != SAME_WORK]  # the packages are what is left: said here
+        evidence.append("every count of the step is unchanged: " + ", ".join(counted.figures()))
+        growth = sum(p.change_s for p in phases)  # where it shows: the phases that carry a tenth of it or more
+        grown = [p for p in phases if p.baseline_s is not None and p.change_s > 0.1 * growth > 0]
+        evidence.extend(_per_step(p) for p in sorted(grown, key=lambda p: p.change_s, reverse=True))
+        line = (
+            f"{SAME_WORK_PACKAGES} ({changed}): every count of the step is unchanged, so the change comes with the "
+            "new versions; look at what they changed, or pin the base's versions to confirm"
+        )
+    else:
+        moved = [counted.figure(name) for name in COUNT_NAMES if counted.moved(name)] if counted is not None else []
+        if moved and environments.code_changed is False:
+            evidence.append("counts changed with the packages: " + ", ".join(moved))
+            line = (
+                f"{ONLY_PACKAGES} ({changed}), no other file: the new versions changed what runs (the step's counts "
+                "moved with them); look at what they changed, or pin the base's versions to confirm"
+            )
+        elif moved:
+            evidence.append("counts changed with the packages: " + ", ".join(moved))
+            line = (
+                f"{DEPENDENCIES}: the packages changed ({changed}), and the step's counts with them: the new versions "
+                "may have changed what runs, or the code did"
+            )
+        else:
+            line = (
+                f"{DEPENDENCIES}: the packages changed ({changed}); the step's counts were not compared on both "
+                "sides, so whether the code does the same work is not known"
+            )
+    return [*findings, Finding(DEPENDENCIES, line, tuple(evidence))]
+
+
 def _utilisation(trials: Sequence[TrialResult], th: DiagnosisThresholds) -> list[Finding]:
     gpu = [s.gpu_util_percent for t in trials if (s := t.system) and s.gpu_util_percent]
     if not gpu:
@@ -1380,12 +1476,17 @@ def _strength(finding: Finding, phases: Sequence[PhaseChange], slower: bool, con
     follow; FLOPs per sample that grew (exact counts) rank by what the phases or the added FLOPs explain, whichever
     is more, and a step slower with every count unchanged (the runtime or the machine) by the compute phases' share.
     Without a slower step, what changed leads: FLOPs per sample that grew (the model grew, and its memory with it),
-    a peak-memory regression, then framework counts. Standing conditions and operator lists come last: they
-    support, never lead."""
+    a peak-memory regression, then framework counts. Packages that changed in a paired check lead where every
+    count of the step is unchanged (the same work on other packages: what else changed shows where), else follow
+    what explains the step. Standing conditions and operator lists come last: they support, never lead."""
     if finding.standing:
         return -1.0
     if finding.suspect == "operators":
         return -0.5
+    if finding.suspect == DEPENDENCIES:
+        # The same work on other packages: the packages are the change, and the phases or a leak only where it
+        # shows; otherwise a suspect behind what explains the step, beside the counts that moved.
+        return 4.5 if finding.line.startswith((SAME_WORK_PACKAGES, ONLY_PACKAGES)) else 1.5
     if finding.line.startswith("memory growth"):
         return 4.0  # a steady rise is a bug whatever else changed; the memory pressure slows the step too
     if slower and finding.explains is not None:

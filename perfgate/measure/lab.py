@@ -352,6 +352,7 @@ class TrialPlace:
     cpus: frozenset[int] | None = None  # pin the trial (and its DataLoader workers) to these CPUs
     env: tuple[tuple[str, str], ...] = ()  # extra environment variables, e.g. OMP_WAIT_POLICY
     harness_first: bool = False  # perfgate lives in the checkout measured: its own copy still measures
+    python: str | None = None  # the interpreter (None: this one): the base's own environment (`measure.packages`)
 
 
 class RunningTrial:
@@ -482,7 +483,7 @@ def raise_when_all_failed(failures: Mapping[str, WorkloadError], workloads: Sequ
 
 def python_command(place: TrialPlace) -> list[str]:
     """The interpreter a trial process of `place` runs: this one, `-P` where the checkout must not shadow perfgate."""
-    return [sys.executable, *(["-P"] if place.safe_path else [])]
+    return [place.python or sys.executable, *(["-P"] if place.safe_path else [])]
 
 
 def start_trial_server(threads: int | None, place: TrialPlace, scratch: Path) -> TrialServer:
@@ -520,7 +521,10 @@ def side_environment(place: TrialPlace, defaults: Mapping[str, str] | None = Non
     env.update(defaults or {})
     env.update(dict(place.env))
     package_root = str(Path(perfgate.__file__).resolve().parent.parent)
-    paths = [*place.pythonpath, package_root, env.get("PYTHONPATH", "")]
+    # An environment of its own sees this perfgate behind its own packages already; put first on the path, an
+    # installed perfgate's folder (site-packages) would bring every head package ahead of the base's.
+    harness = package_root if place.python is None or place.harness_first else ""
+    paths = [*place.pythonpath, harness, env.get("PYTHONPATH", "")]
     if place.harness_first:
         paths.insert(0, package_root)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))

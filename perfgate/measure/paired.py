@@ -15,7 +15,9 @@ decision or the time budget (`check.sequential.decide_sequentially`).
 The base side imports the workload and the user's own code from the worktree: the checkout's source
 folders (its root, `src/`, and any folder of it on `sys.path` or behind an editable install) come
 first on each side's PYTHONPATH, with the mapping from the working tree to the worktree applied for
-the base. perfgate itself, the harness that measures, is the same on both sides.
+the base. perfgate itself, the harness that measures, is the same on both sides. The installed packages are
+the head's on both sides too, unless the commits declare different ones or the project builds an extension:
+then the base runs in an environment of its own (`perfgate.measure.packages`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from perfgate.measure.lab import (
     start_trial_server,
     workload_error,
 )
+from perfgate.measure.packages import BaseEnvironment
 from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
@@ -200,6 +203,18 @@ def sweep_leftovers(repo_dir: Path | None = None) -> list[str]:
     return removed
 
 
+def changed_files(head: Checkout, base: Checkout) -> list[str] | None:
+    """The files head's tree changes against the base commit (tracked changes and new untracked files, paths
+    relative to the repository's top); None where git cannot say."""
+    if not base.commit:
+        return None
+    diff = _git_text(head.root, "diff", "--name-only", base.commit, "--")
+    untracked = _git_text(head.root, "ls-files", "--others", "--exclude-standard")
+    if diff is None or untracked is None:
+        return None
+    return sorted({*diff.splitlines(), *untracked.splitlines()} - {""})
+
+
 def _git_text(cwd: Path, *args: str) -> str | None:
     """git's output, or None when git fails here (not a repository, no git)."""
     try:
@@ -328,9 +343,11 @@ class PairedSession:
         fork: bool = False,
         interleaved: bool = False,
         repo_root: Path | None = None,
+        base_environment: BaseEnvironment | None = None,
     ) -> None:
         """`repo_root`: the user's checkout, whose workload files each side maps to its own copy (default:
-        head's folder, the working tree; bisect measures two worktrees of it)."""
+        head's folder, the working tree; bisect measures two worktrees of it). `base_environment`: where the
+        base's trials run when not in the head's environment (`perfgate.measure.packages.base_environment`)."""
         from perfgate.measure.environment import collect_environment
 
         self.settings = settings
@@ -377,6 +394,12 @@ class PairedSession:
             "base": replace(base.place(repo_root, sources, cpus[0]), name="base"),
             "head": replace(head.place(repo_root, sources, cpus[1]), name="head"),
         }
+        self.base_environment = base_environment
+        if base_environment is not None and (base_environment.python or base_environment.project):
+            place = self.places["base"]
+            built = (str(base_environment.project),) if base_environment.project else ()
+            # The base's built project first (its compiled parts are there, not in its sources), then its sources.
+            self.places["base"] = replace(place, python=base_environment.python, pythonpath=built + place.pythonpath)
         self.references = {
             (side, workload.name): self.checkouts[side].reference(reference, repo_root)
             for reference, workload in self.loaded
@@ -622,6 +645,7 @@ class PairedSession:
             problems=dict(self.sides["base"].problems),
             forked=self.fork,
             interleaved=self.interleaved,
+            environments=self.base_environment.record if self.base_environment is not None else None,
         )
 
     def paired_run(self) -> RunResult:

@@ -361,6 +361,7 @@ class Against:
         False  # trials forked from a per-side server that imported torch once (`perfgate.measure.trialserver`)
     )
     interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.measure.turns`)
+    environments: Environments | None = None  # the packages each side ran with (None: recorded before they were)
 
     def describe(self) -> str:
         head = "the working tree"
@@ -386,8 +387,70 @@ class Against:
             "problems": self.problems,
             "forked": self.forked,
             "interleaved": self.interleaved,
+            **({"environments": self.environments.to_dict()} if self.environments is not None else {}),
             "base": {"created_at": base["created_at"], "workloads": base["workloads"]},
         }
+
+
+@dataclass(frozen=True)
+class Environments:
+    """The Python packages each side of a paired check ran with (`perfgate.measure.packages`).
+
+    `kind` "shared": both sides ran in the head's environment (the base's code from its worktree, everything
+    installed the head's); "per-side": the base ran in an environment built from its own declarations (the
+    packages it declares differently over the head's, and its own project built from its sources)."""
+
+    kind: str
+    why: str  # why this kind, in words
+    packages: dict[str, dict[str, str]]  # "base" and "head": distribution name -> version, as each side imports it
+    prepare_s: float = 0.0  # seconds spent building the base's environment (0: none built, or taken from the cache)
+    declared: tuple[str, ...] = ()  # in a shared environment: what the base declares that the head's lacks
+    code_changed: bool | None = None  # whether head changes any file but the declarations (None: not known)
+
+    def changed(self) -> list[tuple[str, str | None, str | None]]:
+        """(name, base version, head version) of every package whose version differs between the sides."""
+        base, head = self.packages.get("base", {}), self.packages.get("head", {})
+        return [
+            (name, base.get(name), head.get(name))
+            for name in sorted(set(base) | set(head), key=str.lower)
+            if base.get(name) != head.get(name)
+        ]
+
+    def changed_text(self, most: int = 8) -> str:
+        """The changed packages in words: "evaldep 1.0 -> 1.1, torch 2.13.0 -> 2.14.1" ("" where none)."""
+        words = [f"{name} {base or '(none)'} -> {head or '(none)'}" for name, base, head in self.changed()]
+        more = f" and {len(words) - most} more" if len(words) > most else ""
+        return ", ".join(words[:most]) + more
+
+    def describe(self) -> str:
+        """One line for the report's mode: where the base ran, and what differed."""
+        if self.kind == "per-side":
+            changed = self.changed_text()
+            moved = f"; packages: {changed}" if changed else "; no package version differs"
+            return f"the base ran in its own environment ({self.why}){moved}"
+        lacks = f"; the base declares {', '.join(self.declared)}, not installed for it" if self.declared else ""
+        return f"both sides ran in the head's environment ({self.why}){lacks}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "why": self.why,
+            "prepare_s": round(self.prepare_s, 3),
+            "declared": list(self.declared),
+            **({"code_changed": self.code_changed} if self.code_changed is not None else {}),
+            "packages": {side: dict(sorted(found.items())) for side, found in self.packages.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, item: dict[str, Any]) -> Environments:
+        return cls(
+            kind=str(item["kind"]),
+            why=str(item.get("why", "")),
+            packages={side: dict(found) for side, found in item.get("packages", {}).items()},
+            prepare_s=float(item.get("prepare_s", 0.0)),
+            declared=tuple(item.get("declared", ())),
+            code_changed=item.get("code_changed"),
+        )
 
 
 @dataclass(frozen=True)
@@ -667,6 +730,7 @@ def _merged_against(runs: list[RunResult]) -> Against | None:
         problems={k: v for a in present for k, v in a.problems.items()},
         forked=first.forked,
         interleaved=first.interleaved,
+        environments=first.environments,
     )
 
 
@@ -790,6 +854,7 @@ def _against(item: dict[str, Any], version: str, environment: Environment) -> Ag
         problems=dict(item["problems"]),
         forked=bool(item.get("forked", False)),
         interleaved=bool(item.get("interleaved", False)),
+        environments=Environments.from_dict(item["environments"]) if item.get("environments") else None,
     )
 
 

@@ -99,6 +99,18 @@ def _utilisations(result: GateResult) -> dict[tuple[str, str], Utilisation]:
     return found
 
 
+def _environments(result: GateResult) -> dict[str, Any] | None:
+    """Where a paired check's sides ran: the kind, why, the seconds the base's environment took to build, what the
+    base declares that it did not get, the packages whose versions differ (the results file keeps every package of
+    both sides) and the report's sentence (`Environments.describe`)."""
+    environments = None if result.against is None else result.against.environments
+    if environments is None:
+        return None
+    recorded = {key: value for key, value in environments.to_dict().items() if key != "packages"}
+    changed = [{"name": name, "base": base, "head": head} for name, base, head in environments.changed()]
+    return {**recorded, "changed": changed, "described": environments.describe()}
+
+
 def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[str, Any]:
     """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; `micro`, the
     pytest-benchmark tests' verdicts of a `pytest --perfgate` session, counts in the exit code."""
@@ -201,6 +213,9 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
         "kind": "check",  # a lab run's document (`report.render.lab_to_dict`) says "lab"
         "exit_code": result.exit_code,
         "mode": result.mode,
+        # where a paired check's two sides ran and which packages differ (`_environments`); null: not paired, or
+        # written before the packages were recorded
+        "environments": _environments(result),
         "machine": machine,
         "accepted": [a.to_record() for a in result.settings.accepted],  # slowdowns accepted on purpose
         "warnings": result.unused_acceptances,

@@ -30,6 +30,7 @@ from perfgate.report.text import (
     count_columns,
     counts_footnote,
     counts_notes,
+    environments_text,
     gate_throttled_trials,
     lab_cells,
     lab_failures,
@@ -47,6 +48,9 @@ from perfgate.report.text import (
 
 COMMENT_LIMIT = 65_536  # characters in a GitHub comment
 SUMMARY_LIMIT = 1 << 20  # bytes in a GitHub Actions step summary
+# The headline's sentence on the two sides' environments: its packages are at most eight (`Environments.changed_text`),
+# but the reasons and the base's declarations come from the project's files.
+ENVIRONMENT_CHARS = 1000
 MARKER = "<!-- perfgate-report -->"  # finds perfgate's earlier comment on a pull request
 _LABELS = {
     Status.REGRESSION: "**regression**",
@@ -157,6 +161,8 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
     compared = [f"Compared with: {_cell(result.mode)}."] if result.workloads or not micro else []
     if result.caveat and compared:
         compared.append(f"Note: {_cell(result.caveat)}.")
+    if (environment := environments_text(result)) is not None and compared:
+        compared.append(f"Environment: {_cell(_shortened(environment, ENVIRONMENT_CHARS))}.")
     if result.settings.accepted:
         compared.append(f"Slowdowns accepted: {_cell('; '.join(a.shown for a in result.settings.accepted))}.")
     if micro is not None and micro.benchmarks:
@@ -350,6 +356,12 @@ def _machine(result: GateResult) -> str:
     if result.run is None:
         return ""
     return f"Machine: `{fingerprint_key(machine_fingerprint(result.run.environment))}`."
+
+
+def _shortened(text: str, most: int) -> str:
+    """`text` at most `most` characters, cut at a word (a line from outside, in the headline that every report
+    keeps)."""
+    return text if len(text) <= most else text[: most - 3].rsplit(" ", 1)[0] + "..."
 
 
 def _cell(text: str) -> str:

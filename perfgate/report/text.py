@@ -331,6 +331,8 @@ def format_gate(
     pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line, which names
     `command` (`perfgate compare`) and, when the command `exits` with the verdict's code, that code."""
     blocks = [f"compared with: {result.mode}" + (f"\n! {result.caveat}" if result.caveat else "")]
+    if (environment := environments_text(result)) is not None:
+        blocks[0] += f"\nenvironment: {environment}"
     if result.settings.accepted:
         blocks[0] += f"\nslowdowns accepted: {'; '.join(a.shown for a in result.settings.accepted)}"
     blocks += [_format_gate_workload(w, result) for w in result.workloads]
@@ -339,6 +341,16 @@ def format_gate(
     if micro is not None and micro.benchmarks:
         blocks.append(f"pytest-benchmark tests, compared with: {micro.mode}\n" + "\n".join(format_micro(micro)))
     return "\n\n".join(blocks + [format_gate_summary(result, micro, command=command, exits=exits)]) + "\n"
+
+
+def environments_text(result: GateResult) -> str | None:
+    """Where a paired check's two sides ran, in words (`Environments.describe`): one shared environment or the
+    base in its own, and the packages that differ; None where the check was not paired or its results were
+    written before the packages were recorded."""
+    against = result.against
+    if against is None or against.environments is None:
+        return None
+    return against.environments.describe()
 
 
 def verdict_counts(result: GateResult, micro: MicroSection | None = None) -> list[str]:
@@ -585,7 +597,7 @@ def format_pytest_summary(
 
     `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
     head), not from stored baselines; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
-    lines: list[str] = []
+    lines = [f"environment: {text}" for text in dict.fromkeys(filter(None, map(environments_text, gates)))]
     paired = bool(gates) and all(g.against is not None for g in gates)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
     rows = [["workload", "config", *sides, "ratio (CI)", "peak mem", "verdict"]]
