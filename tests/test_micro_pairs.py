@@ -180,6 +180,8 @@ def test_a_slower_working_tree_fails_against_head(tmp_path):
     assert any(line.split()[:1] == ["tests/test_bench.py::test_work"] and "REGRESSION" in line for line in lines)
     assert "! tests/test_bench.py::test_work: calls/s -" in output
     assert f"pytest-benchmark tests: measured in 4 session pairs against HEAD ({head[:10]}), alternating " in output
+    # Nothing declared differs: the base's sessions ran in the head's packages, and the summary says so.
+    assert "environment: both sides ran in the head's environment (the two commits declare the same packages" in output
     assert "stored baselines" not in output
     assert not (tmp_path / "baselines").exists()
     assert len(worktrees(tmp_path)) == 1  # the base's worktree is gone

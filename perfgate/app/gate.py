@@ -490,11 +490,13 @@ class GateSuite:
                     min_pairs=gate.first_n,
                     time_budget_s=gate.budget_s(0),
                     notify=notify,
+                    environment=self.request.pairing.environment,
                 )
             self.micro = paired.verdicts
+            where = f"; {paired.environments.describe()}" if paired.environments is not None else ""
             self.micro_mode = (
                 f"paired: {paired.pairs} session pair{'s' if paired.pairs != 1 else ''} against {paired.ref} "
-                f"({paired.base_commit[:10]}), alternating which side runs first"
+                f"({paired.base_commit[:10]}), alternating which side runs first{where}"
             )
         except PerfgateError as error:
             self.problems.append(f"pytest-benchmark tests not measured against {against}: {error.one_line()}")
@@ -612,6 +614,9 @@ class GateSuite:
                 f"pytest-benchmark tests: measured in {paired.pairs} session pair{'s' if paired.pairs > 1 else ''}"
                 f" against {paired.ref} ({paired.base_commit[:10]}), alternating which side runs first{stopped}"
             )
+            said = f"environment: {paired.environments.describe()}" if paired.environments is not None else None
+            if said is not None and said not in text:  # the workloads' checks may have said it already
+                lines.append(said)
         lines += [f"{'results' if p == self.request.outputs.json else 'report'} written to {p}" for p in self.written]
         return printable("\n".join(lines))
 

@@ -44,9 +44,12 @@ from perfgate.judge.stats import (
 )
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
-from perfgate.measure.paired import SIDES, base_checkout, source_folders
+from perfgate.measure.packages import BaseEnvironment, base_environment
+from perfgate.measure.paired import SIDES, base_checkout, changed_files, source_folders
+from perfgate.naming import PYTEST
 from perfgate.outcome import Status
 from perfgate.records.micro import MicroBenchmark, parse_pytest_benchmark
+from perfgate.records.results import Environments
 
 INNER_SESSION_ENV = "PERFGATE_INNER_SESSION"  # set in the paired sessions: perfgate's plugin stays off there
 DEFAULT_MIN_PAIRS = 3
@@ -65,6 +68,7 @@ class PairedMicro:
     pairs: int  # session pairs run
     order: list[str] = field(default_factory=list)  # "#0: base, head", per pair
     stopped_because: str | None = None  # why undecided benchmarks got no more pairs
+    environments: Environments | None = None  # the packages each side's sessions ran with (`measure.packages`)
 
 
 def pair_sides(pair: int) -> tuple[str, str]:
@@ -207,15 +211,29 @@ def run_paired_micro(
     min_pairs: int = DEFAULT_MIN_PAIRS,
     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
     notify: Callable[[str], None] | None = None,
+    environment: str = "auto",
 ) -> PairedMicro:
     """Measure the pytest-benchmark tests `names` (fullnames, relative to pytest's `rootdir`) in session
     pairs, the working tree against `ref` checked out in a temporary worktree, and judge them paired.
 
     A test file that `ref` lacks makes its benchmarks new: nothing to compare (NO_BASELINE). A
-    session that fails outright (not a failed test: pytest's usage error, a crash, no JSON) raises."""
+    session that fails outright (not a failed test: pytest's usage error, a crash, no JSON) raises. The base's
+    sessions run in the base's own environment where `environment` gives it one (`measure.packages`)."""
     started = time.monotonic()
     names = list(dict.fromkeys(names))
-    with base_checkout(ref, rootdir) as (base, head), tempfile.TemporaryDirectory(prefix="perfgate-micro-") as scratch:
+    with (
+        base_checkout(ref, rootdir) as (base, head),
+        tempfile.TemporaryDirectory(prefix="perfgate-micro-") as scratch,
+        base_environment(
+            environment,
+            base.root,
+            head.root,
+            Path(scratch),
+            front_end=PYTEST,
+            notify=notify,
+            changed=changed_files(head, base),
+        ) as own,
+    ):
         repo_root = head.root
         rootdir = rootdir.resolve()
         if not rootdir.is_relative_to(repo_root):
@@ -234,7 +252,7 @@ def run_paired_micro(
                 ref,
                 files=[roots[side] / f for f in dict.fromkeys(files.values()) if f not in new.values()],
                 rootdir=roots[side],
-                place=checkout.place(repo_root, sources, None),
+                place=_side_place(checkout.place(repo_root, sources, None), own if side == "base" else None),
                 scratch=Path(scratch),
                 timeout_s=max(time_budget_s, 60.0),
             )
@@ -263,8 +281,23 @@ def run_paired_micro(
         reason = f"new: {file} is not in {ref}, nothing to compare"
         judged[name] = MicroVerdict(name, Status.NO_BASELINE, reason)
     return PairedMicro(
-        ref, base.commit or "", [judged[n] for n in names], result.pairs, result.order, result.stopped_because
+        ref,
+        base.commit or "",
+        [judged[n] for n in names],
+        result.pairs,
+        result.order,
+        result.stopped_because,
+        own.record,
     )
+
+
+def _side_place(place: TrialPlace, own: BaseEnvironment | None) -> TrialPlace:
+    """A side's place; the base's in its own environment where it has one (its interpreter, its built project
+    first on its path)."""
+    if own is None or not (own.python or own.project):
+        return place
+    built = (str(own.project),) if own.project else ()
+    return replace(place, python=own.python, pythonpath=built + place.pythonpath)
 
 
 @dataclass(frozen=True)
@@ -285,7 +318,7 @@ class PytestSession:
 
     def command(self, json_path: Path) -> list[str]:
         return [
-            sys.executable,
+            self.place.python or sys.executable,
             "-P",  # the checkout's folder never shadows the perfgate that measures
             "-m",
             "pytest",
