@@ -44,7 +44,7 @@ from perfgate.judge.stats import (
 )
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
-from perfgate.measure.packages import BaseEnvironment, base_environment
+from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import SIDES, base_checkout, changed_files, source_folders
 from perfgate.naming import PYTEST
 from perfgate.outcome import Status
@@ -252,7 +252,9 @@ def run_paired_micro(
                 ref,
                 files=[roots[side] / f for f in dict.fromkeys(files.values()) if f not in new.values()],
                 rootdir=roots[side],
-                place=_side_place(checkout.place(repo_root, sources, None), own if side == "base" else None),
+                place=own.place(checkout.place(repo_root, sources, None))
+                if side == "base"
+                else checkout.place(repo_root, sources, None),
                 scratch=Path(scratch),
                 timeout_s=max(time_budget_s, 60.0),
             )
@@ -289,15 +291,6 @@ def run_paired_micro(
         result.stopped_because,
         own.record,
     )
-
-
-def _side_place(place: TrialPlace, own: BaseEnvironment | None) -> TrialPlace:
-    """A side's place; the base's in its own environment where it has one (its interpreter, its built project
-    first on its path)."""
-    if own is None or not (own.python or own.project):
-        return place
-    built = (str(own.project),) if own.project else ()
-    return replace(place, python=own.python, pythonpath=built + place.pythonpath)
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,13 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from perfgate._files import OWNER_FILE, mark_owned, owner_alive
 from perfgate.errors import NothingToCompareError, UsageError
+from perfgate.measure.lab import TrialPlace
 from perfgate.naming import CLI, FrontEnd
 from perfgate.records.results import Environments
 
@@ -362,6 +363,14 @@ class BaseEnvironment:
     python: str | None
     project: Path | None
     record: Environments
+
+    def place(self, place: TrialPlace) -> TrialPlace:
+        """The base side's `place` in this environment: its interpreter, and its built project first on its path
+        (the compiled parts are there, not in its sources); `place` itself where the base runs in the head's."""
+        if not (self.python or self.project):
+            return place
+        built = (str(self.project),) if self.project else ()
+        return replace(place, python=self.python, pythonpath=built + place.pythonpath)
 
 
 @contextlib.contextmanager

@@ -395,11 +395,8 @@ class PairedSession:
             "head": replace(head.place(repo_root, sources, cpus[1]), name="head"),
         }
         self.base_environment = base_environment
-        if base_environment is not None and (base_environment.python or base_environment.project):
-            place = self.places["base"]
-            built = (str(base_environment.project),) if base_environment.project else ()
-            # The base's built project first (its compiled parts are there, not in its sources), then its sources.
-            self.places["base"] = replace(place, python=base_environment.python, pythonpath=built + place.pythonpath)
+        if base_environment is not None:
+            self.places["base"] = base_environment.place(self.places["base"])
         self.references = {
             (side, workload.name): self.checkouts[side].reference(reference, repo_root)
             for reference, workload in self.loaded
