@@ -14,7 +14,8 @@ interleaved pairs, the 5-minute budget). `intermittent`'s head takes a slow path
 three, chosen at random: on lm-small every step sleeps its own time again (2x), on the MLP, whose steps are
 too short to sleep accurately, its loss is computed three times over (1.2-2x).
 `--workload lm` checks the built-in lm-small instead of the MLP (the workload of the real runs in
-docs/performance.md before 2026-11-26), `--threads N` pins torch's threads as those runs did (1).
+docs/performance.md before 2026-11-26), `--workload vision` the built-in image classifier (the noisiest
+built-in: DataLoader workers that decode and augment), `--threads N` pins torch's threads as those runs did (1).
 `raises` and `hangs` (issue 42): head's workload raises, or sleeps for an hour, in about one trial process in three
 (chosen at random, never in the first, so that the check has a trial that ran); each check must fail with exit 4,
 its report written, a hang within 5 minutes of it. `--fork-trials` passes that option to the paired checks.
@@ -52,6 +53,13 @@ from perfgate.builtin.lm import transformer_lm
 
 def bench():
     return transformer_lm("small")
+"""
+VISION_SOURCE = """# {comment}
+from perfgate.builtin.vision import image_classifier
+
+
+def bench():
+    return image_classifier("small")
 """
 # Appended to head's workload for `intermittent`: in about one trial process in three (chosen at random when
 # the trial imports the workload) a slow path some runs take (a lock, a cold cache, a recompile). On lm-small
@@ -111,9 +119,12 @@ if _seen >= 2 and random.random() < 1 / 3:
 
 def sources(workload: str, mode: str, sleep: bool = False) -> tuple[str, str]:
     """The base's and the head's workload file (`sleep`: the MLP's slow path sleeps, as lm-small's does)."""
-    base = bench() if workload == "mlp" else LM_SOURCE.format(comment="base")
-    head = bench(comment="unchanged code") if workload == "mlp" else LM_SOURCE.format(comment="unchanged code")
-    slow = f"\nSLEEP = {workload == 'lm' or sleep}" + SLOW_PATH
+    if workload == "mlp":
+        base, head = bench(), bench(comment="unchanged code")
+    else:
+        template = LM_SOURCE if workload == "lm" else VISION_SOURCE
+        base, head = template.format(comment="base"), template.format(comment="unchanged code")
+    slow = f"\nSLEEP = {workload != 'mlp' or sleep}" + SLOW_PATH
     if mode in ("raises", "hangs"):
         return base, head + f"\nHANG = {mode == 'hangs'}" + FAILING
     return base, head + slow if mode == "intermittent" else head
@@ -204,7 +215,9 @@ def main() -> int:
     parser.add_argument("mode", choices=("aa", "planted", "intermittent", "memory", "raises", "hangs"))
     parser.add_argument("--checks", type=int, default=None, help="checks to run (default: 20, or 10)")
     parser.add_argument("--slowdown", type=float, default=0.075, help="planted: head's steps this much longer")
-    parser.add_argument("--workload", choices=("mlp", "lm"), default="mlp", help="the suite's MLP, or lm-small")
+    parser.add_argument(
+        "--workload", choices=("mlp", "lm", "vision"), default="mlp", help="the suite's MLP, lm-small or vision"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads per trial (default: torch's)")
     parser.add_argument("--fork-trials", action="store_true", help="paired checks fork their trials")
     parser.add_argument(
