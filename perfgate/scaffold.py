@@ -224,12 +224,13 @@ def plan_init(cwd: Path, *, workload_file: Path | None = None) -> Plan:
         install=install_commands(root, pyproject),
         action=f"{repository}@{commit} # v{perfgate.__version__}",
     )
+    name = workload_name(root, pyproject)
     return Plan(
         root=root,
         in_git=in_git,
         branch=branch,
         files=(
-            PlannedFile(workload_path, workload_text(workload_name(root, pyproject))),
+            PlannedFile(workload_path, workload_text(name, detect_framework(root, pyproject))),
             PlannedFile(root / WORKFLOW_FILE, workflow),
             pyproject_file,
         ),
@@ -413,8 +414,39 @@ jobs:
 """
 
 
-def workload_text(name: str) -> str:
-    return WORKLOAD_TEMPLATE.replace("@NAME@", json.dumps(name))
+# The training frameworks `perfgate init` knows by the distributions a project declares, and the template each gets.
+FRAMEWORKS = {"lightning": "lightning", "pytorch-lightning": "lightning", "transformers": "trainer"}
+
+
+def detect_framework(root: Path, pyproject: dict[str, Any] | None) -> str | None:
+    """ "lightning" or "trainer" where the project declares Lightning or transformers (pyproject.toml's dependencies,
+    optional dependencies and dependency groups, requirements*.txt); None otherwise. Lightning first: a Lightning
+    project may train a transformers model in its module."""
+    declared: list[str] = []
+    project = (pyproject or {}).get("project")
+    if isinstance(project, dict):
+        declared += [d for d in project.get("dependencies") or [] if isinstance(d, str)]
+        for group in (project.get("optional-dependencies") or {}).values():
+            declared += [d for d in group or [] if isinstance(d, str)]
+    for group in ((pyproject or {}).get("dependency-groups") or {}).values():
+        declared += [d for d in group or [] if isinstance(d, str)]
+    for path in sorted(root.glob("requirements*.txt")):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            declared += path.read_text(encoding="utf-8").splitlines()
+    names = set()
+    for requirement in declared:
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement.split("#", 1)[0])
+        if match:
+            names.add(re.sub(r"[-_.]+", "-", match.group(1)).lower())
+    found = {FRAMEWORKS[name] for name in names if name in FRAMEWORKS}
+    return "lightning" if "lightning" in found else "trainer" if "trainer" in found else None
+
+
+def workload_text(name: str, framework: str | None = None) -> str:
+    """The workload file: the stand-in Workload, or, for a project that trains with Lightning or a Hugging Face
+    Trainer, a stand-in module or Trainer handed to perfgate's adapter."""
+    template = {"lightning": LIGHTNING_TEMPLATE, "trainer": TRAINER_TEMPLATE}.get(framework or "", WORKLOAD_TEMPLATE)
+    return template.replace("@NAME@", json.dumps(name))
 
 
 WORKLOAD_TEMPLATE = '''\
@@ -499,5 +531,137 @@ def workload() -> perfgate.Workload:
         steps=20,  # timed steps per trial
         warmup_steps=3,  # untimed steps first; torch.compile compiles here
         seed=0,  # seeds the model and picks the data slice
+    )
+'''
+
+
+TRAINER_TEMPLATE = '''\
+"""The workload perfgate measures: your Hugging Face Trainer's training step, repeated.
+
+`perfgate init` wrote this file because the project declares transformers. As it stands it builds
+a Trainer around a small stand-in (a 2-layer GPT-2 with random weights on generated tokens:
+nothing is downloaded), so that `perfgate run --configs fp32` works at once. Build your own
+Trainer in `build_trainer()` as your training script does: YOUR MODEL, YOUR DATA and YOUR
+TRAINING ARGUMENTS. perfgate measures speed, not accuracy: a few hundred samples are enough.
+
+`perfgate.from_trainer` reads what the Trainer knows (README: "The workload contract"): the model
+(rebuilt after seeding when you pass `model_init`), the train dataset and collator, the batch
+size, gradient accumulation, max_grad_norm, the optimizer and scheduler, and times one optimizer
+step of the Trainer's own loop (its `training_step` and `compute_loss`). perfgate's configs set the
+precision (fp32, bf16 autocast, bf16 + torch.compile; fp16 with --configs fp16): the Trainer's own
+bf16/fp16 flags are not used. `perfgate check --against main` runs the base commit from a git
+worktree, which holds only the files git tracks: generate the data, as here, or read tracked files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import perfgate
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    """Generated token sequences; sample i is the same in every trial (seeded by i)."""
+
+    def __init__(self, samples: int = 1024, length: int = 64, vocab: int = 1000) -> None:
+        self.samples, self.length, self.vocab = samples, length, vocab
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(self.vocab, (self.length,), generator=torch.Generator().manual_seed(index))
+        return {"input_ids": ids, "labels": ids.clone()}
+
+
+def stand_in_model() -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=2))
+
+
+def build_trainer() -> Trainer:
+    args = TrainingArguments(  # YOUR TRAINING ARGUMENTS, as your training script sets them
+        output_dir=tempfile.mkdtemp(prefix="perfgate-trainer-"),
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        max_grad_norm=1.0,
+        learning_rate=1e-4,
+        report_to=[],
+        save_strategy="no",
+        dataloader_pin_memory=False,
+    )
+    # YOUR MODEL (model_init: built again after perfgate seeds, the same weights in every trial)
+    # and YOUR DATA (a map-style dataset; your data_collator too, if you use one)
+    return Trainer(model_init=stand_in_model, args=args, train_dataset=RandomTokens())
+
+
+def workload() -> perfgate.Workload:
+    return perfgate.from_trainer(
+        build_trainer(),
+        name=@NAME@,  # names this workload in reports and baselines
+        steps=20,  # timed optimizer steps per trial
+        warmup_steps=3,  # untimed steps first; torch.compile compiles here
+    )
+'''
+
+
+LIGHTNING_TEMPLATE = '''\
+"""The workload perfgate measures: your LightningModule's training step, repeated.
+
+`perfgate init` wrote this file because the project declares Lightning. As it stands it trains a
+small stand-in module on generated data, so that `perfgate run --configs fp32` works at once.
+Replace `StandIn` with your own LightningModule (and pass your LightningDataModule, if you use
+one): YOUR MODULE and YOUR DATA. perfgate measures speed, not accuracy: a few hundred samples
+are enough.
+
+`perfgate.from_lightning` reads what the module knows (README: "The workload contract"): its
+training DataLoader (dataset, batch size, workers, collate_fn), `configure_optimizers` (the
+optimizer and scheduler), and times one optimizer step of Lightning's automatic optimization
+(`training_step`, its hooks, clipping and accumulation as given here). Pass the module's class (or
+a function that builds it): perfgate builds it after seeding, the same weights in every trial.
+perfgate's configs set the precision (fp32, bf16 autocast, bf16 + torch.compile; fp16 with
+--configs fp16). `perfgate check --against main` runs the base commit from a git worktree, which
+holds only the files git tracks: generate the data, as here, or read tracked files.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import perfgate
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class StandIn(L.LightningModule):
+    """YOUR MODULE: a small MLP learning a sum of generated features."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        inputs, targets = batch
+        loss = F.mse_loss(self.net(inputs).float(), targets)  # .float(): the bf16 configs run under autocast
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self) -> DataLoader:  # YOUR DATA (or a LightningDataModule passed below)
+        inputs = torch.randn(1024, 64, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(inputs, inputs.sin().sum(dim=1, keepdim=True)), batch_size=32)
+
+
+def workload() -> perfgate.Workload:
+    return perfgate.from_lightning(
+        StandIn,  # YOUR MODULE's class; then your datamodule, e.g. from_lightning(MyModule, MyDataModule(), ...)
+        name=@NAME@,  # names this workload in reports and baselines
+        accumulate_grad_batches=1,  # as your lightning.Trainer sets them
+        gradient_clip_val=None,
+        steps=20,  # timed optimizer steps per trial
+        warmup_steps=3,  # untimed steps first; torch.compile compiles here
     )
 '''

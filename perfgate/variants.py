@@ -1,4 +1,5 @@
-"""The three configurations of the lab: fp32, bf16 autocast, and bf16 autocast plus torch.compile."""
+"""The configurations of the lab: fp32, bf16 autocast, and bf16 autocast plus torch.compile (the default three),
+and fp16 autocast with a GradScaler (asked for by name: `--configs fp16`)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,23 @@ from perfgate.errors import UsageError
 
 @dataclass(frozen=True)
 class Config:
-    """One lab configuration: an autocast dtype (or none) and whether the model is compiled."""
+    """One lab configuration: an autocast dtype (or none), whether the model is compiled and whether the loss is
+    scaled (a `torch.amp.GradScaler`, as fp16 training needs)."""
 
     name: str
     autocast_dtype: str | None
     compile: bool
+    scaled: bool = False
 
 
 CONFIGS: dict[str, Config] = {
     "fp32": Config("fp32", None, False),
     "bf16": Config("bf16", "bfloat16", False),
     "bf16-compile": Config("bf16-compile", "bfloat16", True),
+    "fp16": Config("fp16", "float16", False, scaled=True),
 }
-CONFIG_NAMES: tuple[str, ...] = tuple(CONFIGS)
+CONFIG_NAMES: tuple[str, ...] = tuple(CONFIGS)  # every config, in lab order
+DEFAULT_CONFIGS: tuple[str, ...] = ("fp32", "bf16", "bf16-compile")  # the three-run lab: what runs unless asked
 
 
 def parse_configs(text: str | Sequence[str], where: str = "--configs") -> tuple[str, ...]:

@@ -52,6 +52,21 @@ class Workload:
         wrap: `wrap(model)` returns the model the ranks train, in place of perfgate's
             `DistributedDataParallel(model)`: FSDP, or DDP with your own settings. Called in a data-parallel
             trial only, with the process group initialised and the model on the rank's device.
+        step: Your own training step, in place of perfgate's: `step(model, batch, optimizer, state)` does one
+            optimizer step as your training does (forward, loss, backward, clipping, the optimizer, the
+            scheduler, zeroing the gradients) and returns the loss. `state` is a `StepState` (the scaler of
+            the fp16 config, the scheduler, `max_grad_norm`, `accumulation`); a step may leave it out
+            (`step(model, batch, optimizer)`). With `accumulation > 1`, `batch` is the list of micro-batches.
+            perfgate still seeds, pins the slice, applies the config (autocast around the step, the compile)
+            and times the step; the phases come from hooks on the model, backward and the optimizer.
+        accumulation: Micro-batches per optimizer step (gradient accumulation); each holds `batch_size`
+            samples and samples/s counts every one of them.
+        max_grad_norm: Clip the gradients' total norm to this before each optimizer step (perfgate's step;
+            yours reads it from `state.max_grad_norm`). None: no clipping.
+        scheduler: Factory taking the optimizer and returning a learning-rate scheduler, stepped after each
+            optimizer step (perfgate's step; yours gets it as `state.scheduler`).
+        compile_options: The compile config's `torch.compile` arguments (`mode`, `dynamic`, `fullgraph`,
+            `backend`, `options`), plus `target`: "model" (the default) compiles the model, "step" your `step`.
     """
 
     name: str
@@ -67,6 +82,11 @@ class Workload:
     nproc: int | None = None
     threads: int | None = None
     wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None
+    step: Callable[..., Any] | None = None
+    accumulation: int = 1
+    max_grad_norm: float | None = None
+    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    compile_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"workload {self.name!r}"
@@ -96,7 +116,7 @@ class Workload:
                 where=where,
                 hint="for example optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4)",
             )
-        for attr, minimum in (("batch_size", 1), ("steps", 1), ("warmup_steps", 0), ("seed", 0)):
+        for attr, minimum in (("batch_size", 1), ("steps", 1), ("warmup_steps", 0), ("seed", 0), ("accumulation", 1)):
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise WorkloadError(f"{attr} must be an integer >= {minimum}, got {value!r}", where=where)
@@ -114,6 +134,7 @@ class Workload:
                 where=where,
                 hint="for example wrap=lambda model: DistributedDataParallel(model, bucket_cap_mb=10)",
             )
+        _check_step_options(self, where)
         if not isinstance(self.loader, Mapping):
             raise WorkloadError(
                 f"loader must be a dict of DataLoader arguments, got {type(self.loader).__name__}",
@@ -139,9 +160,106 @@ class Workload:
         return origin
 
     @property
+    def step_samples(self) -> int:
+        """Samples per optimizer step: batch size x micro-batches."""
+        return self.batch_size * self.accumulation
+
+    @property
     def slice_samples(self) -> int:
-        """How many samples one trial consumes: (warm-up + timed steps) x batch size."""
-        return (self.warmup_steps + self.steps) * self.batch_size
+        """How many samples one trial consumes: (warm-up + timed steps) x batch size x micro-batches."""
+        return (self.warmup_steps + self.steps) * self.step_samples
+
+
+@dataclass
+class StepState:
+    """What a workload's own `step` is handed beside the model, batch and optimizer, for the trial's config.
+
+    Attributes:
+        scaler: The fp16 config's `torch.amp.GradScaler` (None in the other configs): scale the loss before
+            backward, `scaler.unscale_(optimizer)` before clipping, `scaler.step(optimizer)`, `scaler.update()`.
+        scheduler: The workload's scheduler, built from its `scheduler` factory (None without one).
+        max_grad_norm: The workload's `max_grad_norm` (None: no clipping).
+        accumulation: Micro-batches per optimizer step; with more than one, `batch` is their list.
+        autocast: A factory of the config's autocast context (already active around the step).
+        index: The step's index in the trial (warm-up steps first).
+    """
+
+    scaler: Any = None
+    scheduler: Any = None
+    max_grad_norm: float | None = None
+    accumulation: int = 1
+    autocast: Callable[[], Any] | None = None
+    index: int = 0
+
+
+COMPILE_OPTIONS = frozenset({"mode", "dynamic", "fullgraph", "backend", "options", "target"})
+COMPILE_TARGETS = ("model", "step")
+
+
+def _check_step_options(workload: Workload, where: str) -> None:
+    """The own-step, clipping, scheduler and compile fields: one-line errors before any trial starts."""
+    if workload.step is not None and not callable(workload.step):
+        raise WorkloadError(
+            f"step must be callable, got {type(workload.step).__name__}",
+            where=where,
+            hint="pass a function step(model, batch, optimizer, state) that does one optimizer step",
+        )
+    if workload.step is not None:
+        positional = _positional_parameters(workload.step)
+        if positional is not None and positional not in (3, 4):
+            raise WorkloadError(
+                f"step takes {positional} positional argument(s)",
+                where=where,
+                hint="define it as step(model, batch, optimizer, state) or step(model, batch, optimizer)",
+            )
+    norm = workload.max_grad_norm
+    if norm is not None and (isinstance(norm, bool) or not isinstance(norm, int | float) or not norm > 0):
+        raise WorkloadError(
+            f"max_grad_norm must be a number > 0 or None, got {norm!r}", where=where, hint="for example 1.0"
+        )
+    if workload.scheduler is not None and not callable(workload.scheduler):
+        raise WorkloadError(
+            "scheduler must be a callable taking the optimizer",
+            where=where,
+            hint="for example scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, total_iters=100)",
+        )
+    options = workload.compile_options
+    if not isinstance(options, Mapping):
+        raise WorkloadError(
+            f"compile_options must be a dict of torch.compile arguments, got {type(options).__name__}",
+            where=where,
+            hint='for example compile_options={"mode": "max-autotune", "dynamic": False}',
+        )
+    unknown = sorted(set(options) - COMPILE_OPTIONS)
+    if unknown:
+        raise WorkloadError(
+            f"compile_options has unknown key(s) {', '.join(map(repr, unknown))}",
+            where=where,
+            hint=f"use {', '.join(sorted(COMPILE_OPTIONS))}",
+        )
+    target = options.get("target", "model")
+    if target not in COMPILE_TARGETS:
+        raise WorkloadError(f"compile_options target must be 'model' or 'step', got {target!r}", where=where)
+    if target == "step" and workload.step is None:
+        raise WorkloadError(
+            "compile_options target 'step' needs a workload with its own step",
+            where=where,
+            hint="pass step=your_train_step, or compile the model (target 'model')",
+        )
+
+
+def _positional_parameters(function: Callable[..., Any]) -> int | None:
+    """How many positional arguments `function` takes (None: any number, or not introspectable)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]
+    total = [p for p in parameters if p.kind in kinds]
+    return 4 if len(total) >= 4 and len(required) <= 4 else len(required)
 
 
 def _building_function(workload: Workload) -> tuple[str, str] | None:

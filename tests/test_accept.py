@@ -191,7 +191,7 @@ def test_an_acceptance_names_a_target_and_a_percentage_parsed_like_the_threshold
     [
         ("lm-small/fp32", "expected a target and a percentage, got 'lm-small/fp32'"),
         ("", "it is empty"),
-        ("lm-small/fp64 15%", "unknown config 'fp64' (one of fp32, bf16, bf16-compile)"),
+        ("lm-small/fp64 15%", "unknown config 'fp64' (one of fp32, bf16, bf16-compile, fp16)"),
         ("lm-small/fp32 15", "'15' is ambiguous: a fraction must be below 1"),
         ("lm-small/fp32 150%", "'150%' must be between 0% and 100%"),
         ("lm-small/fp32 fast", "'fast' is not a percentage"),
@@ -298,7 +298,7 @@ def tiny_repo(tmp_path, monkeypatch):
             "Slower\n\nPerf-Accept: tiny/fp64 15%",
             (),
             "error: malformed Perf-Accept trailer 'Perf-Accept: tiny/fp64 15%': unknown config 'fp64' (one of fp32, "
-            f"bf16, bf16-compile) (commit {{sha}}); {TRAILER_FORM}",
+            f"bf16, bf16-compile, fp16) (commit {{sha}}); {TRAILER_FORM}",
         ),
         (
             "Slower",

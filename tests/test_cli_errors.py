@@ -59,7 +59,7 @@ def test_function_returning_something_else_than_a_workload(cli):
     assert_one_line_error(result, "not_a_workload() returned dict, not perfgate.Workload")
 
 
-@pytest.mark.parametrize("configs", ["fp16", "fp32,bf16,compile"])
+@pytest.mark.parametrize("configs", ["fp8", "fp32,bf16,compile"])
 def test_unknown_config_names_are_refused(cli, configs):
     result = cli("run", "--configs", configs, f"{TINY}:tiny")
     assert_one_line_error(result, "unknown config", "choose from fp32, bf16, bf16-compile")

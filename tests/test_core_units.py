@@ -26,7 +26,7 @@ def test_configs_come_back_in_lab_order_whatever_order_they_are_given():
 def test_unknown_config_error_says_what_is_allowed():
     with pytest.raises(UsageError) as info:
         parse_configs("fp32,amp")
-    assert info.value.one_line() == "unknown config 'amp' (--configs); choose from fp32, bf16, bf16-compile"
+    assert info.value.one_line() == "unknown config 'amp' (--configs); choose from fp32, bf16, bf16-compile, fp16"
 
 
 def _workload(**overrides):

@@ -8,6 +8,7 @@ through the CLI's entry point; the generated workflow is validated by the real c
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -425,3 +426,66 @@ def test_init_then_a_planted_slowdown_fails_the_paired_check_and_unchanged_code_
     assert ": a regression beyond the 5% threshold" in slower.stdout
     assert [line for line in slower.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("perfgate-")) == []
+
+
+# --- A project that trains with Lightning or a Hugging Face Trainer ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "adapter"),
+    [
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch", "transformers>=4.40"]\n'}, "from_trainer"),
+        (
+            {"pyproject.toml": '[project]\nname = "p"\n[project.optional-dependencies]\ntrain = ["lightning"]\n'},
+            "from_lightning",
+        ),
+        ({"requirements.txt": "torch\npytorch_lightning==2.1  # the old name\n"}, "from_lightning"),
+        ({"requirements-dev.txt": "Transformers\n", "requirements.txt": "torch\n"}, "from_trainer"),
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["transformers", "lightning"]\n'}, "from_lightning"),
+        (
+            {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch", "transformers-stream-generator"]\n'},
+            None,
+        ),
+    ],
+    ids=["transformers", "lightning-extra", "pytorch-lightning", "requirements-dev", "both", "neither"],
+)
+def test_init_writes_the_template_of_the_framework_the_project_declares(tmp_path, init, files, adapter):
+    repo = make_repo(tmp_path / "repo")
+    for name, text in files.items():
+        (repo / name).write_text(text, encoding="utf-8")
+    assert init(repo).returncode == 0
+    text = (repo / "perf/workloads.py").read_text(encoding="utf-8")
+    if adapter is None:
+        assert "perfgate.Workload(" in text and "from_" not in text
+    else:
+        assert f"perfgate.{adapter}(" in text and 'name="p"' in text
+
+
+FRAMEWORK_PYPROJECT = {
+    "trainer": '[project]\nname = "hf-project"\ndependencies = ["transformers"]\n',
+    "lightning": '[project]\nname = "pl-project"\ndependencies = ["lightning"]\n',
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("framework", ["trainer", "lightning"])
+def test_the_framework_templates_run_the_lab_at_once(tmp_path, init, framework):
+    """What a new user of Lightning or a Trainer runs after `perfgate init`: `perfgate run --configs fp32`."""
+    pytest.importorskip("lightning" if framework == "lightning" else "accelerate")
+    repo = make_repo(tmp_path / "repo")
+    (repo / "pyproject.toml").write_text(FRAMEWORK_PYPROJECT[framework], encoding="utf-8")
+    assert init(repo).returncode == 0
+    out = tmp_path / "out.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfgate", "run", "--configs", "fp32", "--trials", "1", "--json", str(out)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (workload,) = json.loads(out.read_text(encoding="utf-8"))["workloads"]
+    assert workload["configs"]["fp32"]["trials"][0]["status"] == "ok"

@@ -27,6 +27,7 @@ BASE = {
     "project",
     "references",
     "builtin",
+    "frameworks",
     "outcome",
     "_files",
 }

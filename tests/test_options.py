@@ -29,7 +29,7 @@ from perfgate.errors import UsageError
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
-from perfgate.variants import CONFIG_NAMES
+from perfgate.variants import DEFAULT_CONFIGS
 from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).parent.parent
@@ -85,7 +85,7 @@ def test_an_option_wins_over_the_environment_which_wins_over_the_project_then_th
 def test_configs_and_trials_resolve_the_same_way_through_the_parser():
     assert values(["check", "--configs", "fp32"], {"PERFGATE_CONFIGS": "bf16"})["configs"] == "fp32"
     assert values(["check"], {"PERFGATE_CONFIGS": "bf16"})["configs"] == "bf16"
-    assert values(["check"], {})["configs"] == ",".join(CONFIG_NAMES)
+    assert values(["check"], {})["configs"] == ",".join(DEFAULT_CONFIGS)
     assert values(["calibrate"], {})["configs"] == "fp32"  # a first answer in minutes
     assert values(["check", "--trials", "2"], {"PERFGATE_TRIALS": "4"})["trials"] == 2
     assert values(["check"], {"PERFGATE_TRIALS": "4"})["trials"] == 4

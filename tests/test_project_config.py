@@ -64,8 +64,8 @@ def test_an_unknown_key_suggests_the_nearest_valid_one(tmp_path):
 
 
 def test_a_bad_per_config_key_lists_the_configs(tmp_path):
-    (tmp_path / "perfgate.yaml").write_text('thresholds:\n  "lm-small/fp16": {throughput: "5%"}\n')
-    with pytest.raises(UsageError, match="bad key 'lm-small/fp16'.*fp32, bf16, bf16-compile"):
+    (tmp_path / "perfgate.yaml").write_text('thresholds:\n  "lm-small/fp8": {throughput: "5%"}\n')
+    with pytest.raises(UsageError, match="bad key 'lm-small/fp8'.*fp32, bf16, bf16-compile, fp16"):
         load_project_config(tmp_path)
 
 

@@ -44,7 +44,7 @@ from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIA
 from perfgate.records.history import EXPORT_FORMATS
 from perfgate.report import FORMATS as REPORT_FORMATS
 from perfgate.report.markdown import COMMENT_LIMIT
-from perfgate.variants import CONFIG_NAMES
+from perfgate.variants import CONFIG_NAMES, DEFAULT_CONFIGS
 
 Parse = Callable[[Any, str], Any]  # (value, where) -> parsed value; a PerfgateError when it is bad
 Kind = Literal["value", "flag", "negatable", "repeat", "positional", "version"]
@@ -209,9 +209,9 @@ WORKLOADS = Option(
 )
 CONFIGS = Option(
     "configs",
-    f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: all)",
+    f"comma-separated subset of {','.join(CONFIG_NAMES)} (default: {','.join(DEFAULT_CONFIGS)})",
     "LIST",
-    default={None: ",".join(CONFIG_NAMES), "calibrate": "fp32"},  # calibrate: a first answer in minutes
+    default={None: ",".join(DEFAULT_CONFIGS), "calibrate": "fp32"},  # calibrate: a first answer in minutes
     pytest=True,
     action_input="configs",
 )

@@ -27,7 +27,7 @@ from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR
 from perfgate.references import Reference
-from perfgate.variants import CONFIG_NAMES, parse_configs
+from perfgate.variants import DEFAULT_CONFIGS, parse_configs
 
 Warn = Callable[[str], None]  # one warning line, without its "warning: " prefix
 
@@ -167,7 +167,7 @@ def run_settings(
 
     if configs is None:
         text = values.get("configs")
-        configs = parse_configs(text) if isinstance(text, str) else tuple(text or CONFIG_NAMES)
+        configs = parse_configs(text) if isinstance(text, str) else tuple(text or DEFAULT_CONFIGS)
     device = select_device(values.get("device") or "auto")
     nproc = values.get("nproc") or project.nproc
     return RunSettings(
@@ -378,7 +378,7 @@ def compare_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: P
     gate = gate_settings(values, project, trials=1, paired=False, single_look=True, accepted=accepted)
     return GateRequest(
         references=(),
-        run=RunSettings(configs=CONFIG_NAMES),
+        run=RunSettings(configs=DEFAULT_CONFIGS),
         gate=gate,
         baseline_dir=Path(values.get("baseline_dir") or DEFAULT_BASELINE_DIR),
         outputs=outputs,
@@ -512,7 +512,7 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
         from perfgate.measure.paired import open_repository, resolve_ref
 
         resolve_ref(open_repository(rootpath, where=where["against"]), against, where=where["against"])
-    configs = CONFIG_NAMES if given.get("configs") is None else parse_configs(given["configs"], where["configs"])
+    configs = DEFAULT_CONFIGS if given.get("configs") is None else parse_configs(given["configs"], where["configs"])
     outputs = Outputs(json=given.get("json"), markdown=given.get("markdown"))
     check_outputs([(outputs.json, where["json"])] if mode != "off" else [])
     check_outputs([(outputs.markdown, where["markdown"])] if mode == "check" else [])

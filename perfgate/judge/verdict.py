@@ -763,7 +763,10 @@ def _with_failed_trials(verdict: ConfigVerdict, failed: int) -> ConfigVerdict:
 def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list[str]:
     """The settings that make two runs incomparable: the amount of work and which samples it covers."""
     changes = []
-    for key in ("batch_size", "steps", "warmup_steps", "seed", "slice_indices"):
+    # A change of gradient accumulation changes how many samples a step takes, and so the slice; samples/s counts
+    # every sample, so the two sides compare (the change is named as evidence: `_data_evidence`).
+    keys = ("batch_size", "steps", "warmup_steps", "seed")
+    for key in keys if _accumulation_changed(baseline, candidate) else (*keys, "slice_indices"):
         old, new = getattr(baseline.settings, key), getattr(candidate.settings, key)
         if old is not None and new is not None and old != new:
             shown = (str(old)[:19], str(new)[:19]) if key == "slice_indices" else (old, new)
@@ -771,8 +774,16 @@ def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list
     return changes
 
 
+def _accumulation_changed(baseline: BaselineEntry, candidate: BaselineEntry) -> bool:
+    return (baseline.settings.accumulation or 1) != (candidate.settings.accumulation or 1)
+
+
 def _data_evidence(baseline: BaselineEntry, candidate: BaselineEntry, base_name: str) -> list[str]:
-    """A changed data-slice checksum: the same samples now reach the model as different batches."""
+    """A changed data-slice checksum: the same samples now reach the model as different batches; or a change of
+    gradient accumulation, which changes the slice by design."""
+    if _accumulation_changed(baseline, candidate):
+        old_k, new_k = baseline.settings.accumulation or 1, candidate.settings.accumulation or 1
+        return [f"gradient accumulation changed: {old_k} -> {new_k} micro-batches per optimizer step"]
     old, new = baseline.data_checksum, candidate.data_checksum
     if old and new and old != new:
         return [f"the data pipeline's output changed (data-slice checksum {old[7:19]} in {base_name} -> {new[7:19]})"]

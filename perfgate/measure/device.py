@@ -215,7 +215,10 @@ class HostStepClock:
     is done when the host has done it.
 
     A step is `begin_step`, then one `mark` after each phase (`PHASES`: data wait, host-to-device copy,
-    forward, backward, optimizer), then `end_step` once perfgate's own bookkeeping after the step is done.
+    forward, backward, optimizer), then `end_step` once perfgate's own bookkeeping after the step is done. A mark
+    may name its phase (`mark("forward")`): the time since the previous mark is added to it, so a step whose
+    phases come round more than once (micro-batches, a workload's own step) sums each phase's stretches; an
+    unnamed mark ends the phase after the one before it. A phase no mark names is zero for that step.
     `start_timing` and `stop_timing` bracket the timed steps; the steps before them are the warm-up.
     samples/sec divides by the sum of the timed steps' times.
     """
@@ -226,6 +229,7 @@ class HostStepClock:
         self.planted_slowdown = planted_slowdown
         self._timing = False
         self._marks: list[float] = []
+        self._named: list[str] = []  # the phase each mark of this step ends
         self._phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
         self._warmup_step_s: list[float] = []
         self._bookkeeping_s = 0.0
@@ -239,10 +243,12 @@ class HostStepClock:
 
     def begin_step(self) -> None:
         self._marks = [time.perf_counter()]
+        self._named = []
 
-    def mark(self) -> None:
-        """The end of the step's next phase."""
+    def mark(self, phase: str | None = None) -> None:
+        """The end of a stretch of `phase` (None: of the phase after the previous mark's)."""
         self._marks.append(time.perf_counter())
+        self._named.append(_next_phase(self._named, phase))
 
     def slow_down(self) -> None:
         """The planted slowdown (`perfgate calibrate`): the step so far takes (1 + f) times as long."""
@@ -253,8 +259,9 @@ class HostStepClock:
         marks = self._marks
         self._bookkeeping_s += time.perf_counter() - marks[-1]
         if self._timing:
-            for phase, (start, end) in zip(PHASES, pairwise(marks), strict=True):
-                self._phases[phase].append(end - start)
+            step = _phase_sums(self._named, [end - start for start, end in pairwise(marks)])
+            for phase in PHASES:
+                self._phases[phase].append(step[phase])
         else:
             self._warmup_step_s.append(marks[-1] - marks[0])
 
@@ -303,7 +310,7 @@ class CudaStepClock(HostStepClock):
         self._start: Any = None
         self._previous_end: Any = None
         self._warmup_steps: list[tuple[Any, Any]] = []
-        self._timed_steps: list[tuple[Any, list[Any]]] = []
+        self._timed_steps: list[tuple[Any, list[Any], list[str]]] = []
         self._data_wait_host_s: list[float] = []
         self._calibration: tuple[Any, Any] | None = None
         self.sleep_s = 0.0  # the planted slowdown per timed step: f x the warm-up's median step
@@ -340,11 +347,13 @@ class CudaStepClock(HostStepClock):
     def begin_step(self) -> None:
         self._host = [time.perf_counter()]
         self._events = []
+        self._named = []
         self._start = self._previous_end if self._previous_end is not None else self._event()
 
-    def mark(self) -> None:
+    def mark(self, phase: str | None = None) -> None:
         self._host.append(time.perf_counter())
         self._events.append(self._event())
+        self._named.append(_next_phase(self._named, phase))
 
     def slow_down(self) -> None:
         # Both sides sleep f x step, neither waits for the other: host and device run a step's work queued one
@@ -359,8 +368,9 @@ class CudaStepClock(HostStepClock):
         self._bookkeeping_s += time.perf_counter() - self._host[-1]
         end = self._events[-1]
         if self._timing:
-            self._timed_steps.append((self._start, self._events))
-            self._data_wait_host_s.append(self._host[1] - self._host[0])
+            self._timed_steps.append((self._start, self._events, self._named))
+            host = _phase_sums(self._named, [end - start for start, end in pairwise(self._host)])
+            self._data_wait_host_s.append(host["data_wait"])
         else:
             self._warmup_steps.append((self._start, end))
         self._previous_end = end
@@ -371,9 +381,10 @@ class CudaStepClock(HostStepClock):
 
     def times(self) -> StepTimes:
         phases: dict[str, list[float]] = {phase: [] for phase in PHASES}
-        for start, events in self._timed_steps:
-            for phase, (begin, end) in zip(PHASES, pairwise([start, *events]), strict=True):
-                phases[phase].append(_event_seconds(begin, end))
+        for start, events, named in self._timed_steps:
+            step = _phase_sums(named, [_event_seconds(begin, end) for begin, end in pairwise([start, *events])])
+            for phase in PHASES:
+                phases[phase].append(step[phase])
         step_s = [sum(values) for values in zip(*(phases[p] for p in PHASES), strict=True)]
         return StepTimes(
             clocking=self.clocking,
@@ -385,6 +396,21 @@ class CudaStepClock(HostStepClock):
             bookkeeping_s=self._bookkeeping_s,
             data_wait_host_s=self._data_wait_host_s,
         )
+
+
+def _next_phase(named: list[str], phase: str | None) -> str:
+    """The phase a mark ends: the one it names, else the one after the previous mark's (the first: data wait)."""
+    if phase is not None:
+        return phase
+    return PHASES[min(PHASES.index(named[-1]) + 1, len(PHASES) - 1)] if named else PHASES[0]
+
+
+def _phase_sums(named: list[str], durations: list[float]) -> dict[str, float]:
+    """One step's seconds per phase: each stretch added to the phase its mark ended."""
+    sums = dict.fromkeys(PHASES, 0.0)
+    for phase, seconds in zip(named, durations, strict=True):
+        sums[phase] += seconds
+    return sums
 
 
 def _event_seconds(start: Any, end: Any) -> float:

@@ -582,6 +582,7 @@ def collect_workload(
             loader=identity["loader"],
             nproc=identity.get("nproc"),
             slice_indices=slices[0] if len(slices) == 1 else None,
+            accumulation=identity.get("accumulation"),
         ),
         data_checksum=checksums[0] if len(checksums) == 1 else None,
         first_losses=first_losses,

@@ -40,9 +40,11 @@ from perfgate.measure import distributed
 from perfgate.measure.counting import CompileCounts, count_step
 from perfgate.measure.profiling import StepProfiler
 from perfgate.measure.sampler import SystemSampler, loader_worker_pids
+from perfgate.measure.step import NOT_TOLD_APART, NoClock, TrainingStep, TrialFailure, check_loss
 from perfgate.measure.turns import TurnTaker
 from perfgate.records.results import FailureKind, TrialRecord, TrialResult
 from perfgate.records.shapes import AutocastCheck, Counts, PeakMemory, Profile, RankResult, UnusedParameters
+from perfgate.workload import StepState
 
 if TYPE_CHECKING:
     from perfgate.measure.device import Device, StepTimes
@@ -72,15 +74,6 @@ class TrialSpec:
     rounds: int = 1  # the timed steps run this many times over the pinned slice (`perfgate.measure.rounds`)
     probe: bool = True  # time the machine probe before and after (stored baselines use it; paired checks do not)
     counts_only: bool = False  # `--counts-only`: the warm-up steps, then the exact counts; no step is timed
-
-
-class TrialFailure(Exception):
-    """Raised inside the trial with the kind and message that go into the record."""
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 def run_trial(spec: TrialSpec, out_path: str = "") -> TrialRecord | None:
@@ -130,6 +123,7 @@ class _Setup:
     comm: CommTimer | None = None  # times the gradient all-reduce (a DDP model)
     warnings: tuple[str, ...] = ()  # noticed while setting up
     unused: UnusedParameters | None = None  # a data-parallel model's parameters the loss does not use
+    training: TrainingStep | None = None  # the step the trial runs (`perfgate.measure.step`)
 
 
 @dataclass(frozen=True)
@@ -278,10 +272,35 @@ def _set_up(
         optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
     else:
         optimizer = _call_user("optimizer(params)", workload.optimizer, trained.parameters())
+    options = {k: v for k, v in workload.compile_options.items() if k != "target"}
+    if backend == "eager" or "backend" not in options:  # counting on the CPU compiles nothing (see `_run`)
+        options["backend"] = backend
+    compile_step = config.compile and workload.compile_options.get("target", "model") == "step"
     # torch.compile returns a callable wrapper, typed as a function but used as the module.
-    step_model: Any = torch.compile(trained, backend=backend) if config.compile else trained
+    step_model: Any = torch.compile(trained, **options) if config.compile and not compile_step else trained
     autocast = _autocast_factory(device.type, config.autocast_dtype)
-    autocast_check = _check_autocast(device, autocast) if config.autocast_dtype else None
+    autocast_check = _check_autocast(device, autocast, config.autocast_dtype) if config.autocast_dtype else None
+    scheduler = None
+    if workload.scheduler is not None:
+        scheduler = _call_user("scheduler(optimizer)", workload.scheduler, optimizer)
+    scaler = torch.amp.GradScaler(device.type) if config.scaled else None
+    own_step = workload.step
+    if own_step is not None and compile_step:
+        own_step = torch.compile(own_step, **options)
+    state = StepState(scaler, scheduler, workload.max_grad_norm, workload.accumulation, autocast)
+    training = TrainingStep(
+        workload,
+        step_model,
+        trained,
+        optimizer,
+        autocast,
+        scaler=scaler,
+        scheduler=scheduler,
+        own_step=own_step,
+        hooked=not compile_step,
+        comm=comm,
+        state=state,
+    )
     batches = iter(loader)
     device.mark_setup_done()
     setup_s = time.perf_counter() - setup_started
@@ -301,6 +320,7 @@ def _set_up(
         comm,
         warnings,
         unused,
+        training,
     )
     return setup, batches
 
@@ -319,7 +339,7 @@ def _find_unused_parameters(
     def step_loss() -> Any:
         with autocast():
             loss = workload.loss(model, batch)
-        _check_loss_type(loss, 0)
+        check_loss(loss, 0, "loss(model, batch)")
         return loss
 
     with _rng_kept(device):
@@ -361,7 +381,8 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     import torch
 
     config, device, workload = setup.config, setup.device, setup.workload
-    step_model, optimizer, autocast = setup.step_model, setup.optimizer, setup.autocast
+    training = setup.training
+    assert training is not None
     autocast_check = setup.autocast_check
     non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
     clock = device.step_clock(spec.planted_slowdown, workload.warmup_steps)
@@ -371,9 +392,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     graphs_before_timing = 0
     compile_counts = None
     hooks = _OutputDtypeCounter(setup.model, autocast_check) if autocast_check and not config.compile else None
-    current = "the DataLoader"
     loss = None
-    batch = None
     cuda_index = torch.cuda.current_device() if device.type == "cuda" else None
     sampler = SystemSampler(cuda_index, loader_worker_pids=loader_worker_pids(batches))  # the workers' memory too
     # A data-parallel trial's rank 0 profiles; the others would write the same trace.
@@ -381,6 +400,17 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile and profiled else None
     comm = setup.comm
     comm_marks: list[Any] = []  # per timed step, the all-reduce's marks (`CommTimer.take_step`)
+
+    def fetch() -> Any:
+        """The next (micro-)batch on the device, its wait and its copy marked."""
+        training.current = "the DataLoader"
+        batch = next(batches)
+        clock.mark("data_wait")
+        training.current = "moving the batch to the device"
+        batch = device.move(batch, non_blocking=non_blocking)
+        clock.mark("h2d")
+        return batch
+
     try:
         for step in range(total_steps):
             timed = step >= workload.warmup_steps
@@ -393,31 +423,13 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
                 if profiler is not None:
                     profiler.start()
                 clock.start_timing()  # CUDA: the one synchronisation before the timed steps
-            current = "the DataLoader"
             clock.begin_step()
-            batch = next(batches)
-            clock.mark()  # data_wait
-            current = "moving the batch to the device"
-            batch = device.move(batch, non_blocking=non_blocking)
-            clock.mark()  # h2d
-            current = "loss(model, batch)"
-            with autocast():
-                loss = workload.loss(step_model, batch)
-            _check_loss_type(loss, step)
-            clock.mark()  # forward
-            current = "loss.backward()"
-            if comm is not None:
-                comm.begin_step()
-            loss.backward()
-            clock.mark()  # backward
+            loss = training.run(fetch, clock, step)  # its phases marked (`perfgate.measure.step`)
             if comm is not None and timed:
                 comm_marks.append(comm.take_step())
-            current = "the optimizer step"
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
             if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
                 clock.slow_down()
-            clock.mark()  # optimizer: the step's end
+                clock.mark("optimizer")
             if hooks is not None:
                 autocast_check = hooks.finish()
                 hooks = None
@@ -438,7 +450,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     except TrialFailure:
         raise
     except Exception as exc:
-        raise _step_failure(setup, exc, current) from exc
+        raise _step_failure(setup, exc, training.current) from exc
     finally:
         sampler.stop()  # whatever ended the steps; stopping twice is harmless
     times = clock.times()
@@ -454,7 +466,7 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
         compile_counts=compile_counts,
         autocast_check=autocast_check,
         loss=loss,
-        batch=batch,
+        batch=training.last_batch,
         sampler=sampler,
         profiler=profiler,
         comm_steps=comm_steps,
@@ -480,26 +492,23 @@ def _step_failure(setup: _Setup, exc: Exception, current: str) -> TrialFailure:
 def _warm_up(setup: _Setup, batches: Iterator[Any]) -> CompileCounts | None:
     """`--counts-only`: the warm-up steps alone (one at least: the count is never of a first step), untimed, as the
     trial's loop runs them; then torch.compile's graphs, breaks and recompiles, as a timed trial reads them."""
-    workload, device = setup.workload, setup.device
-    current = "the DataLoader"
+    workload, device, training = setup.workload, setup.device, setup.training
+    assert training is not None
+
+    def fetch() -> Any:
+        training.current = "the DataLoader"
+        batch = next(batches)
+        training.current = "moving the batch to the device"
+        return device.move(batch, non_blocking=False)
+
     try:
         for step in range(max(workload.warmup_steps, 1)):
-            current = "the DataLoader"
-            batch = device.move(next(batches), non_blocking=False)
-            current = "loss(model, batch)"
-            with setup.autocast():
-                loss = workload.loss(setup.step_model, batch)
-            _check_loss_type(loss, step)
-            current = "loss.backward()"
-            loss.backward()
-            current = "the optimizer step"
-            setup.optimizer.step()
-            setup.optimizer.zero_grad(set_to_none=True)
+            loss = training.run(fetch, NoClock(), step)
         _finite_loss(loss, step)
     except TrialFailure:
         raise
     except Exception as exc:
-        raise _step_failure(setup, exc, current) from exc
+        raise _step_failure(setup, exc, training.current) from exc
     return CompileCounts.now() if setup.config.compile else None
 
 
@@ -541,11 +550,7 @@ def _after_steps(setup: _Setup, steps: _Steps) -> _AfterSteps:
     final_loss = _finite_loss(steps.loss, workload.warmup_steps + workload.steps - 1)
     samples = steps.sampler.samples
     memory = setup.device.peak_memory(samples.loader_workers_bytes, samples.loader_workers)
-    calls = (
-        None
-        if config.compile
-        else _count_torch_calls(workload, setup.step_model, setup.optimizer, steps.batch, setup.autocast, setup.rank)
-    )
+    calls = None if config.compile else _count_torch_calls(setup.training, steps.batch, setup.rank)
     compile_stats = _compile_stats() if config.compile else None
     recompiled = _compiled_graph_count() - steps.graphs_before_timing if config.compile else 0
     counts, counting_failure = _count(setup, steps.compile_counts)  # last: it may reset dynamo
@@ -556,16 +561,16 @@ def _count(setup: _Setup, compile_counts: CompileCounts | None) -> tuple[Counts 
     """The step's exact counts (`perfgate.measure.counting.count_step`) on the pinned slice's first batch, seeded
     and with the random states put back; for the compile config with graph breaks, where they happen (this resets
     dynamo, so it comes after everything read from it). A count that cannot be made is a warning, not a failure."""
-    workload, device, config = setup.workload, setup.device, setup.config
+    workload, device, config, training = setup.workload, setup.device, setup.config, setup.training
+    assert training is not None
     eager_model = getattr(setup.step_model, "_orig_mod", setup.step_model)  # under torch.compile: what it wraps
 
-    def step_on(model: Any) -> Any:
+    def step_on(model: Any, own_step: Any) -> Any:
+        """One step as the trial runs it, every micro-batch of it `batch`."""
+        counted = replace(training, model=model, own_step=own_step, hooked=own_step is workload.step)
+
         def step(batch: Any) -> None:
-            with setup.autocast():
-                loss = workload.loss(model, batch)
-            loss.backward()
-            setup.optimizer.step()
-            setup.optimizer.zero_grad(set_to_none=True)
+            counted.run(lambda: batch, NoClock(), 0)
 
         return step
 
@@ -574,14 +579,14 @@ def _count(setup: _Setup, compile_counts: CompileCounts | None) -> tuple[Counts 
         batch = device.move(_first_batch(workload, setup.dataset, setup.rank), non_blocking=False)
         with _rng_kept(device), no_sync() if no_sync is not None else contextlib.nullcontext():
             _seed_everything(workload.seed)
-            eager_step = step_on(eager_model) if config.compile else None
+            eager_step = step_on(eager_model, workload.step) if config.compile else None
             counts = count_step(
-                step_on(setup.step_model),
+                step_on(setup.step_model, training.own_step),
                 eager_step,
                 setup.model,
                 setup.optimizer,
                 batch,
-                workload.batch_size,
+                workload.step_samples,
                 device.type,
                 compile_counts,
             )
@@ -639,11 +644,14 @@ def _record(
 
     config, workload, times = setup.config, setup.workload, steps.times
     step_s = times.step_s
-    timed_samples = len(step_s) * workload.batch_size  # steps x rounds
+    timed_samples = len(step_s) * workload.step_samples  # steps x rounds, every micro-batch's samples
     compile_s = None
     if config.compile and times.warmup_step_s:
         compile_s = max(0.0, times.warmup_step_s[0] - sorted(step_s)[len(step_s) // 2])
     warnings = list(setup.warnings)
+    training = setup.training
+    if training is not None and training.own_step is not None and not training.backward_seen:
+        warnings.append(NOT_TOLD_APART)
     if after.recompiled > 0:
         warnings.append(f"torch.compile compiled {after.recompiled} new graph(s) during timed steps")
     if after.counting_failure is not None:
@@ -696,6 +704,9 @@ def workload_identity(workload: Any, nproc: int = 1) -> dict[str, Any]:
         "seed": workload.seed,
         "loader": {k: v for k, v in workload.loader.items() if isinstance(v, bool | int | float | str)},
     }
+    accumulation = getattr(workload, "accumulation", 1)
+    if accumulation != 1:
+        identity["accumulation"] = accumulation
     return identity if nproc == 1 else {**identity, "nproc": nproc}
 
 
@@ -772,17 +783,18 @@ def _make_loader(workload: Any, dataset: Any, device_type: str, rank: Rank | Non
     needed = workload.slice_samples * world
     if length < needed:
         ranks = "" if world == 1 else f" x {world} ranks"
+        accumulation = "" if workload.accumulation == 1 else f" x accumulation {workload.accumulation}"
         raise TrialFailure(
             "workload",
             f"dataset has {length} samples but the slice needs {needed} "
             f"((warmup_steps {workload.warmup_steps} + steps {workload.steps}) x batch_size {workload.batch_size}"
-            f"{ranks}); make the dataset larger or lower steps/batch_size",
+            f"{accumulation}{ranks}); make the dataset larger or lower steps/batch_size",
         )
     indices: Any = _slice_indices(workload, length, world)
     if rank is not None:
         indices = distributed.rank_sampler(indices, rank)
     elif rounds > 1:  # one iterator for every round: no worker starts again inside the timed steps
-        warmup = workload.warmup_steps * workload.batch_size
+        warmup = workload.warmup_steps * workload.step_samples
         indices = indices[:warmup] + indices[warmup:] * rounds
     options = dict(workload.loader)
     if device_type != "cuda":
@@ -809,26 +821,30 @@ def _autocast_factory(device_type: str, dtype_name: str | None) -> Any:
     return lambda: torch.autocast(device_type, dtype=dtype)
 
 
-def _check_autocast(device: Any, autocast: Any) -> AutocastCheck:
-    """A matmul inside the autocast context must come out in bfloat16, or autocast is not on."""
+def _check_autocast(device: Any, autocast: Any, dtype_name: str) -> AutocastCheck:
+    """A matmul inside the autocast context must come out in the config's dtype, or autocast is not on."""
     import torch
 
     with autocast():
         probe = torch.nn.functional.linear(
             torch.ones(4, 4, device=device.torch_device), torch.ones(4, 4, device=device.torch_device)
         )
-    if probe.dtype != torch.bfloat16:
-        raise TrialFailure("config", f"autocast to bfloat16 is not active on {device.type} (matmul gave {probe.dtype})")
+    if probe.dtype != getattr(torch, dtype_name):
+        raise TrialFailure(
+            "config", f"autocast to {dtype_name} is not active on {device.type} (matmul gave {probe.dtype})"
+        )
     return AutocastCheck(active=True, probe_dtype=str(probe.dtype).removeprefix("torch."))
 
 
 class _OutputDtypeCounter:
-    """Counts, for one step, how many leaf modules produced bfloat16 outputs under autocast."""
+    """Counts, for one step, how many leaf modules produced outputs in autocast's dtype (bfloat16; float16 in fp16),
+    kept as the record's `bf16_layer_outputs`."""
 
     def __init__(self, model: Any, check: AutocastCheck) -> None:
         import torch
 
         self.check = check
+        self.dtype = getattr(torch, check.probe_dtype)
         self.bf16 = 0
         self.total = 0
         self.handles = [
@@ -842,35 +858,17 @@ class _OutputDtypeCounter:
 
         if isinstance(output, torch.Tensor):
             self.total += 1
-            self.bf16 += int(output.dtype == torch.bfloat16)
+            self.bf16 += int(output.dtype == self.dtype)
 
     def finish(self) -> AutocastCheck:
         """The setup's autocast check with the step's layer outputs counted."""
         for handle in self.handles:
             handle.remove()
         if self.total and not self.bf16:
-            raise TrialFailure("config", "autocast was on but no Linear or Conv layer produced bfloat16 output")
+            raise TrialFailure(
+                "config", f"autocast was on but no Linear or Conv layer produced {self.check.probe_dtype} output"
+            )
         return replace(self.check, bf16_layer_outputs=self.bf16, checked_layer_outputs=self.total)
-
-
-def _check_loss_type(loss: Any, step: int) -> None:
-    import torch
-
-    if not isinstance(loss, torch.Tensor):
-        raise TrialFailure(
-            "workload", f"loss(model, batch) returned {type(loss).__name__} at step {step}, not a tensor"
-        )
-    if loss.numel() != 1:
-        raise TrialFailure(
-            "workload",
-            f"loss(model, batch) returned a tensor of shape {tuple(loss.shape)} at step {step}, not a scalar; "
-            "reduce it, for example with .mean()",
-        )
-    if not loss.requires_grad:
-        raise TrialFailure(
-            "workload",
-            f"loss(model, batch) at step {step} does not require grad; it must depend on the model's parameters",
-        )
 
 
 def _finite_loss(loss: Any, step: int) -> float:
@@ -914,15 +912,17 @@ def _hash_batch(hasher: Any, batch: Any) -> None:
 HOST_SYNCS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__"})
 
 
-def _count_torch_calls(
-    workload: Any, model: Any, optimizer: Any, batch: Any, autocast: Any, rank: Rank | None = None
-) -> tuple[int, int] | None:
+def _count_torch_calls(training: TrainingStep | None, batch: Any, rank: Rank | None = None) -> tuple[int, int] | None:
     """How many torch functions and tensor methods one training step calls from Python, and how many
-    host syncs (`.item()`, `.cpu()`, `float(t)`, ...) the loss and backward make. The optimizer's are
+    host syncs (`.item()`, `.cpu()`, `float(t)`, ...) the step makes outside the optimizer. The optimizer's are
     left out: optimizers read their step counts, kept on the host, once per parameter. A data-parallel
     step counts without its gradient all-reduce (`no_sync`): a rank must not start a collective that
-    another rank, whose count failed, would never join."""
+    another rank, whose count failed, would never join. Every micro-batch of the step is `batch`."""
+    import torch.optim.optimizer as optim
     from torch.overrides import TorchFunctionMode
+
+    if training is None or batch is None:
+        return None
 
     class Counter(TorchFunctionMode):
         calls = 0
@@ -934,17 +934,25 @@ def _count_torch_calls(
             Counter.syncs += not Counter.in_optimizer and getattr(func, "__name__", "") in HOST_SYNCS
             return func(*args, **(kwargs or {}))
 
-    no_sync = getattr(model, "no_sync", None) if rank is not None else None
+    def optimizer_starts(*_: Any) -> None:
+        Counter.in_optimizer = True
+
+    def optimizer_ends(*_: Any) -> None:
+        Counter.in_optimizer = False
+
+    no_sync = getattr(training.model, "no_sync", None) if rank is not None else None
+    handles = [
+        optim.register_optimizer_step_pre_hook(optimizer_starts),
+        optim.register_optimizer_step_post_hook(optimizer_ends),
+    ]
     try:
         with Counter(), no_sync() if no_sync is not None else contextlib.nullcontext():
-            with autocast():
-                loss = workload.loss(model, batch)
-            loss.backward()
-            Counter.in_optimizer = True
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            training.run(lambda: batch, NoClock(), 0)
     except Exception:  # counting is a diagnosis aid: a workload that cannot run it simply has no count
         return None
+    finally:
+        for handle in handles:
+            handle.remove()
     return Counter.calls, Counter.syncs
 
 

@@ -271,6 +271,7 @@ class WorkloadSettings:
     loader: Mapping[str, Any] | None = None  # the DataLoader's plain settings: num_workers, pin_memory, ...
     nproc: int | None = None  # ranks of a data-parallel job; None for one process
     slice_indices: str | None = None  # the pinned slice's sample indices, where every trial agreed on them
+    accumulation: int | None = None  # micro-batches per optimizer step; None for one
     keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -291,7 +292,7 @@ class WorkloadSettings:
     def from_dict(cls, data: Any, what: str = "a workload's settings") -> WorkloadSettings:
         """Read what `to_dict` wrote, strictly: an unknown or wrong-typed field is a ShapeError naming it."""
         record = checked(data, _SETTINGS_FIELDS, what, optional=_SETTINGS_FIELDS)
-        for name in ("batch_size", "steps", "warmup_steps", "seed", "trials", "threads", "nproc"):
+        for name in ("batch_size", "steps", "warmup_steps", "seed", "trials", "threads", "nproc", "accumulation"):
             value = record.get(name)
             if value is not None and not _is_int(value):
                 raise ShapeError(f"{what} has {name} {value!r}, not an integer")

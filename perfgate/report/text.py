@@ -128,7 +128,9 @@ def lab_settings_text(workload: WorkloadResult) -> str:
     """How the workload was measured, in one line: `lm.py:lm; batch 8, 20 timed steps after 3 warm-up, ...`."""
     s = workload.settings
     return (
-        f"{workload.reference}; batch {s.batch_size}, {s.steps} timed steps after {s.warmup_steps} warm-up, "
+        f"{workload.reference}; batch {s.batch_size}"
+        + (f" x {s.accumulation} micro-batches" if s.accumulation else "")
+        + f", {s.steps} timed steps after {s.warmup_steps} warm-up, "
         f"{s.trials} trials, {s.threads} threads, {s.device}" + (f", {s.nproc} ranks" if s.nproc else "")
     )
 

@@ -1,0 +1,292 @@
+"""perfgate's samples/sec for a framework's workload against the framework's own training, same model and data.
+
+Each mode (MODES) is a pair: the framework's own timed training, and the source of a perfgate workload file that
+builds the same training through perfgate's adapter for that framework. `trainer`: a Hugging Face `Trainer`
+around a GPT-2 (GPT2Config, random weights: nothing downloaded) on seeded random tokens; the framework side is
+`Trainer.train()` for max_steps = warm-up + timed steps, timed by a `TrainerCallback` from the end of the last
+warm-up step to the end of the last step (the loop's whole steps: fetching the micro-batches, the Trainer's
+step, its callbacks), its samples/sec over those steps; perfgate's side is `perfgate run FILE:workload --configs
+CONFIG --trials 1` on `from_trainer(trainer)`, its trial's samples_per_sec. Both sides: the same model, data,
+batch size, accumulation, clipping, optimizer, scheduler, steps and torch threads (pinned alike in both
+processes). Each measurement is a fresh process; the two sides alternate, swapping which goes first every
+repeat, so drift of the machine hits both alike. Prints each repeat's figures and ratio, then the median of the
+paired ratios perfgate / framework with its bootstrap interval. Target: within 3% (0.97 to 1.03).
+
+    python benchmarks/framework_fidelity.py [--mode trainer] [--repeats 7] [--config fp32|bf16]
+                                            [--device auto|cpu|cuda] [--threads N] [--steps 20] [--warmup 5]
+                                            [--accumulation 2] [--workers 0] [--small]
+
+`--mode lightning`: a small Transformer-encoder LM as a `LightningModule`, `Trainer.fit` against `from_lightning`
+(benchmarks/_lightning_fidelity.py). `--small` takes a smaller model (a quick look on a slow CPU). Needs
+`pip install transformers accelerate` (trainer) or `pip install lightning` (lightning).
+Run nothing else beside it: both sides are timed, one after the other, on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead import bootstrap_median_ci  # noqa: E402 - the CPU overhead benchmark's helper
+
+TARGET = 0.03  # |perfgate / framework - 1| at most this
+WORKLOAD_FILE = "fidelity_workload.py"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both sides train with; written into the workload file, which the framework side imports too."""
+
+    steps: int
+    warmup: int
+    accumulation: int
+    threads: int
+    device: str  # "cpu" or "cuda"
+    config: str  # "fp32" or "bf16": the framework's own precision flag and perfgate's config
+    workers: int
+    small: bool
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A framework: `framework(module)` trains with the framework's own loop, built by the workload file's
+    module, and returns its samples/sec (and any other figures); `source(settings)` is that workload file."""
+
+    framework: Callable[[ModuleType], dict[str, float]]
+    source: Callable[[Settings], str]
+
+
+# --- trainer: Hugging Face transformers' Trainer ----------------------------------------------------
+
+TRAINER_SOURCE = '''"""A GPT-2 (random weights) trained by a Hugging Face Trainer; perfgate's side: from_trainer."""
+import tempfile
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+import perfgate
+
+SETTINGS = {settings!r}
+STEPS, WARMUP_STEPS, THREADS = SETTINGS["steps"], SETTINGS["warmup"], SETTINGS["threads"]
+# layers, width, heads, vocabulary, sequence, batch
+LAYERS, WIDTH, HEADS, VOCAB, SEQ, BATCH = (2, 128, 4, 1024, 64, 8) if SETTINGS["small"] else (4, 256, 4, 8192, 128, 8)
+SAMPLES = (STEPS + WARMUP_STEPS) * BATCH * SETTINGS["accumulation"]
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self):
+        self.tokens = torch.randint(0, VOCAB, (SAMPLES, SEQ), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def __getitem__(self, index):
+        return {{"input_ids": self.tokens[index], "labels": self.tokens[index]}}
+
+
+def build_trainer():
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=LAYERS, n_embd=WIDTH, n_head=HEADS, vocab_size=VOCAB, n_positions=SEQ, bos_token_id=0, eos_token_id=0
+    )
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="fidelity-trainer-"),
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=SETTINGS["accumulation"],
+        max_steps=STEPS + WARMUP_STEPS,
+        dataloader_num_workers=SETTINGS["workers"],
+        bf16=SETTINGS["config"] == "bf16",
+        use_cpu=SETTINGS["device"] == "cpu",
+        seed=0,
+    )
+    return Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens())
+
+
+def workload():
+    trainer = build_trainer()
+    return perfgate.from_trainer(trainer, name="gpt2-trainer", steps=STEPS, warmup_steps=WARMUP_STEPS, threads=THREADS)
+'''
+
+
+def trainer_source(settings: Settings) -> str:
+    return TRAINER_SOURCE.format(settings=asdict(settings))
+
+
+def trainer_framework(module: ModuleType) -> dict[str, float]:
+    """`Trainer.train()` for warm-up + timed steps; the timed steps clocked by a callback at each step's ends. On
+    CUDA the callback synchronises at the two edges of the timed steps only (the Trainer itself synchronises in
+    every micro-batch, checking its loss for NaN)."""
+    import torch
+    from transformers import TrainerCallback
+
+    trainer = module.build_trainer()
+    warmup, steps = module.WARMUP_STEPS, module.STEPS
+    cuda = trainer.args.device.type == "cuda"
+    step_ends: list[float] = []  # perf_counter at the end of warm-up step `warmup` and of every timed step
+    step_spans: list[float] = []  # each timed step, on_step_begin to on_step_end (its micro-batches fetched before)
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.began = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step < warmup:  # global_step counts the step that just ended
+                return
+            if cuda and state.global_step in (warmup, warmup + steps):
+                torch.cuda.synchronize()
+            now = time.perf_counter()
+            step_ends.append(now)
+            if state.global_step > warmup:
+                step_spans.append(now - self.began)
+
+    trainer.add_callback(Clock())
+    trainer.train()
+    if len(step_ends) != steps + 1:
+        raise SystemExit(f"the Trainer ran {len(step_ends) - 1} timed steps, not {steps}")
+    samples = steps * module.BATCH * trainer.args.gradient_accumulation_steps
+    return {
+        "samples_per_sec": samples / (step_ends[-1] - step_ends[0]),
+        "inside_steps_samples_per_sec": samples / sum(step_spans),
+    }
+
+
+from _lightning_fidelity import lightning_framework, lightning_source  # noqa: E402 - the Lightning mode's pair
+
+MODES: dict[str, Mode] = {
+    "trainer": Mode(trainer_framework, trainer_source),
+    "lightning": Mode(lightning_framework, lightning_source),  # benchmarks/_lightning_fidelity.py
+}
+
+
+# --- The two sides, each a fresh process ------------------------------------------------------------
+
+
+def framework_process(mode: str, file: Path, threads: int) -> dict[str, float]:
+    from perfgate.measure.lab import trial_environment
+
+    output = subprocess.run(
+        [sys.executable, __file__, "--framework", mode, str(file)],
+        env=trial_environment(threads),
+        capture_output=True,
+        text=True,
+    )
+    if output.returncode != 0:
+        raise SystemExit(f"the framework's own training failed:\n{output.stdout}\n{output.stderr}")
+    figures: dict[str, float] = json.loads(output.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def perfgate_process(file: Path, settings: Settings) -> float:
+    """`perfgate run FILE:workload`, one trial of the config, in the workload file's folder: its samples/sec."""
+    from perfgate.measure.lab import trial_environment
+
+    results = file.parent / "results.json"
+    command = [sys.executable, "-m", "perfgate", "run", f"{file.name}:workload", "--configs", settings.config]
+    command += ["--trials", "1", "--threads", str(settings.threads), "--device", settings.device]
+    command += ["--json", str(results), "--quiet"]
+    output = subprocess.run(command, cwd=file.parent, env=trial_environment(None), capture_output=True, text=True)
+    if output.returncode != 0:
+        raise SystemExit(f"perfgate run failed (exit {output.returncode}):\n{output.stdout}\n{output.stderr}")
+    (workload,) = json.loads(results.read_text(encoding="utf-8"))["workloads"]
+    (trial,) = workload["configs"][settings.config]["trials"]
+    if trial["status"] != "ok":
+        raise SystemExit(f"perfgate's trial failed: {trial['failure']}")
+    return float(trial["samples_per_sec"])
+
+
+def run_framework_here(mode: str, file: str) -> None:
+    """The framework side's process: import the workload file, train with the framework's own loop."""
+    spec = importlib.util.spec_from_file_location("fidelity_workload", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    print(json.dumps(MODES[mode].framework(module)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", default="trainer", choices=sorted(MODES))
+    parser.add_argument("--repeats", type=int, default=7, help="measurements of each side")
+    parser.add_argument("--config", default="fp32", choices=("fp32", "bf16"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: the CPUs)")
+    parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=int, default=5, help="optimizer steps before them")
+    parser.add_argument("--accumulation", type=int, default=2, help="micro-batches an optimizer step")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    parser.add_argument("--small", action="store_true", help="a smaller model")
+    parser.add_argument("--framework", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.warmup < 1:
+        parser.error("--warmup must be at least 1: the timed steps start at the end of a warm-up step")
+    if args.framework:
+        run_framework_here(*args.framework)
+        return
+
+    from perfgate.measure.device import select_device
+    from perfgate.measure.environment import available_cpus
+
+    device = select_device(args.device).type
+    threads = args.threads or available_cpus()
+    settings = Settings(
+        args.steps, args.warmup, args.accumulation, threads, device, args.config, args.workers, args.small
+    )
+    print(
+        f"framework fidelity benchmark: {args.mode}, perfgate's trial against the framework's own training on "
+        f"{device}, config {args.config}, {threads} thread(s), {args.repeats} repeat(s) a side, a fresh process "
+        f"each; {time.strftime('%Y-%m-%d')}",
+        flush=True,
+    )
+    framework_figures: list[float] = []
+    perfgate_figures: list[float] = []
+    ratios: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        file = Path(scratch) / WORKLOAD_FILE
+        file.write_text(MODES[args.mode].source(settings), encoding="utf-8")
+        for repeat in range(args.repeats):
+            framework_first = repeat % 2 == 0
+            framework = framework_process(args.mode, file, threads) if framework_first else {}
+            measured = perfgate_process(file, settings)
+            if not framework_first:
+                framework = framework_process(args.mode, file, threads)
+            framework_figures.append(framework["samples_per_sec"])
+            perfgate_figures.append(measured)
+            ratios.append(measured / framework["samples_per_sec"])
+            print(
+                f"  repeat {repeat + 1:2d}: framework {framework['samples_per_sec']:9.1f} samples/s (inside its "
+                f"steps {framework['inside_steps_samples_per_sec']:9.1f})  perfgate {measured:9.1f}  "
+                f"ratio {ratios[-1]:.4f}",
+                flush=True,
+            )
+    ratio = statistics.median(ratios)
+    low, high = bootstrap_median_ci(ratios) if len(ratios) > 1 else (ratio, ratio)
+    verdict = "met" if abs(ratio - 1) <= TARGET else "NOT met"
+    print(
+        f"{args.mode}: samples/s median framework {statistics.median(framework_figures):.1f}, perfgate "
+        f"{statistics.median(perfgate_figures):.1f}; median of paired ratios perfgate / framework {ratio:.4f}, "
+        f"95% CI [{low:.4f}, {high:.4f}]; target within {TARGET:.0%} of 1: {verdict}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
