@@ -35,7 +35,16 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop(name, None)
 
 
+# Importing lightning (tests/test_framework_lightning.py, at collection) sets TORCHINDUCTOR_CACHE_DIR in this
+# process to inductor's default; the tests of the Action's steps read it from the environment they inherit.
+_INDUCTOR_CACHE = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _INDUCTOR_CACHE is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
     if _MACHINE_LOCK in config.stash:
         shared_files_first(items)
 

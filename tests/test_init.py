@@ -458,7 +458,8 @@ def test_init_writes_the_template_of_the_framework_the_project_declares(tmp_path
     if adapter is None:
         assert "perfgate.Workload(" in text and "from_" not in text
     else:
-        assert f"perfgate.{adapter}(" in text and 'name="p"' in text
+        named = "p" if "pyproject.toml" in files else "repo"  # the project's name, else its folder's
+        assert f"perfgate.{adapter}(" in text and f'name="{named}"' in text
 
 
 FRAMEWORK_PYPROJECT = {

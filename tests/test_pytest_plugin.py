@@ -398,7 +398,7 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
         (
             ["--perfgate-configs", "fp64"],
             "",
-            "ERROR: perfgate: unknown config 'fp64' (--perfgate-configs); choose from fp32, bf16, bf16-compile",
+            "ERROR: perfgate: unknown config 'fp64' (--perfgate-configs); choose from fp32, bf16, bf16-compile, fp16",
         ),
         (
             ["--perfgate", "--perfgate-update"],

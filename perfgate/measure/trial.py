@@ -567,7 +567,7 @@ def _count(setup: _Setup, compile_counts: CompileCounts | None) -> tuple[Counts 
 
     def step_on(model: Any, own_step: Any) -> Any:
         """One step as the trial runs it, every micro-batch of it `batch`."""
-        counted = replace(training, model=model, own_step=own_step, hooked=own_step is workload.step)
+        counted = replace(training, model=model, own_step=own_step, hooked=own_step is workload.step, comm=None)
 
         def step(batch: Any) -> None:
             counted.run(lambda: batch, NoClock(), 0)
@@ -947,7 +947,7 @@ def _count_torch_calls(training: TrainingStep | None, batch: Any, rank: Rank | N
     ]
     try:
         with Counter(), no_sync() if no_sync is not None else contextlib.nullcontext():
-            training.run(lambda: batch, NoClock(), 0)
+            replace(training, comm=None).run(lambda: batch, NoClock(), 0)  # the all-reduce's timer left alone
     except Exception:  # counting is a diagnosis aid: a workload that cannot run it simply has no count
         return None
     finally:
