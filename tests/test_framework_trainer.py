@@ -21,7 +21,7 @@ import perfgate
 from perfgate.errors import WorkloadError
 from perfgate.workload import StepState
 from tests.helpers.cli import run_cli
-from tests.helpers.frameworks import repository, scratch
+from tests.helpers.frameworks import repository, run_the_lab, scratch
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -440,18 +440,7 @@ def workload_source(accumulation: int = 1, max_grad_norm: float = 1.0) -> str:
 
 @pytest.mark.e2e
 def test_perfgate_runs_a_trainer_workload_in_fp32_bf16_and_bf16_compile(tmp_path):
-    repo = repository(tmp_path / "repo", workload_source())
-    out = tmp_path / "out.json"
-    configs = ("--configs", "fp32,bf16,bf16-compile", "--trials", "1", "--json", str(out))
-    result = run_cli("run", "perf/workloads.py:workload", *configs, cwd=repo, env=scratch(tmp_path / "tmp"))
-    assert result.returncode == 0, result.stdout + result.stderr
-    (workload,) = json.loads(out.read_text(encoding="utf-8"))["workloads"]
-    assert workload["name"] == "regressor-trainer"
-    assert set(workload["configs"]) == {"fp32", "bf16", "bf16-compile"}
-    for config in workload["configs"].values():
-        (trial,) = config["trials"]
-        assert trial["status"] == "ok", trial["failure"]
-        assert trial["samples_per_sec"] > 0
+    assert run_the_lab(tmp_path, workload_source())["name"] == "regressor-trainer"
 
 
 PAIRED = ("--configs", "fp32", "--trials", "2", "--max-trials", "2", "--time-budget", "60")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.records.results import FailureKind
-from perfgate.workload import StepState, Workload
+from perfgate.workload import StepState, Workload, _positional_parameters
 
 # The phases one step's marks end (perfgate.records.summary.PHASES)
 DATA_WAIT, H2D, FORWARD, BACKWARD, OPTIMIZER = "data_wait", "h2d", "forward", "backward", "optimizer"
@@ -72,12 +72,11 @@ class TrainingStep:
     current: str = "the DataLoader"  # the part of the step running now: what an exception is reported in
     last_batch: Any = None  # the last (micro-)batch, for the counts after the timed steps
 
-    @property
-    def passes_state(self) -> bool:
-        from perfgate.workload import _positional_parameters
+    passes_state: bool = field(init=False)  # whether the own step takes `state`: read once, not in every step
 
+    def __post_init__(self) -> None:
         step = self.workload.step
-        return step is not None and _positional_parameters(step) in (4, None)
+        self.passes_state = step is not None and _positional_parameters(step) in (4, None)
 
     def run(self, fetch: Callable[[], Any], clock: Any, index: int) -> Any:
         """One optimizer step: its micro-batches from `fetch()` (each marks its data wait and copy), the step's

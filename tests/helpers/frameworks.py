@@ -3,8 +3,11 @@ file, and a scratch folder for temporary files (the base worktree, the framework
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+from tests.helpers.cli import run_cli
 from tests.helpers.git import commit, new_repository
 
 
@@ -20,3 +23,20 @@ def scratch(folder: Path) -> dict[str, str]:
     """Temporary files under the test's folder (TMPDIR for the perfgate process)."""
     folder.mkdir(exist_ok=True)
     return {"TMPDIR": str(folder)}
+
+
+def run_the_lab(tmp_path: Path, source: str) -> dict[str, Any]:
+    """`perfgate run` of the workload file `source` in fp32, bf16 and bf16-compile, one trial each: the results
+    file's one workload, after checking that every config's trial ran."""
+    repo = repository(tmp_path / "repo", source)
+    out = tmp_path / "out.json"
+    configs = ("--configs", "fp32,bf16,bf16-compile", "--trials", "1", "--json", str(out))
+    result = run_cli("run", "perf/workloads.py:workload", *configs, cwd=repo, env=scratch(tmp_path / "tmp"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (workload,) = json.loads(out.read_text(encoding="utf-8"))["workloads"]
+    assert set(workload["configs"]) == {"fp32", "bf16", "bf16-compile"}
+    for config in workload["configs"].values():
+        (trial,) = config["trials"]
+        assert trial["status"] == "ok", trial["failure"]
+        assert trial["samples_per_sec"] > 0
+    return workload
