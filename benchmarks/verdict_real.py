@@ -151,7 +151,7 @@ def planted_check(repo: Path, out: Path, slowdown: float, threads: int | None) -
     """The paired check of the working tree against itself with head's steps `slowdown` longer (as calibrate)."""
     script = f"""
 import sys, time
-from perfgate.check.paired import decide_paired, takes_turns
+from perfgate.check.paired import decide_paired
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, GateSettings
 from perfgate.measure.lab import RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
@@ -160,8 +160,7 @@ references = resolve_references([{WORKLOAD!r}])
 settings = GateSettings(first_n=3, max_n=DEFAULT_MAX_PAIRS)
 run_settings = RunSettings(configs=("fp32",), threads={threads!r})
 tree = working_tree()
-with PairedSession(references, run_settings, tree, tree, "itself", interleaved=takes_turns(False, None),
-                   planted_slowdown={slowdown}) as session:
+with PairedSession(references, run_settings, tree, tree, "itself", planted_slowdown={slowdown}) as session:
     result = decide_paired(session, settings, time.monotonic(), None)
 from dataclasses import replace
 from pathlib import Path

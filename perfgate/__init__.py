@@ -8,7 +8,7 @@ from perfgate.errors import PerfgateError, UsageError, WorkloadError, WorkloadRe
 from perfgate.variants import CONFIG_NAMES, DEFAULT_CONFIGS, Config
 from perfgate.workload import StepState, Workload, world_size
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CONFIG_NAMES",

@@ -12,7 +12,10 @@ perfgate's, except that with `--no-baseline warn` a check whose only trouble is 
 that found no baseline at all measured nothing, and its log line names this runner's fingerprint.
 `--first-commit`: a recorded push of a repository's first commit, which has no parent to be measured
 against: a workload without a stored baseline is recorded without a verdict, a notice says so, and the job
-passes (unless something else failed).
+passes (unless something else failed). `--warn-only` (the action's `fail: false`, which also passes
+`--warn-only` to the check): every verdict that would fail the job is a `::warning` instead, and the job
+passes; a usage error still fails it. `--verdict-code FILE` writes the code the verdicts alone end the check
+with (the `verdict` output's source: a warn-only check exits 0 whatever it found).
 
 `python -m perfgate.action names JOB MATRIX_JSON WORKFLOW ATTEMPT [ID]` prints `leg=`, `artifact=` and
 `marker=` lines for $GITHUB_OUTPUT: what keeps each job's (and matrix leg's) artifact and comment apart.
@@ -23,6 +26,11 @@ that the action posts, or that a `workflow_run` relay posts for a pull request f
 
 `python -m perfgate.action accept-labels LABELS_JSON` prints, each ended by a NUL, an `--accept-label=NAME`
 word for each `perf-accept:` label of the pull request (`toJSON(github.event.pull_request.labels)`).
+
+`python -m perfgate.action summary LEGS FOLDER` (the action's `mode: summarize`, a job after a matrix of
+legs): LEGS holds each leg's downloaded artifact (`perfgate-<leg>-<attempt>/`); it writes FOLDER/report.md, one
+report with a table of every leg's verdict and each leg's own report folded beneath, and exits with the worst
+leg's code (a leg with no exit code, one that never finished, is an error: 2).
 
 `python -m perfgate.action comment-new POLICY RESULTS` prints whether the comment step may post a new
 comment (`true`/`false`): with `comment: on-change`, only when some verdict is not "no change"; an
@@ -35,6 +43,7 @@ import hashlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +93,7 @@ def gate_outcome(
     perfgate_argv: list[str] | None = None,
     *,
     first_commit: bool = False,
+    warn_only: bool = False,
 ) -> tuple[list[str], int]:
     """The workflow commands for one run of the action's gate step, and the code the job ends with.
 
@@ -91,12 +101,37 @@ def gate_outcome(
     known); with them, a check that found no baseline for any workload, and so measured nothing and wrote
     no results, is reported with this runner's fingerprint (from its log line) and judged by the
     `no_baseline` policy. `first_commit`: the check recorded a first commit (`check --record`, nothing to
-    measure it against): a missing baseline is a notice and passes."""
+    measure it against): a missing baseline is a notice and passes. `warn_only`: the job's warn-only mode (a
+    check's results file that says it ran warn-only is judged so too): what would fail the job is a warning, and
+    the job passes (`outcome.warned_exit_code`)."""
+    lines, code = _gate_outcome(mode, code, results, log, no_baseline, perfgate_argv, first_commit, warn_only)
+    if warn_only or (mode == "check" and _saved_warn_only(results)):
+        from perfgate.outcome import warned_exit_code
+
+        lines = [_as_warning(line) for line in lines]
+        code = warned_exit_code(code, warn_only=True)
+    return lines, code
+
+
+def _gate_outcome(
+    mode: str,
+    code: int,
+    results: Path,
+    log: Path,
+    no_baseline: str,
+    perfgate_argv: list[str] | None,
+    first_commit: bool,
+    warn_only: bool,
+) -> tuple[list[str], int]:
     if mode == "update" and code == 0:
         return [command("notice", "perfgate", "baselines written: review and commit them")], code
+    if mode == "summarize":  # the legs' own annotations are in their jobs; this one says what they add up to
+        headline = next((line for line in _lines(log) if line.strip()), f"perfgate summarize exited {code}")
+        return [command("error" if code else "notice", "perfgate: the matrix", headline.strip())], code
     lines: list[str] = []
     absent = [m.groups() for m in map(MISSING.search, _lines(log)) if m]
-    if mode == "check" and code == EXIT_NO_BASELINE and not results.is_file() and perfgate_argv and absent:
+    stopped = code == EXIT_NO_BASELINE or (warn_only and code == EXIT_OK)  # warn-only: perfgate exited 0
+    if mode == "check" and stopped and not results.is_file() and perfgate_argv and absent:
         warn = no_baseline == "warn"
         for workload, runner, directory in absent:
             lines.append(_no_baseline(workload, f"perfgate: {workload} no baseline", runner, directory, warn))
@@ -168,6 +203,46 @@ def gate_outcome(
 
 
 _KINDS = {"inconclusive": "warning", "accepted": "notice"}  # the annotation of each verdict that does not fail
+
+
+WARN_ONLY_NOTE = " (warn-only: not failing the job)"
+
+
+def _as_warning(line: str) -> str:
+    """An `::error` annotation of a verdict, in warn-only mode: a warning that says it does not fail the job. A
+    failure of perfgate itself (`perfgate check failed (exit N)`, a usage error) stays an error."""
+    if not line.startswith("::error ") or " failed (exit " in line.split("::", 2)[1]:
+        return line
+    return "::warning " + line.removeprefix("::error ") + escape_data(WARN_ONLY_NOTE)
+
+
+def _saved_warn_only(results: Path) -> bool:
+    """Whether a check's results file says it ran in warn-only mode (`gate.warn_only`)."""
+    try:
+        gate = json.loads(results.read_text(encoding="utf-8")).get("gate") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(gate, dict) and gate.get("warn_only") is True
+
+
+def verdict_code(mode: str, code: int, results: Path, log: Path) -> int:
+    """The code the verdicts alone end a check with: a warn-only check's results judged again without warn-only
+    (its own exit code is 0), or 3 where it stopped for want of any baseline (its log says so); else perfgate's
+    code."""
+    if mode != "check" or code != EXIT_OK:
+        return code
+    if not results.is_file():
+        return EXIT_NO_BASELINE if any(map(MISSING.search, _lines(log))) else code
+    if not _saved_warn_only(results):
+        return code
+    from perfgate.judge.verdict import judge_saved
+    from perfgate.project import load_project_config
+    from perfgate.records.results import load_results
+
+    try:
+        return judge_saved(load_results(results), load_project_config()).verdict_code
+    except PerfgateError:
+        return code
 
 
 def accept_label_options(labels: str) -> list[str]:
@@ -272,6 +347,59 @@ def write_comment(marker: str, report: Path, folder: Path, pull_request: str = "
     (folder / "comment.json").write_text(json.dumps({"pull_request": number, "marker": marker}) + "\n")
 
 
+@dataclass(frozen=True)
+class Leg:
+    """One matrix leg's artifact, as `summarize` reads it: its name, the code its job ended with (None: the leg
+    never wrote one), the code of its verdict and its report."""
+
+    name: str
+    job_code: int | None
+    verdict_code: int | None
+    report: str
+
+
+def read_leg(folder: Path) -> Leg:
+    """A leg's artifact folder (`perfgate-<leg>-<attempt>`)."""
+    name = re.sub(r"-\d+$", "", folder.name.removeprefix("perfgate-")) or folder.name
+
+    def code(file: str) -> int | None:
+        text = next(iter(_lines(folder / file)), "").strip()
+        return int(text) if text.isdigit() else None
+
+    report = "\n".join(_lines(folder / "report.md")).strip()
+    if not report:
+        last = next((line for line in reversed(_lines(folder / "perfgate.log")) if line.strip()), "no log")
+        report = f"_no report: the leg's perfgate wrote none; its log's last line:_ `{last.strip()}`"
+    return Leg(name, code("job-exit-code"), code("verdict-code"), report)
+
+
+def summarize(legs_folder: Path) -> tuple[str, int]:
+    """One report for a matrix's legs (`read_leg` each subfolder of LEGS) and the code the summary job ends
+    with: the worst leg's (`errors.worst_exit_code`), 2 where a leg has no exit code or no leg was found."""
+    from perfgate.errors import EXIT_MEANINGS, EXIT_USAGE, worst_exit_code
+
+    legs = [read_leg(folder) for folder in sorted(p for p in legs_folder.glob("perfgate-*") if p.is_dir())]
+    if not legs:
+        text = f"### perfgate: error\n\nno leg's artifact in {legs_folder}: run the legs with upload-artifacts: true\n"
+        return text, EXIT_USAGE
+    codes = [leg.job_code for leg in legs]
+    found = [code for code in codes if code is not None]
+    worst = EXIT_USAGE if len(found) < len(codes) else worst_exit_code(found) or max(found)  # 2, 5, 130 else
+    failed = [leg.name for leg in legs if leg.job_code != EXIT_OK]
+    head = f"### perfgate: {EXIT_MEANINGS.get(worst, 'error')}, {len(legs)} legs"
+    head += f", {len(failed)} failed ({', '.join(failed)})" if failed else ", none failed"
+    rows = ["| leg | verdict | job |", "| --- | --- | --- |"]
+    folded = []
+    for leg in legs:
+        verdict = leg.verdict_code if leg.verdict_code is not None else leg.job_code
+        said = "no exit code: the leg did not finish" if verdict is None else EXIT_MEANINGS.get(verdict, "error")
+        job = "passed" if leg.job_code == EXIT_OK else f"failed (exit {leg.job_code})" if leg.job_code else "-"
+        rows.append(f"| `{leg.name}` | {said} | {job} |")
+        opened = " open" if leg.job_code != EXIT_OK else ""
+        folded.append(f"<details{opened}><summary>{leg.name}</summary>\n\n{leg.report}\n\n</details>")
+    return "\n\n".join([head, "\n".join(rows), *folded]) + "\n", worst
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["names"]:
         job, matrix, workflow, attempt, *given = argv[1:]
@@ -285,6 +413,12 @@ def main(argv: list[str]) -> int:
         policy, results = argv[1:3]
         print("true" if may_post_new_comment(policy, Path(results)) else "false")
         return 0
+    if argv[:1] == ["summary"]:  # (`summarize MODE ...` is the gate step's outcome of that mode, below)
+        legs, folder = argv[1:3]
+        text, code = summarize(Path(legs))
+        (Path(folder) / "report.md").write_text(text, encoding="utf-8")
+        print(text.splitlines()[0].removeprefix("### "))  # the headline, for the log and the annotation
+        return code
     if argv[:1] == ["comment"]:
         marker, report, folder, *number = argv[1:]
         write_comment(marker, Path(report), Path(folder), *number[:1])
@@ -301,10 +435,13 @@ def main(argv: list[str]) -> int:
         options.no_baseline,
         perfgate_argv,
         first_commit=options.first_commit,
+        warn_only=options.warn_only,
     )
     print("\n".join(lines))
     if options.job_exit_code:
         options.job_exit_code.write_text(f"{code}\n")
+    if options.verdict_code:
+        options.verdict_code.write_text(f"{verdict_code(options.mode, options.code, options.results, options.log)}\n")
     return 0
 
 

@@ -113,7 +113,7 @@ def command_export(args: argparse.Namespace) -> int:
     values = _values(args)
     store = request.history_request(values, _project())
     return commands.export(
-        store, _sink(values), form=values["format"], commit=values.get("commit"), json_path=values.get("json")
+        store, _sink(values), form=values["to"], commit=values.get("commit"), json_path=values.get("output")
     )
 
 

@@ -2,9 +2,10 @@
 
 How a config's status is reached is `judge/` (statistics, counts, acceptances); what that status means for
 the build is here: `FAILING` and `fails_build` (a verdict's answer), `build_exit_code` (a check's),
-`session_exit_code` (a check with pytest-benchmark tests), `job_exit_code` (the Action's job, with its
-no-baseline and first-commit policies), `measured_exit_code` ("nothing measured": 4) and the "nothing to
-gate" rule (an empty workload list: 5). The codes themselves are `errors.EXIT_CODES`.
+`session_exit_code` (a check with pytest-benchmark tests), `warned_exit_code` (warn-only: a verdict's failure
+reported, the build passed), `job_exit_code` (the Action's job, with its no-baseline and first-commit
+policies), `measured_exit_code` ("nothing measured": 4) and the "nothing to gate" rule (an empty workload
+list: 5). The codes themselves are `errors.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from enum import StrEnum
 from perfgate.errors import (
     EXIT_NO_BASELINE,
     EXIT_NOTHING_TO_GATE,
+    EXIT_OK,
     EXIT_REGRESSION,
     EXIT_WORKLOAD_FAILED,
     NothingToGateError,
@@ -32,6 +34,7 @@ __all__ = [
     "measured_exit_code",
     "micro_fails",
     "session_exit_code",
+    "warned_exit_code",
 ]
 
 
@@ -88,6 +91,17 @@ def build_exit_code(statuses: Iterable[Status], *, problems: bool = False, fail_
         EXIT_NO_BASELINE: bool(found & {Status.NOT_COMPARABLE, Status.NO_BASELINE}) or problems,
     }
     return worst_exit_code(code for code, applied in applies.items() if applied)
+
+
+# The codes a verdict ends a check with when it fails the build: what warn-only reports and lets pass. A usage
+# error (2), nothing to gate (5) and an interruption (130) still end it: the gate did not run as configured.
+VERDICT_FAILURES = frozenset({EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED})
+
+
+def warned_exit_code(code: int, *, warn_only: bool) -> int:
+    """The build's answer under warn-only (`--warn-only`, `perfgate_warn_only`, the Action's `fail: false`): a
+    verdict that fails the build (`VERDICT_FAILURES`) is reported and the build passes; any other code stands."""
+    return EXIT_OK if warn_only and code in VERDICT_FAILURES else code
 
 
 def session_exit_code(

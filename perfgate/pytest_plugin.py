@@ -14,7 +14,7 @@ them, whatever their options say.
 
 This module is an adapter: the options are declared and resolved in `app.options` (`resolve_pytest`), the
 request is built in `app.request` (`plugin_request`), and the session's checks, its pytest-benchmark
-verdicts, its outputs and whether it fails are `app.gate.GateSuite`'s, as `perfgate check`'s are
+verdicts, its outputs and whether it fails are `app.suite.GateSuite`'s, as `perfgate check`'s are
 `app.gate.GateSession`'s. What stays here is pytest's side: hooks, items, the fixture, the terminal.
 """
 
@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfgate.app.gate import GateSuite, Verdicts
 from perfgate.app.options import add_all_to_pytest, resolve_pytest
 from perfgate.app.request import (
     configured_workloads,
@@ -41,6 +40,7 @@ from perfgate.app.request import (
     plugin_mode,
     plugin_request,
 )
+from perfgate.app.suite import GateSuite, Verdicts
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError, UsageError
 from perfgate.formatting import format_signed_pct
@@ -117,7 +117,7 @@ _SESSION = pytest.StashKey["PerfgateSession"]()
 @dataclass(eq=False)  # registered as a plugin: hashed by identity
 class PerfgateSession:
     """pytest's side of the session: the hooks, the configured items' outcomes and the terminal; what was
-    measured and decided is the suite's (`app.gate.GateSuite`)."""
+    measured and decided is the suite's (`app.suite.GateSuite`)."""
 
     config: pytest.Config
     suite: GateSuite
@@ -312,8 +312,7 @@ class WorkloadItem(pytest.Item):
             self.user_properties.append(("perfgate_verdict", "baseline written"))
             return
         record_verdict(self.user_properties, outcome)
-        if session.suite.failing([outcome]):
-            raise PerfgateFailure(verdict_text(outcome))
+        fail_or_warn(session.suite, [outcome])
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, PerfgateFailure | PerfgateError):
@@ -322,6 +321,19 @@ class WorkloadItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"perfgate: {self.workload} {self.config_name} ({self.reference.text})"
+
+
+class PerfgateWarning(UserWarning):
+    """A verdict that would fail its test, in warn-only mode (`--perfgate-warn-only`): reported, not failed."""
+
+
+def fail_or_warn(suite: GateSuite, verdicts: Sequence[ConfigVerdict]) -> None:
+    """Fail the test on the verdicts that fail the build; in warn-only mode, warn of them instead."""
+    if failures := suite.failing(verdicts):
+        raise PerfgateFailure("\n".join(verdict_text(v) for v in failures))
+    if warned := suite.warned(verdicts):
+        text = "\n".join(verdict_text(v) for v in warned)
+        warnings.warn(PerfgateWarning(f"warn-only mode, not failing: {text}"), stacklevel=2)
 
 
 def verdict_text(verdict: ConfigVerdict) -> str:
@@ -379,13 +391,17 @@ class PerfgateFixture:
         except PerfgateError as error:
             pytest.fail(error.one_line(), pytrace=False)
         (verdict,) = result.workloads
-        if verdict.problem:
+        if verdict.problem and suite.request.gate.warn_only:
+            text = f"warn-only mode, not failing: {verdict.workload}: {verdict.problem}"
+            warnings.warn(PerfgateWarning(text), stacklevel=2)
+        elif verdict.problem:
             pytest.fail(f"{verdict.workload}: {verdict.problem}", pytrace=False)
         for config_verdict in verdict.configs:
             record_verdict(self._node.user_properties, config_verdict)
-        failures = suite.failing(verdict.configs)
-        if failures:
-            pytest.fail("\n".join(verdict_text(v) for v in failures), pytrace=False)
+        try:
+            fail_or_warn(suite, verdict.configs)
+        except PerfgateFailure as failure:
+            pytest.fail(str(failure), pytrace=False)
         return verdict
 
 

@@ -36,10 +36,11 @@ WORKFLOW_FILE = Path(".github/workflows/perfgate.yml")
 DEFAULT_BRANCH = "main"
 
 # The action the workflow uses, pinned by commit. `perfgate init` pins the commit perfgate was installed from
-# when pip recorded one (`pip install git+https://github.com/...@SHA`); otherwise this one, which each release
-# sets to its own commit.
+# when pip recorded one (`pip install git+https://github.com/...@SHA`); otherwise the latest release's: its
+# commit, tagged v<version> (CHANGELOG.md, "Releases"), which the README's recipe pins too.
 ACTION_REPOSITORY = "perfgate/perfgate"
 ACTION_COMMIT = "6395c85da9a1cf80d922c2b01269465dc1cd8e66"
+ACTION_VERSION = "0.1.0"  # the release ACTION_COMMIT is
 # Third-party actions, pinned as in this repository's own workflows (.github/workflows/perfgate.yml).
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2"
 SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0"
@@ -218,11 +219,13 @@ def plan_init(cwd: Path, *, workload_file: Path | None = None) -> Plan:
             ) from exc
         pyproject_file = PlannedFile(pyproject_path, addition, append=True)
     repository, commit = action_pin(_installed_from())
+    release = commit == ACTION_COMMIT and repository == ACTION_REPOSITORY
+    comment = f"v{ACTION_VERSION}" if release else f"perfgate {perfgate.__version__}, the commit pip installed"
     workflow = workflow_text(
         branch=branch,
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         install=install_commands(root, pyproject),
-        action=f"{repository}@{commit} # v{perfgate.__version__}",
+        action=f"{repository}@{commit} # {comment}",
     )
     name = workload_name(root, pyproject)
     return Plan(

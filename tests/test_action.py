@@ -596,7 +596,21 @@ def test_install_never_replaces_the_jobs_torch(tmp_path, installed, index, expec
     assert (tmp_path / "log").read_text().splitlines() == [e.format(c=constraints, a="/the/action") for e in expected]
     outputs = outputs_of(Path(base["GITHUB_OUTPUT"]))
     assert outputs["inductor-cache"] == str(tmp_path / "runner" / "perfgate-inductor")
-    assert outputs["inductor-restore-key"] == f"perfgate-inductor-Linux-X64-py3.11-torch{measured}-"
+    # keyed by what compiles (torch, Python, the device, the project's Python sources), never by the run
+    prefix = outputs["inductor-restore-key"]
+    assert re.fullmatch(rf"perfgate-inductor-Linux-X64-py3\.11-torch{re.escape(measured)}-[A-Za-z0-9-]+-", prefix)
+    assert re.fullmatch(rf"{re.escape(prefix)}[0-9a-f]{{16}}", outputs["inductor-key"])
+    if installed:  # a second run of the workflow, nothing changed: the same entry
+        Path(base["GITHUB_OUTPUT"]).write_text("")
+        again = subprocess.run(
+            ["bash", "-c", INSTALL["run"]],
+            env=dict(step_env(INSTALL, base, {"torch-index-url": index}, context), GITHUB_RUN_ID="987654321"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert again.returncode == 0, again.stderr
+        assert outputs_of(Path(base["GITHUB_OUTPUT"]))["inductor-key"] == outputs["inductor-key"]
 
 
 def leg_names(tmp_path: Path, matrix: object, attempt: str = "1", given: str = "", job: str = "gate") -> dict[str, str]:
@@ -814,9 +828,9 @@ def test_perf_accept_labels_become_accept_label_options_and_other_labels_are_lef
     assert printed == b"--accept-label=perf-accept: a\nb 5%\0"
 
 
-def saved_check(folder: Path, slower: float) -> Path:
+def saved_check(folder: Path, slower: float, *, warn_only: bool = False) -> Path:
     """A check's results file of workload w against stored baselines of the same trials, its head's samples/s
-    divided by `slower` (1: no change)."""
+    divided by `slower` (1: no change), judged in warn-only mode where asked."""
     folder.mkdir()
     document = results_document()
     (folder / "measured.json").write_text(json.dumps(document))
@@ -824,7 +838,7 @@ def saved_check(folder: Path, slower: float) -> Path:
     for trial in document["workloads"][0]["configs"]["fp32"]["trials"]:
         trial["samples_per_sec"] /= slower
     document["gate"] = json.loads(
-        json.dumps(GateSettings(first_n=4, max_n=4).to_record(folder / "baselines").to_dict())
+        json.dumps(GateSettings(first_n=4, max_n=4, warn_only=warn_only).to_record(folder / "baselines").to_dict())
     )
     (folder / "results.json").write_text(json.dumps(document))
     return folder / "results.json"
@@ -884,3 +898,49 @@ def test_a_malformed_label_or_head_trailer_fails_the_check_in_one_line(tmp_path)
     assert code == 2
     assert "error: malformed Perf-Accept trailer 'Perf-Accept: gated/fp64 15%': unknown config 'fp64'" in summary
     assert f"(commit {head[:7]})" in summary
+
+
+def artifact(legs: Path, name: str, code: int | None, report: str, verdict: int | None = None) -> None:
+    """One leg's downloaded artifact, as the gate step of `mode: check` leaves its folder."""
+    folder = legs / f"perfgate-{name}-1"
+    folder.mkdir(parents=True)
+    (folder / "report.md").write_text(report)
+    (folder / "perfgate.log").write_text("perfgate check: ...\n")
+    if code is not None:
+        (folder / "job-exit-code").write_text(f"{code}\n")
+        (folder / "verdict-code").write_text(f"{code if verdict is None else verdict}\n")
+
+
+@pytest.mark.e2e
+def test_a_summary_of_three_legs_one_failed_writes_one_report_and_comment_and_fails(tmp_path):
+    """`mode: summarize`, in a job after a matrix: the legs' artifacts (downloaded to RUNNER_TEMP/perfgate-legs)
+    become one report (the job summary, one comment under the summary job's marker) that lists every leg, and the
+    job fails because one leg failed. The summary job installs nothing: its helpers run from the action's folder."""
+    download = next(s for s in STEPS if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["if"] == "${{ inputs.mode == 'summarize' }}"
+    assert download["with"]["pattern"] == "perfgate-*-${{ github.run_attempt }}"
+    assert STEPS.index(download) < STEPS.index(GATE)
+    assert INSTALL["if"] == "${{ inputs.mode != 'summarize' }}"
+    legs = tmp_path / "runner" / "perfgate-legs"
+    artifact(legs, "gate-fp32-aaaa1111", 0, "### perfgate: pass\n\n1 no change.\n")
+    artifact(legs, "gate-bf16-bbbb2222", 1, "### perfgate: fail\n\n1 regression (lm-small bf16).\n")
+    artifact(legs, "gate-bf16-compile-cccc3333", 0, "### perfgate: fail (warn-only: not failing the build)\n", 1)
+    context = {"runner.temp": str(tmp_path / "runner"), "github.action_path": str(ROOT), "github.job": "summary"}
+    code, summary, outputs, stdout = run_action(tmp_path, tmp_path, {"mode": "summarize"}, None, context)
+    assert code == 1 and outputs["verdict"] == "fail" and outputs["job-exit-code"] == "1"
+    headline = "perfgate: fail, 3 legs, 1 failed (gate-bf16-bbbb2222)"
+    assert summary.startswith(f"### {headline}")
+    assert "| `gate-fp32-aaaa1111` | pass | passed |" in summary
+    assert "| `gate-bf16-bbbb2222` | fail | failed (exit 1) |" in summary
+    assert "| `gate-bf16-compile-cccc3333` | fail | passed |" in summary  # warn-only: its verdict, its job passed
+    assert "<details open><summary>gate-bf16-bbbb2222</summary>" in summary
+    assert "1 regression (lm-small bf16)." in summary
+    comment = Path(outputs["comment"]).read_text()
+    assert comment.startswith(f"<!-- perfgate-report perfgate/summary -->\n### {headline}")
+    assert commands(stdout) == [f"::error title=perfgate%3A the matrix::{headline}"]
+
+    # a leg that never finished (no exit code) fails the summary too, as an error
+    artifact(legs, "gate-fp16-dddd4444", None, "")
+    code, summary, outputs, _ = run_action(tmp_path, tmp_path, {"mode": "summarize"}, None, context)
+    assert code == 2 and outputs["verdict"] == "error"
+    assert "| `gate-fp16-dddd4444` | no exit code: the leg did not finish | - |" in summary

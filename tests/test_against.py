@@ -24,7 +24,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.check.paired import takes_turns
 from perfgate.cli import build_parser
 from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, Look, LookTracker
@@ -38,7 +37,7 @@ from perfgate.judge.stats import (
     look_levels,
     spent,
 )
-from perfgate.measure.paired import base_checkout
+from perfgate.measure.paired import base_checkout, takes_turns
 from perfgate.project import ProjectConfig
 from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgate
 from tests.helpers.git import commit, git, new_repository
@@ -326,8 +325,15 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     tmp = tmp_path / "tmp"
     # Four pairs are the fewest that may call a regression (MIN_DECIDING); a noisy one may need one more look.
     more = ("--max-trials", "5", "--time-budget", "90", "--rounds", "1", *fork)
+    profiled = fork == ("--fork-trials",)  # the forked pairs are profiled too: a fresh profiling trial a side
+    traces = tmp_path / "traces"
+    more += ("--profile", "--profile-dir", str(traces)) if profiled else ()
     result = run_in_process("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
     assert result.returncode == 1, result.stdout + result.stderr
+    if profiled:  # one trace per side, and the diagnosis compares head's operators with the base's
+        for side in ("base", "head"):
+            assert "traceEvents" in json.loads((traces / f"bench-fp32.{side}.trace.json").read_text())
+        assert f"trace: {(traces / 'bench-fp32.head.trace.json').absolute()}" in result.stdout
     assert "compared with: paired: the working tree" in result.stdout
     assert ("trials forked from one server a side" in result.stdout) == ("--fork-trials" in fork)
     assert ("taking turns at the training steps" in result.stdout) == ("--no-interleaved-pairs" not in fork)

@@ -82,19 +82,27 @@ def test_compare_renders_markdown_and_json_as_report_does_with_the_verdict_as_ex
 
 
 def test_compare_and_report_write_json_and_markdown_files_and_print_the_format_asked_for(tmp_path, monkeypatch, capsys):
-    """One way for every command: --format chooses standard output, --json PATH and --markdown PATH write files."""
+    """One way for every command: --format chooses standard output, --report-json PATH and --markdown PATH write
+    files (`--json` is the results file, which compare and report do not write: refused in one line)."""
     monkeypatch.chdir(tmp_path)
     _files(tmp_path)
     printed = {form: run_main(capsys, "compare", "base.json", "head.json", "--format", form).stdout for form in FORMS}
-    files = run_main(capsys, "compare", "base.json", "head.json", "--json", "c.json", "--markdown", "c.md")
+    files = run_main(capsys, "compare", "base.json", "head.json", "--report-json", "c.json", "--markdown", "c.md")
     assert files.returncode == 1 and files.stdout == printed["text"]
     assert (tmp_path / "c.md").read_text() == printed["markdown"]
     assert json.loads((tmp_path / "c.json").read_text()) == json.loads(printed["json"])
+    renamed = run_main(capsys, "compare", "base.json", "head.json", "--json", "old.json")
+    assert renamed.returncode == 2 and not (tmp_path / "old.json").exists()
+    assert renamed.stderr == (
+        "error: --json is not an option here: --json writes a results file, and compare writes none; "
+        "use --report-json\n"
+    )
     # a check's results file keeps the check's settings, so report judges it as the check did
     gate = GateSettings(first_n=4, max_n=4).to_record(Path("baselines"))
     replace(load_results(tmp_path / "head.json"), gate=gate).write_json(tmp_path / "r.json")
     (tmp_path / "baselines").mkdir()
-    reported = run_main(capsys, "report", "r.json", "--format", "json", "--json", "r-out.json", "--markdown", "r.md")
+    outputs = ("--report-json", "r-out.json", "--markdown", "r.md")
+    reported = run_main(capsys, "report", "r.json", "--format", "json", *outputs)
     assert reported.returncode == 0, reported.stderr  # a report renders; it exits 0 whatever the verdict
     assert json.loads(reported.stdout) == json.loads((tmp_path / "r-out.json").read_text())
     assert json.loads(reported.stdout)["exit_code"] == 3  # the check's verdict: no baseline in baselines/

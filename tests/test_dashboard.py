@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -90,6 +91,25 @@ def test_a_series_of_one_recorded_run_is_drawn_with_its_commit(tmp_path, monkeyp
     ]
     assert text.count(">fffffff</text>") == 2  # the commit under each chart's one run
     assert "1 run</p>" in text and "(no verdict)" not in text  # a stored-baseline record: its verdict shows
+
+
+@pytest.mark.e2e
+def test_the_dashboard_is_drawn_without_torch(tmp_path):
+    """The history workflow's dashboard job installs perfgate without torch (it measures nothing): `perfgate
+    history --html` must not import it. A fresh process where importing torch fails draws the page."""
+    HistoryStore(tmp_path / "history").append(recorded(commit="f" * 40))
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # `import torch` now raises ImportError
+        "from perfgate.cli import main\n"
+        "code = main(['history', '--history-dir', 'history', '--html', 'site'])\n"
+        "assert 'torch' not in [name.split('.')[0] for name, module in sys.modules.items() if module is not None]\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dashboard written to site/index.html" in done.stdout and (tmp_path / "site" / "index.html").is_file()
+    workflow = (Path(__file__).parent.parent / ".github/workflows/perfgate-history.yml").read_text(encoding="utf-8")
+    assert "--no-deps" in workflow and "download.pytorch.org" not in workflow
 
 
 def _chromium() -> str | None:

@@ -120,7 +120,7 @@ def test_3_nothing_to_compare_without_a_baseline_or_a_recorded_run(cli, tmp_path
     no_baseline = cli("compare", "head.json")
     assert no_baseline.returncode == 3, no_baseline.stderr
     assert no_baseline.stdout.rstrip().endswith("Exit 3 (nothing to compare).")
-    for command in (("history",), ("export", "--format", "bencher")):
+    for command in (("history",), ("export", "--to", "bencher")):
         nothing = cli(*command)
         assert nothing.returncode == 3 and nothing.stdout == ""
         assert nothing.stderr.startswith("error: no recorded run in ") and len(nothing.stderr.splitlines()) == 1

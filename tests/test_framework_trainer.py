@@ -443,7 +443,19 @@ def test_perfgate_runs_a_trainer_workload_in_fp32_bf16_and_bf16_compile(tmp_path
     assert run_the_lab(tmp_path, workload_source())["name"] == "regressor-trainer"
 
 
-PAIRED = ("--configs", "fp32", "--trials", "2", "--max-trials", "2", "--time-budget", "60")
+PAIRED = (
+    "--configs",
+    "fp32",
+    "--trials",
+    "2",
+    "--max-trials",
+    "2",
+    "--time-budget",
+    "60",
+    "--rounds",
+    "1",
+    "--fork-trials",
+)
 
 
 @pytest.mark.e2e

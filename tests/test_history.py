@@ -130,7 +130,7 @@ def test_history_of_an_empty_folder_exits_3_and_says_how_to_record(tmp_path, mon
 
 def test_export_of_an_empty_history_exits_3_and_says_how_to_record(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    result = run_main(capsys, "export", "--format", "bencher", "--json", "bmf.json")
+    result = run_main(capsys, "export", "--to", "bencher", "--output", "bmf.json")
     assert result.returncode == 3 and result.stdout == "" and not (tmp_path / "bmf.json").exists()
     assert result.stderr.startswith(f"error: no recorded run in {Path('.perfgate/history')}; record runs with ")
 
@@ -218,22 +218,25 @@ def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_for
     store.append(recorded(commit="1" * 40, at="2026-11-01T10:00:00+00:00"))
     store.append(recorded(commit="2" * 40, at="2026-11-02T10:00:00+00:00", scale=0.5))
     monkeypatch.chdir(tmp_path)
-    bencher = json.loads(run_main(capsys, "export", "--format", "bencher", "--history-dir", "history").stdout)
+    bencher = json.loads(run_main(capsys, "export", "--to", "bencher", "--history-dir", "history").stdout)
     (name,) = bencher
     assert name == "w fp32" and set(bencher[name]) == {"throughput", "peak-memory"}
     latest = bencher[name]["throughput"]
     assert latest["lower_value"] <= latest["value"] <= latest["upper_value"]
-    older = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "1111")
+    older = run_main(capsys, "export", "--to", "bencher", "--history-dir", "history", "--commit", "1111")
     assert json.loads(older.stdout)[name]["throughput"]["value"] == pytest.approx(2 * latest["value"], rel=0.02)
     (row,) = json.loads(
-        run_main(capsys, "export", "--format", "github-action-benchmark", "--history-dir", "history").stdout
+        run_main(capsys, "export", "--to", "github-action-benchmark", "--history-dir", "history").stdout
     )
     assert (row["name"], row["unit"]) == ("w fp32", "samples/s") and row["value"] == latest["value"]
     assert row["extra"].startswith("commit 222222222222; 3 trials; stored baselines")
-    missing = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--commit", "abc")
+    missing = run_main(capsys, "export", "--to", "bencher", "--history-dir", "history", "--commit", "abc")
     assert missing.returncode == 3 and missing.stderr.startswith("error: no recorded run of commit abc in history;")
-    written = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history", "--json", "bmf.json")
+    written = run_main(capsys, "export", "--to", "bencher", "--history-dir", "history", "--output", "bmf.json")
     assert written.returncode == 0 and json.loads((tmp_path / "bmf.json").read_text()) == json.loads(written.stdout)
+    renamed = run_main(capsys, "export", "--format", "bencher", "--history-dir", "history")
+    assert renamed.returncode == 2 and renamed.stderr.startswith("error: --format is not an option here: ")
+    assert renamed.stderr.rstrip().endswith("; use --to")
 
 
 def test_the_markdown_report_charts_each_gated_config_beside_its_recorded_runs(tmp_path):

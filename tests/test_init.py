@@ -342,6 +342,36 @@ def test_the_action_is_pinned_at_the_commit_pip_installed_perfgate_from():
     assert scaffold.action_pin({**from_git, "vcs_info": {"vcs": "git", "commit_id": "v1.0"}}) == default
 
 
+def test_the_release_pin_takes_every_input_the_readme_recipe_and_the_init_workflow_pass():
+    """`perfgate init` and the README's recipe pin the latest release: a commit of this repository (tagged
+    v<version>, CHANGELOG.md) whose action.yml takes every input they pass."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the release commit cannot be read")
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{scaffold.ACTION_COMMIT}:action.yml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, f"the release pin is not a commit of this repository: {shown.stderr}"
+    inputs = set(yaml.safe_load(shown.stdout)["inputs"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    recipe = next(block for block in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "/perfgate@" in block)
+    pinned = f"{scaffold.ACTION_REPOSITORY}@{scaffold.ACTION_COMMIT} # v{scaffold.ACTION_VERSION}"
+    assert f"uses: {pinned}" in recipe
+    steps = [
+        s for job in yaml.safe_load(recipe)["jobs"].values() for s in job["steps"] if "/perfgate@" in s.get("uses", "")
+    ]
+    assert len(steps) == 2 and recipe.count(f"uses: {pinned}") == 2  # the matrix's legs and their summary
+    for step in steps:
+        assert set(step["with"]) <= inputs, set(step["with"]) - inputs
+    written = scaffold.workflow_text(branch="main", python="3.11", install=["pip install ."], action=pinned)
+    (job,) = yaml.safe_load(written)["jobs"].values()
+    assert set(job["steps"][-1]["with"]) <= inputs, set(job["steps"][-1]["with"]) - inputs
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"\n## {scaffold.ACTION_VERSION} " in changelog and scaffold.ACTION_COMMIT in changelog
+
+
 # --- From zero to a gated pull request ----------------------------------------------------------------------
 
 SLEEP_LINE = "    time.sleep(0.02)  # planted: 20 ms more every step\n"

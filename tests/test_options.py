@@ -24,9 +24,10 @@ from perfgate.app.options import (
     resolve,
     resolve_all,
 )
-from perfgate.app.request import Pairing, _pairing, gate_settings, plugin_request
+from perfgate.app.request import HistoryRequest, _pairing, gate_settings, plugin_request
 from perfgate.errors import UsageError
 from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
+from perfgate.measure.lab import Pairing
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
 from perfgate.variants import DEFAULT_CONFIGS
@@ -282,3 +283,87 @@ def test_every_command_renders_every_option_it_declares():
         for _, option in command.options:
             flag = option.metavar if option.kind == "positional" else f"--{option.name}"
             assert flag in shown, (command.name, option.name)
+
+
+# -- the plugin takes what a check takes (issue 45) -----------------------------------------------------------
+
+
+def test_every_option_of_a_check_that_applies_to_a_plugin_check_is_a_plugin_option():
+    """The plugin renders each of check's options that a pytest session's check can use; the rest are the CLI's
+    own (its workloads are the session's tests, its outputs named once for the session)."""
+    cli_only = {"workloads", "debug", "quiet", "accept-label"}  # the Action passes the labels as --accept-label
+    check = {option.name for option in options.options_of("check")}
+    plugin = {option.name for option in PLUGIN_OPTIONS}
+    assert check - plugin == cli_only, check - plugin
+    assert all(option.pytest for option in PLUGIN_OPTIONS)
+    assert not [option.name for option in ALL if option.pytest and option not in PLUGIN_OPTIONS]
+
+
+def test_the_plugins_help_names_its_own_spellings():
+    texts = {}
+
+    class Group:
+        def addoption(self, *names, **kwargs):
+            texts[names[0]] = kwargs.get("help") or ""
+
+    class Parser:
+        def getgroup(self, *_):
+            return Group()
+
+        def addini(self, *_, **__):
+            pass
+
+    options.add_all_to_pytest(Parser())
+    assert "--perfgate-threads 1 gives quieter trials" in texts["--perfgate-threads"]
+    flags = re.findall(r"(?<![\w-])--[a-z][a-z-]*", " ".join(texts.values()))
+    assert flags and all(flag.startswith("--perfgate") for flag in flags), sorted(set(flags))
+
+
+def test_the_plugins_check_options_reach_its_request(tmp_path):
+    given = {
+        "perfgate_time_budget": "90",
+        "perfgate_device": "cpu",
+        "perfgate_timeout": "120",
+        "perfgate_diagnose": True,
+        "perfgate_warn_only": True,
+        "perfgate_accept": ["gated/fp32 15%", "* 20%"],
+    }
+    ini = {"perfgate_accept": ["other 30%"]}  # the command line wins over the ini's lines
+    resolved = options.resolve_pytest(PytestConfig(given, ini), command="check", environ={})
+    assert resolved["accept"].where == "--perfgate-accept"
+    request = plugin_request(resolved, mode="check", rootpath=tmp_path)
+    assert request.gate.time_budget_s == 90 and request.gate.warn_only
+    assert [a.shown for a in request.gate.accepted] == [
+        "gated/fp32 15% with --perfgate-accept",
+        "* 20% with --perfgate-accept",
+    ]
+    run = request.run()
+    assert (run.device, run.timeout_s) == ("cpu", 120)
+    check = request.check(())
+    assert check.diagnose_all and check.mode == "stored" and check.history is not None and not check.history.record
+    from_ini = options.resolve_pytest(PytestConfig(ini=ini), command="check", environ={})
+    assert from_ini["accept"].where == "ini perfgate_accept"
+    accepted = plugin_request(from_ini, mode="check", rootpath=tmp_path).gate.accepted
+    assert [(a.target, a.slowdown) for a in accepted] == [("other", 0.3)]
+
+
+def test_the_plugins_counts_only_profile_and_record(tmp_path):
+    counts = options.resolve_pytest(PytestConfig({"perfgate_counts_only": True}), command="check", environ={})
+    assert plugin_request(counts, mode="check", rootpath=tmp_path).check(()).mode == "counts"
+    for key, flag in (("perfgate_profile", "--perfgate-profile"), ("perfgate_record", "--perfgate-record")):
+        both = PytestConfig({"perfgate_counts_only": True, key: True})
+        with pytest.raises(UsageError) as error:
+            plugin_request(options.resolve_pytest(both, command="check", environ={}), mode="check", rootpath=tmp_path)
+        assert error.value.one_line().startswith(f"{flag} cannot be combined with --perfgate-counts-only")
+    traces = tmp_path / "traces"
+    profiled = PytestConfig({"perfgate_profile": True, "perfgate_profile_dir": str(traces)})
+    request = plugin_request(
+        options.resolve_pytest(profiled, command="check", environ={}), mode="check", rootpath=tmp_path
+    )
+    assert request.run().profile_dir == traces
+    history = tmp_path / "history"
+    recorded = PytestConfig({"perfgate_record": True, "perfgate_history_dir": str(history)})
+    request = plugin_request(
+        options.resolve_pytest(recorded, command="check", environ={}), mode="check", rootpath=tmp_path
+    )
+    assert request.check(()).history == HistoryRequest(history, None, True)

@@ -353,6 +353,7 @@ def test_a_change_only_the_own_step_contains_fails_a_paired_check(tmp_path):
     commit(repo, {"perf/own.py": own_step_source()}, "base")
     commit(repo, {"perf/own.py": own_step_source(clip_dtype="float64")}, "clip in float64")
     options = ("--configs", "fp32", "--threads", "1", "--trials", "3", "--max-trials", "6", "--time-budget", "120")
+    options += ("--fork-trials",)  # torch imported once a side: the suite's time
     result = run_in_process("check", "perf/own.py:workload", "--against", "HEAD~1", *options, "--rounds", "1", cwd=repo)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "perfgate check: 1 regression (own-step fp32)" in result.stdout

@@ -356,6 +356,17 @@ def test_pytest_benchmark_results_are_gated(pytester, monkeypatch, capsys):
     report = (pytester.path / "micro.md").read_text()
     assert report.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (test_micro.py::test_augmentation).")
     assert "| `test_micro.py::test_augmentation` |" in report and "| **regression** |" in report
+    # Warn-only: the same verdict, reported; the session passes and says which verdict would have failed it.
+    warned = pytester.runpytest_subprocess("--perfgate", "--perfgate-warn-only", "--perfgate-markdown=warned.md")
+    assert warned.ret == 0, warned.stdout.str()
+    warned.stdout.fnmatch_lines(
+        [
+            "*test_micro.py::test_augmentation*REGRESSION*",
+            "*warn-only mode: every verdict is reported and none fails the session (these would: "
+            "test_micro.py::test_augmentation)*",
+        ]
+    )
+    assert "### perfgate: fail (warn-only: not failing the build)" in (pytester.path / "warned.md").read_text()
 
 
 def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):

@@ -176,7 +176,9 @@ def test_report_shows_a_lab_run_as_the_labs_table_in_every_format(monkeypatch, c
     text = run_main(capsys, "report", RESULTS.name)
     assert text.returncode == 0 and text.stderr == ""
     assert text.stdout == format_run(load_results(RESULTS))
-    markdown = run_main(capsys, "report", RESULTS.name, "--format", "markdown", "--json", str(tmp_path / "lab.json"))
+    markdown = run_main(
+        capsys, "report", RESULTS.name, "--format", "markdown", "--report-json", str(tmp_path / "lab.json")
+    )
     assert markdown.returncode == 0 and markdown.stderr == ""
     assert markdown.stdout.startswith(MARKER + "\n### perfgate run: the lab's table\n\n1 workload measured; no verdict")
     header = "| config | samples/s | step p50/p95/p99 ms | data | h2d | fwd | bwd | opt | peak mem | compile | trials |"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.app.gate import GateSuite, configured_test
 from perfgate.app.request import PluginRequest
+from perfgate.app.suite import GateSuite, configured_test
 from perfgate.judge.family import SessionRate, SessionShares
 from perfgate.judge.settings import GateSettings, Look
 from perfgate.judge.stats import DEFAULT_ALPHA

@@ -83,9 +83,7 @@ def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) 
         request.gate,
         pairs=pairs,
         slowdown=slowdown,
-        parallel=request.pairing.parallel,
-        fork=request.pairing.fork,
-        interleaved=request.pairing.interleaved,
+        pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
     )
@@ -107,9 +105,7 @@ def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
         request.gate,
         good,
         bad,
-        parallel=request.pairing.parallel,
-        fork=request.pairing.fork,
-        interleaved=request.pairing.interleaved,
+        pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
     )
@@ -118,12 +114,12 @@ def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
 
 
 def write_outputs(outputs: Outputs, render: Callable[[str], str], sink: Sink) -> None:
-    """Print the report in the form --format asks for, and write the files --json and --markdown name;
+    """Print the report in the form --format asks for, and write the files --report-json and --markdown name;
     `render(form)` is the report in one form (text, markdown, json)."""
     from perfgate.records.results import write_text_atomic
 
     sink.report(render(outputs.format), coloured=outputs.format == "text")
-    for form, path in (("json", outputs.json), ("markdown", outputs.markdown)):
+    for form, path in (("json", outputs.report_json), ("markdown", outputs.markdown)):
         if path is not None:
             write_text_atomic(path, render(form))
 
@@ -131,8 +127,8 @@ def write_outputs(outputs: Outputs, render: Callable[[str], str], sink: Sink) ->
 def compare(
     paths: Sequence[Path], values: Mapping[str, Any], sink: Sink, *, project: Callable[[], ProjectConfig], cwd: Path
 ) -> int:
-    """Judge a results file against the baselines or another file; print the report (--format), write --json and
-    --markdown; exit with the verdict's code."""
+    """Judge a results file against the baselines or another file; print the report (--format), write
+    --report-json and --markdown; exit with the verdict's code."""
     from perfgate.app.request import check_outputs, compare_request, outputs_of
     from perfgate.judge.diagnosis import diagnose
     from perfgate.judge.verdict import compare_results
@@ -276,7 +272,7 @@ def history(
 
 
 def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, json_path: Path | None) -> int:
-    """Print one recorded run in another tool's JSON format (--json: also to a file); exit 0 once written, 3
+    """Print one recorded run in another tool's JSON format (--output: also to a file); exit 0 once written, 3
     when no run is recorded."""
     import json
 
@@ -284,7 +280,7 @@ def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, 
     from perfgate.records.results import write_text_atomic
     from perfgate.report.history import export_run
 
-    check_outputs([(json_path, "--json")])
+    check_outputs([(json_path, "--output")])
     found, directory = load_history(store, sink, say_fetched=False)
     records = [r for r in found.records if commit is None or (r.commit or "").startswith(commit)]
     if not records:

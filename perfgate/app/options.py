@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -224,7 +225,9 @@ TRIALS = Option(
     pytest=True,
     action_input="trials",
 )
-DEVICE = Option("device", "default: cuda when available, else cpu", default="auto", choices=("auto", "cpu", "cuda"))
+DEVICE = Option(
+    "device", "default: cuda when available, else cpu", default="auto", choices=("auto", "cpu", "cuda"), pytest=True
+)
 THREADS = Option(
     "threads",
     "torch threads per trial (default: torch's own, as your training gets them; --threads 1 gives quieter trials "
@@ -257,12 +260,14 @@ TIMEOUT = Option(
     "SECONDS",
     parse_seconds,
     default=DEFAULT_TIMEOUT_S,
+    pytest=True,
 )
 QUIET = Option("quiet", "no progress lines", kind="flag")
 PROFILE = Option(
     "profile",
     "after the trials, one profiling trial per workload and config: a trace and the top operators{note}",
     kind="flag",
+    pytest=True,
     action_input="profile",
 )
 PROFILE_DIR = Option(
@@ -271,6 +276,7 @@ PROFILE_DIR = Option(
     "DIR",
     _path,
     default=Path("perfgate-traces"),
+    pytest=True,
 )
 BASELINE_DIR = Option(
     "baseline-dir",
@@ -312,6 +318,14 @@ FAIL_ON_INCONCLUSIVE = Option(
     pytest=True,
     action_input="fail-on-inconclusive",
 )
+WARN_ONLY = Option(
+    "warn-only",
+    "report every verdict (the report, its annotations and comment included) and exit 0 whatever it is: adopt the "
+    "gate without blocking merges (a usage error still exits 2)",
+    kind="flag",
+    pytest=True,
+    action_input="fail",
+)
 MAX_TRIALS = Option(
     "max-trials",
     "add trials (in a paired check, pairs) to inconclusive configs up to N per config "
@@ -327,6 +341,7 @@ TIME_BUDGET = Option(
     f"judged, {DEFAULT_TIME_BUDGET_S:g} at most)",
     "SECONDS",
     parse_seconds,
+    pytest=True,
 )
 DEMO_TIME_BUDGET = Option(
     "time-budget",
@@ -339,8 +354,9 @@ DEMO_TIME_BUDGET = Option(
 # The file outputs: `--json PATH`, `--markdown PATH`, `--html DIR`, `--png PATH`, each the same name wherever
 # it applies; `--format` only chooses what a command prints on standard output.
 JSON = Option("json", "write the results (schema_version 2) to PATH", "PATH", _path, pytest=True)
-JSON_REPORT = Option("json", "also write the report as JSON (what --format json prints) to PATH", "PATH", _path)
-JSON_EXPORT = Option("json", "also write the exported JSON document to PATH", "PATH", _path)
+# `--json` is the results file wherever a command writes one; a report as JSON and an export have their own names
+REPORT_JSON = Option("report-json", "also write the report as JSON (what --format json prints) to PATH", "PATH", _path)
+EXPORT_OUTPUT = Option("output", "also write the exported JSON document to PATH", "PATH", _path)
 MARKDOWN = Option(
     "markdown",
     "also write the report as Markdown to PATH (for a job summary or a pull-request comment)",
@@ -367,9 +383,7 @@ FORMAT = Option(
     choices=REPORT_FORMATS,
     default="text",
 )
-EXPORT_FORMAT = Option(
-    "format", "the other tool's format (both are JSON)", choices=EXPORT_FORMATS, env=False, required=True
-)
+EXPORT_TO = Option("to", "the other tool whose JSON format to write", choices=EXPORT_FORMATS, env=False, required=True)
 MAX_CHARS = Option(
     "max-chars",
     "shorten the Markdown report to at most N characters, leaving out whole sections (default: "
@@ -409,6 +423,7 @@ ACCEPT = Option(
     _acceptance,
     kind="repeat",
     env=False,
+    pytest=True,
 )
 ACCEPT_LABEL = Option(
     "accept-label",
@@ -424,12 +439,14 @@ ACCEPT_FROM = Option(
     "read the Perf-Accept: TARGET PCT trailers of this commit's message (a pull request's head commit) "
     "(default: {head})",
     "COMMIT",
+    pytest=True,
 )
 COUNTS_ONLY = Option(
     "counts-only",
     "judge by the exact counts alone (FLOPs, operators, graph breaks, parameters, allocated peak): one untimed "
     "counting trial per config and side, no statistics; a CPU runner can gate a model that trains on GPUs",
     kind="flag",
+    pytest=True,
     action_input="counts-only",
 )
 ALLOW_DIRTY = Option(
@@ -438,11 +455,12 @@ ALLOW_DIRTY = Option(
     kind="flag",
     pytest=True,
 )
-DIAGNOSE = Option("diagnose", "diagnose every config (by default only those that regressed)", kind="flag")
+DIAGNOSE = Option("diagnose", "diagnose every config (by default only those that regressed)", kind="flag", pytest=True)
 RECORD = Option(
     "record",
     "append this run to the history (a new file in the history folder): for pushes to main",
     kind="flag",
+    pytest=True,
     action_input="record",
 )
 HISTORY_DIR = Option(
@@ -451,8 +469,9 @@ HISTORY_DIR = Option(
     "DIR",
     _path,
     project_key="history",
+    pytest=True,
 )
-HISTORY_BRANCH = Option("history-branch", HISTORY_BRANCH_HELP, "BRANCH", action_input="history-branch")
+HISTORY_BRANCH = Option("history-branch", HISTORY_BRANCH_HELP, "BRANCH", pytest=True, action_input="history-branch")
 LIMIT = Option(
     "limit",
     f"runs shown per series (change points are found over all of them) (default: {HISTORY_LIMIT})",
@@ -515,31 +534,56 @@ NO_BASELINE = Option(
 )
 JOB_EXIT_CODE = Option("job-exit-code", "write the code the job ends with to this file", parse=_path, env=False)
 FIRST_COMMIT = Option("first-commit", "a recorded first commit: no parent to judge by", kind="flag", env=False)
+ACTION_WARN_ONLY = Option("warn-only", "what would fail the job warns, and the job passes", kind="flag", env=False)
+VERDICT_CODE = Option("verdict-code", "write the code the verdicts alone end the check with", parse=_path, env=False)
 ACTION_MODE = Option("mode", "", kind="positional", env=False)
 ACTION_CODE = Option("code", "", kind="positional", parse=_int, env=False)
 ACTION_RESULTS = Option("results", "", kind="positional", parse=_path, env=False)
 ACTION_LOG = Option("log", "", kind="positional", parse=_path, env=False)
-ACTION_OPTIONS = (ACTION_MODE, ACTION_CODE, ACTION_RESULTS, ACTION_LOG, NO_BASELINE, JOB_EXIT_CODE, FIRST_COMMIT)
+ACTION_OPTIONS = (
+    ACTION_MODE,
+    ACTION_CODE,
+    ACTION_RESULTS,
+    ACTION_LOG,
+    NO_BASELINE,
+    JOB_EXIT_CODE,
+    FIRST_COMMIT,
+    ACTION_WARN_ONLY,
+    VERDICT_CODE,
+)
 
 # The options the pytest plugin renders as --perfgate-NAME (+ ini key), in its --help order
 PLUGIN_OPTIONS = (
     CONFIGS,
     TRIALS,
     MAX_TRIALS,
+    TIME_BUDGET,
+    DEVICE,
     THREADS,
     ROUNDS,
     NPROC,
+    TIMEOUT,
     BASELINE_DIR,
     THRESHOLD,
     ALPHA,
     JSON,
     MARKDOWN,
+    DIAGNOSE,
+    PROFILE,
+    PROFILE_DIR,
+    COUNTS_ONLY,
     AGAINST,
     PARALLEL_PAIRS,
     FORK_TRIALS,
     INTERLEAVED_PAIRS,
     ENVIRONMENT,
+    ACCEPT,
+    ACCEPT_FROM,
+    RECORD,
+    HISTORY_DIR,
+    HISTORY_BRANCH,
     FAIL_ON_INCONCLUSIVE,
+    WARN_ONLY,
     ALLOW_DIRTY,
 )
 PYTEST_OPTIONS = (PERFGATE, PERFGATE_UPDATE, *PLUGIN_OPTIONS)
@@ -558,7 +602,7 @@ def _lab(*, trials: bool = True, json: bool = True, profile: bool = True) -> tup
 def _gate(*, measuring: bool, exits: bool = True, baselines: bool = True) -> tuple[tuple[str | None, Option], ...]:
     """The options of the commands that judge: `measuring`, it adds trials; `exits`, it exits with the verdict's
     code; `baselines`, it reads the stored baselines."""
-    gate = [THRESHOLD, ALPHA, *([FAIL_ON_INCONCLUSIVE] if exits else [])]
+    gate = [THRESHOLD, ALPHA, *([FAIL_ON_INCONCLUSIVE, WARN_ONLY] if exits else [])]
     gate += [MAX_TRIALS, TIME_BUDGET] if measuring else []
     gate += [BASELINE_DIR] if baselines else []
     return tuple(("gate", option) for option in gate)
@@ -628,7 +672,7 @@ COMMANDS = (
         ),
         (*_GATES, EXIT_REGRESSION, EXIT_NO_BASELINE),
         {
-            "note": " (against stored baselines; a paired check, --against, does not profile)",
+            "note": " (a paired check, --against: one profiling trial on each side after the pairs)",
             "head": "HEAD, the commit the working tree is on",
         },
     ),
@@ -661,9 +705,9 @@ COMMANDS = (
         "export",
         "print a recorded run in another tool's JSON format (Bencher, github-action-benchmark)",
         "Print the latest recorded run of the history (or the latest of one commit) in another "
-        "tool's JSON format: Bencher's Metric Format (--format bencher) or github-action-benchmark's "
-        "customBiggerIsBetter list (--format github-action-benchmark); --json also writes it to a file.",
-        _own(SUB_DEBUG, HISTORY_DIR, HISTORY_BRANCH, EXPORT_FORMAT, COMMIT, JSON_EXPORT),
+        "tool's JSON format: Bencher's Metric Format (--to bencher) or github-action-benchmark's "
+        "customBiggerIsBetter list (--to github-action-benchmark); --output also writes it to a file.",
+        _own(SUB_DEBUG, HISTORY_DIR, HISTORY_BRANCH, EXPORT_TO, COMMIT, EXPORT_OUTPUT),
         (*_ANY, EXIT_NO_BASELINE),
     ),
     Command(
@@ -695,7 +739,7 @@ COMMANDS = (
         "the second against the first. Two files from different machine types get a warning: their comparison "
         "mixes the machine with the code (perfgate check --against REF measures both sides on one runner).",
         (
-            *_own(SUB_DEBUG, RESULTS, FORMAT, JSON_REPORT, MARKDOWN),
+            *_own(SUB_DEBUG, RESULTS, FORMAT, REPORT_JSON, MARKDOWN),
             *_gate(measuring=False),
             *_in(_ACCEPTING, ACCEPT, ACCEPT_LABEL, ACCEPT_FROM),
         ),
@@ -709,7 +753,7 @@ COMMANDS = (
         "is judged the way the check did (its settings are in the file) and shown as the check's report, with "
         "the check's verdict; a lab run's (perfgate run, perfgate update) is shown as the lab's table. Exits 0 "
         "once the report is written, whatever the verdict (perfgate compare exits with it).",
-        _own(SUB_DEBUG, RESULTS_FILE, FORMAT, JSON_REPORT, MARKDOWN, PNG, MAX_CHARS, REPORT_BASELINE_DIR),
+        _own(SUB_DEBUG, RESULTS_FILE, FORMAT, REPORT_JSON, MARKDOWN, PNG, MAX_CHARS, REPORT_BASELINE_DIR),
         _ANY,
     ),
 )
@@ -799,6 +843,28 @@ def add_to_argparse(
     parser.add_argument(flag, **kwargs)
 
 
+# Spellings a command no longer takes, each refused in one line that names the new one: {command: (old, new, why)}
+RENAMED = {
+    "compare": (("--json", "--report-json", "--json writes a results file, and compare writes none"),),
+    "report": (("--json", "--report-json", "--json writes a results file, and report writes none"),),
+    "export": (
+        ("--json", "--output", "--json writes a results file, and export writes another tool's document"),
+        ("--format", "--to", "--format chooses how a report is printed; export's document is another tool's"),
+    ),
+}
+
+
+class _Renamed(argparse.Action):
+    """An option spelling a command no longer takes: using it is a one-line usage error naming the new one."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, why: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.new, self.why = new, why
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        raise UsageError(f"{option_string} is not an option here: {self.why}", hint=f"use {self.new}")
+
+
 def add_command(commands: Any, spec: Command) -> argparse.ArgumentParser:
     """One subcommand, its options in the declared order; its --help ends with its exit codes."""
     parser: argparse.ArgumentParser = commands.add_parser(
@@ -814,6 +880,8 @@ def add_command(commands: Any, spec: Command) -> argparse.ArgumentParser:
         if title is not None:
             target = groups.get(title) or groups.setdefault(title, parser.add_argument_group(title))
         add_to_argparse(target, option, CLI, command=spec.name, **spec.help_values)
+    for old, new, why in RENAMED.get(spec.name, ()):
+        parser.add_argument(old, dest=f"renamed_{old.strip('-')}", action=_Renamed, new=new, why=why, default=None)
     return parser
 
 
@@ -855,11 +923,22 @@ def build_action_parser() -> argparse.ArgumentParser:
 def add_to_pytest(group: Any, parser: Any, option: Option, front_end: FrontEnd, **help_values: Any) -> None:
     """`option` as `--perfgate-NAME` with the ini key `perfgate_NAME`; the plugin parses the values itself
     (`resolve_pytest`), so an ini value and an option share one parser (`Option.parse`) and one error message."""
-    text = option.help_for(**help_values)
+    text = _spelled(option.help_for(**help_values), front_end)
     key = ini_key(option)
     if option.flag:
         group.addoption(front_end.option(option.name), dest=key, action="store_true", default=None, help=text)
         parser.addini(key, f"perfgate: {text}", type="bool", default=False)
+        return
+    if option.repeat:  # given more than once; the ini key takes one value a line
+        group.addoption(
+            front_end.option(option.name),
+            dest=key,
+            action="append",
+            default=None,
+            metavar=option.metavar,
+            help=text.replace("%", "%%"),
+        )
+        parser.addini(key, f"perfgate: {text} (one a line)", type="linelist", default=[])
         return
     if option.kind == "negatable":  # --perfgate-NAME and --perfgate-no-NAME; the ini key's text is true or false
         group.addoption(front_end.option(option.name), dest=key, action="store_const", const=True, help=text)
@@ -870,6 +949,18 @@ def add_to_pytest(group: Any, parser: Any, option: Option, front_end: FrontEnd, 
         front_end.option(option.name), dest=key, default=None, metavar=option.metavar, help=text.replace("%", "%%")
     )
     parser.addini(key, f"perfgate: {text}", default=None)
+
+
+def _spelled(text: str, front_end: FrontEnd) -> str:
+    """A help text's `--NAME` of a plugin option as the front end spells it (`--threads 1`: `--perfgate-threads 1`);
+    any other `--NAME` stays as it is."""
+    names = {option.name for option in PLUGIN_OPTIONS}
+
+    def spell(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return front_end.option(name) if name.removeprefix("no-") in names else match.group(0)
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z-]*)", spell, text)
 
 
 def add_switch_to_pytest(group: Any, option: Option) -> None:
@@ -885,7 +976,9 @@ def add_all_to_pytest(parser: Any) -> None:
             add_switch_to_pytest(group, option)
         else:
             trials = f"{DEFAULT_TRIALS}; {DEFAULT_UPDATE_TRIALS} with {PYTEST.option('update')}"
-            add_to_pytest(group, parser, option, PYTEST, default=trials)
+            head = "HEAD, the commit the working tree is on"
+            note = " (a paired check: one profiling trial on each side after the pairs)"
+            add_to_pytest(group, parser, option, PYTEST, default=trials, head=head, note=note)
 
 
 def resolve_pytest(config: Any, *, command: str, environ: Mapping[str, str] | None = None) -> dict[str, Resolved]:
@@ -904,10 +997,17 @@ def resolve_pytest(config: Any, *, command: str, environ: Mapping[str, str] | No
             if option.kind == "negatable":
                 flag = PYTEST.option(option.name if value else f"no-{option.name}")
                 given = Given(value, flag)
+            elif option.repeat:
+                given = Given([item for text in value for item in _from_text(option, str(text), flag)], flag)
             else:
                 given = Given(True if option.flag else _from_text(option, str(value), flag), flag)
         resolved = resolve(option, given, command=command, environ=environ)
-        if resolved.source == "default":
+        if resolved.source == "default" and option.repeat:
+            lines = [str(line).strip() for line in config.getini(key) or () if str(line).strip()]
+            if lines:
+                values = [item for line in lines for item in _from_text(option, line, f"ini {key}")]
+                resolved = Resolved(values, f"ini {key}", "project")
+        elif resolved.source == "default":
             ini = config.getini(key)
             text = "1" if option.flag and ini is True else "" if option.flag else str(ini or "").strip()
             if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":

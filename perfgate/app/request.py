@@ -21,7 +21,7 @@ from perfgate.app.options import Resolved
 from perfgate.errors import UsageError
 from perfgate.judge.acceptance import Acceptance
 from perfgate.judge.settings import GateSettings
-from perfgate.measure.lab import RunSettings
+from perfgate.measure.lab import Pairing, RunSettings
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
@@ -41,17 +41,6 @@ class Mode(StrEnum):
 
 
 @dataclass(frozen=True)
-class Pairing:
-    """How a paired check runs its pairs (`--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`), and
-    where its base side runs (`--environment`: auto, shared or per-side)."""
-
-    parallel: bool = False
-    fork: bool = False
-    interleaved: bool | None = None
-    environment: str = "auto"
-
-
-@dataclass(frozen=True)
 class HistoryRequest:
     """The history a command reads or appends to: its folder, and the origin branch that keeps it too."""
 
@@ -64,8 +53,9 @@ class HistoryRequest:
 class Outputs:
     """What a command prints and the files it writes."""
 
-    json: Path | None = None
+    json: Path | None = None  # the results file
     markdown: Path | None = None
+    report_json: Path | None = None  # the report as JSON (compare, report)
     png: Path | None = None
     html: Path | None = None
     format: str = "text"
@@ -74,7 +64,8 @@ class Outputs:
 
     def files(self) -> list[tuple[Path, str]]:
         """Each file output that was asked for, with its option's name."""
-        found = [(self.json, "--json"), (self.markdown, "--markdown"), (self.png, "--png")]
+        found = [(self.json, "--json"), (self.markdown, "--markdown"), (self.report_json, "--report-json")]
+        found.append((self.png, "--png"))
         return [(path, name) for path, name in found if path is not None]
 
 
@@ -195,8 +186,8 @@ def gate_settings(
     accepted: Sequence[Acceptance] = (),
 ) -> GateSettings:
     """The one assembly of a `GateSettings`, from option values by key (`threshold`, `alpha`, `max_trials`,
-    `time_budget`, `fail_on_inconclusive`; None: not given, the project's or the default applies) for a check of
-    `trials` first trials (pairs, when `paired`); `single_look`: a judgement that adds no trials (compare).
+    `time_budget`, `fail_on_inconclusive`, `warn_only`; None: not given, the project's or the default applies) for
+    a check of `trials` first trials (pairs, when `paired`); `single_look`: a judgement that adds no trials (compare).
     The threshold and alpha recorded are only those given on the command line or in the environment."""
     return GateSettings.from_options(
         project,
@@ -206,6 +197,7 @@ def gate_settings(
         max_trials=trials if single_look else values.get("max_trials"),
         time_budget_s=values.get("time_budget"),
         fail_on_inconclusive=bool(values.get("fail_on_inconclusive")),
+        warn_only=bool(values.get("warn_only")),
         front_end=front_end,
         accepted=accepted,
         paired=paired and not single_look,
@@ -238,6 +230,7 @@ def outputs_of(values: Mapping[str, Any]) -> Outputs:
     return Outputs(
         json=values.get("json"),
         markdown=values.get("markdown"),
+        report_json=values.get("report_json"),
         png=values.get("png"),
         html=values.get("html"),
         format=values.get("format") or "text",
@@ -322,7 +315,7 @@ def gate_request(
                     f"{option} cannot be combined with --counts-only, which times nothing",
                     hint=f"leave out {option}, or run the timed check without --counts-only",
                 )
-    if run.profile_dir is not None and against is None and not counts_only:
+    if run.profile_dir is not None and not counts_only:
         check_folder(run.profile_dir, "--profile-dir")
     mode = Mode.COUNTS if counts_only else Mode.PAIRED if against is not None else Mode.STORED
     return GateRequest(
@@ -459,7 +452,7 @@ class PluginRequest:
     """`pytest --perfgate` (mode "check"), `pytest --perfgate-update` ("update") or neither ("off": the perf tests
     are collected and skipped): one request for the session. Each check in it (a fixture test, the configured
     items of one set of configs) gets its own `GateRequest` (`check`), judged at its share of the session's alpha
-    (`app.gate.GateSuite`, `judge.family`) with Holm's procedure within it. The `RunSettings` are built there
+    (`app.suite.GateSuite`, `judge.family`) with Holm's procedure within it. The `RunSettings` are built there
     (`run`), when trials are about to run: choosing the device imports torch, which a session that runs no perf
     test never needs."""
 
@@ -473,6 +466,7 @@ class PluginRequest:
     outputs: Outputs = Outputs()
     rootpath: Path = Path()  # pytest's rootdir: where the paired pytest-benchmark sessions run
     pairing: Pairing = Pairing()  # how a paired check runs its pairs
+    history: HistoryRequest | None = None  # --perfgate-record: each check appended to the history
 
     @property
     def trials(self) -> int:
@@ -483,16 +477,23 @@ class PluginRequest:
         chosen = self.configs if configs is None else parse_configs(configs)
         return run_settings(self.values, self.project, front_end=PYTEST, configs=chosen)
 
+    @property
+    def counts_only(self) -> bool:
+        return bool(self.values.get("counts_only"))
+
     def check(self, references: Sequence[Reference], configs: str | Sequence[str] | None = None) -> GateRequest:
+        mode = Mode.COUNTS if self.counts_only else Mode.STORED if self.against is None else Mode.PAIRED
         return GateRequest(
             references=tuple(references),
             run=self.run(configs),
             gate=self.gate,
-            mode=Mode.STORED if self.against is None else Mode.PAIRED,
+            mode=mode,
             baseline_dir=self.baseline_dir,
             against=self.against,
             pairing=self.pairing,
+            history=self.history,
             outputs=self.outputs,
+            diagnose_all=bool(self.values.get("diagnose")),
             front_end=PYTEST,
             command="pytest --perfgate",
         )
@@ -518,7 +519,31 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
     check_outputs([(outputs.markdown, where["markdown"])] if mode == "check" else [])
     project = load_project_config(rootpath)
     checked = given if mode == "check" else {**given, "max_trials": None}  # only a check adds trials
-    gate = gate_settings(checked, project, trials=given["trials"], paired=against is not None, front_end=PYTEST)
+    accepted: list[Acceptance] = []
+    if mode == "check":  # as perfgate check: --perfgate-accept, and the trailers of HEAD or --perfgate-accept-from
+        accepted, stray = acceptances(given, rootpath, command="check")
+        for line in stray:
+            _stderr(line)
+    gate = gate_settings(
+        checked, project, trials=given["trials"], paired=against is not None, front_end=PYTEST, accepted=accepted
+    )
+    history = history_request(given, project) if mode == "check" else None
+    if history is not None and history.record:
+        check_folder(history.directory, where["history_dir"] if given.get("history_dir") else "--perfgate-record")
+    if history is not None and history.branch is not None:
+        from perfgate.records.history_branch import check_branch
+
+        check_branch(rootpath, history.branch)
+    if mode == "check" and given.get("counts_only"):
+        for key, name in (("record", "record"), ("profile", "profile")):
+            if given.get(key):
+                raise UsageError(
+                    f"{where[key]} cannot be combined with {where['counts_only']}, which times nothing",
+                    hint=f"leave out {PYTEST.option(name)}, or run the timed check without "
+                    f"{PYTEST.option('counts-only')}",
+                )
+    if mode == "check" and given.get("profile"):
+        check_folder(Path(given.get("profile_dir") or "perfgate-traces"), where["profile_dir"])
     directory = Path(given.get("baseline_dir") or DEFAULT_BASELINE_DIR)
     directory = directory if directory.is_absolute() else rootpath / directory
     if mode == "update" and not given.get("allow_dirty"):
@@ -526,9 +551,10 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
 
         require_clean_tree(rootpath, directory, PYTEST)
     # an update measures no pairs: the pairing options, like an ini's against, are a check's
-    pairing = _pairing(given, unpaired=against is None, front_end=PYTEST, where=where) if mode == "check" else Pairing()
+    unpaired = against is None and not given.get("counts_only")
+    pairing = _pairing(given, unpaired=unpaired, front_end=PYTEST, where=where) if mode == "check" else Pairing()
     shown = Path(os.path.relpath(directory)) if directory.is_relative_to(Path.cwd()) else directory
-    return PluginRequest(mode, given, project, gate, shown, configs, against, outputs, rootpath, pairing)
+    return PluginRequest(mode, given, project, gate, shown, configs, against, outputs, rootpath, pairing, history)
 
 
 def configured_workloads(project: ProjectConfig) -> list[tuple[Reference, str]]:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.check.paired import decide_paired, takes_turns
+from perfgate.check.paired import decide_paired
 from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import GateResult
-from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, commit_checkouts, open_repository, resolve_ref
 from perfgate.references import Reference
 
@@ -107,14 +107,12 @@ def run_bisect(
     good: str,
     bad: str,
     *,
-    parallel: bool = False,
-    fork: bool = False,
-    interleaved: bool | None = None,
+    pairing: Pairing = DEFAULT_PAIRING,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> BisectResult:
-    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (`parallel`,
-    `fork`, `interleaved`: `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
+    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (`pairing`:
+    `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
     good_commit, bad_commit, commits = commits_between(good, bad)
 
     def check(head: str, base: str) -> GateResult:
@@ -127,9 +125,7 @@ def run_bisect(
                 base_side,
                 head_side,
                 base[:12],
-                parallel=parallel,
-                fork=fork,
-                interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
+                pairing=pairing,
                 progress=progress,
                 repo_root=root,
             ) as session,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from perfgate.check.paired import decide_paired, remove_leftovers, takes_turns
+from perfgate.check.paired import decide_paired, remove_leftovers
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import (
     DETECTION_POWER,
@@ -38,7 +38,7 @@ from perfgate.judge.stats import (
     student_t_ppf,
 )
 from perfgate.judge.verdict import GateResult, compare_pairs
-from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.naming import CLI, FrontEnd
 from perfgate.records.results import pairing_text
@@ -136,9 +136,7 @@ def run_calibration(
     *,
     pairs: int = DEFAULT_CALIBRATION_PAIRS,
     slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
-    parallel: bool = False,
-    fork: bool = False,
-    interleaved: bool | None = None,
+    pairing: Pairing = DEFAULT_PAIRING,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Calibration:
@@ -154,9 +152,7 @@ def run_calibration(
             tree,
             tree,
             "itself",
-            parallel=parallel,
-            fork=fork,
-            interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
+            pairing=pairing,
             progress=progress,
             planted_slowdown=planted,
         )
@@ -202,7 +198,7 @@ def run_calibration(
             )
         )
     aa_comparisons = [v.throughput for v in aa_result.verdicts if v.throughput is not None]
-    how = pairing_text(parallel, aa_interleaved)
+    how = pairing_text(pairing.parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     threads = f"{run_settings.torch_threads} torch thread(s) per trial"
     threads += "" if run_settings.threads else " (torch's default)"

@@ -16,7 +16,7 @@ from dataclasses import replace
 from perfgate._files import OwnedTempDir
 from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import GateResult, find_baselines, judge_counts_only
-from perfgate.measure.lab import LabSession, ProgressCallback, RunSettings
+from perfgate.measure.lab import LabSession, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import PairedSession, base_checkout, changed_files
 from perfgate.records.baselines import BaselineStore
@@ -54,7 +54,14 @@ def run_counts_check(
                 environment, base.root, head.root, scratch, notify=notify, changed=changed_files(head, base)
             ) as own,
             PairedSession(
-                references, run_settings, base, head, against, parallel=True, progress=progress, base_environment=own
+                references,
+                run_settings,
+                base,
+                head,
+                against,
+                pairing=Pairing(parallel=True),
+                progress=progress,
+                base_environment=own,
             ) as session,
         ):
             if notify:

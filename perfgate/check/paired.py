@@ -11,14 +11,13 @@ from pathlib import Path
 
 from perfgate._files import OwnedTempDir
 from perfgate.check.sequential import decide_sequentially
-from perfgate.errors import UsageError
 from perfgate.judge.settings import GateSettings, LookTracker
 from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
 from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
-from perfgate.measure.lab import ProgressCallback, RunSettings
+from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import PairedSession, base_checkout, changed_files, sweep_leftovers
-from perfgate.naming import CLI, FrontEnd
+from perfgate.records.results import RunResult
 from perfgate.references import Reference
 
 
@@ -117,45 +116,20 @@ def budget_plan(
     ]
 
 
-def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu", front_end: FrontEnd = CLI) -> bool:
-    """Whether a pair's trials take turns at their steps: unless asked otherwise, yes, but for pairs run at
-    the same time (`parallel`) and on CUDA. Measured three times quieter per minute of runner time than trials
-    one after the other, and the only pairing that met the paired check's targets here (docs/performance.md).
-
-    On CUDA a turn ends at a step boundary on the host while the step's kernels are still queued on the device
-    (nothing synchronises inside the timed steps), so they would run during the other side's turn: pairs run
-    one after the other there, and asking for turns is a UsageError."""
-    if device == "cuda":
-        if interleaved:
-            option = front_end.option
-            raise UsageError(
-                f"{option('interleaved-pairs')} cannot be timed on CUDA: a side stopped at a step boundary still has "
-                "its kernels queued on the GPU, and they run in the other side's turn",
-                where=f"{option('device')} cuda",
-                hint=f"leave it out or use {option('no-interleaved-pairs')} (each pair's trials one after the other, "
-                "ABBA)",
-            )
-        return False
-    return not parallel if interleaved is None else interleaved
-
-
 def run_paired_check(
     references: Sequence[Reference],
     run_settings: RunSettings,
     settings: GateSettings,
     ref: str,
     *,
-    parallel: bool = False,
-    fork: bool = False,
-    interleaved: bool | None = None,
+    pairing: Pairing = DEFAULT_PAIRING,
     progress: ProgressCallback | None = None,
     notify: Callable[[str], None] | None = None,
-    environment: str = "auto",
 ) -> GateResult:
     """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open.
 
-    `interleaved` (None: `takes_turns`) lets a pair's trials take turns at their steps. `environment` (one of
-    `measure.packages.MODES`): where the base's trials run, the head's environment or one of its own."""
+    `pairing`: how the pairs run (`measure.paired.takes_turns` decides turns it leaves open), and its `environment`
+    (one of `measure.packages.MODES`) where the base's trials run, the head's environment or one of its own."""
     started = time.monotonic()
     remove_leftovers(notify)
     front_end = run_settings.front_end
@@ -163,7 +137,7 @@ def run_paired_check(
         base_checkout(ref, where=front_end.option("against")) as (base, head),
         OwnedTempDir("perfgate-") as scratch,
         base_environment(
-            environment,
+            pairing.environment,
             base.root,
             head.root,
             Path(scratch),
@@ -177,16 +151,38 @@ def run_paired_check(
             base,
             head,
             ref,
-            parallel=parallel,
-            fork=fork,
-            interleaved=takes_turns(parallel, interleaved, run_settings.device, run_settings.front_end),
+            pairing=pairing,
             progress=progress,
             base_environment=own,
         ) as session,
     ):
         if notify:
             notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
-        return decide_paired(session, settings, started, notify)
+        result = decide_paired(session, settings, started, notify)
+        if run_settings.profile_dir is None:
+            return result
+        session.profile(run_settings.profile_dir)
+        return with_profiles(result, session.paired_run())
+
+
+def with_profiles(result: GateResult, run: RunResult) -> GateResult:
+    """The judged check, its run now with each side's profiles (`PairedSession.profile`): the same trials, so the
+    verdicts stand; the base's operator tables join the entries the diagnosis compares head with."""
+    assert run.against is not None
+    base = {w.name: w for w in run.against.base.workloads}
+    workloads = []
+    for workload in result.workloads:
+        entry, side = workload.baseline, base.get(workload.workload)
+        if entry is not None and side is not None:
+            configs = {
+                name: replace(config, top_operators=list(side.profiles[name].top_operators))
+                if name in side.profiles
+                else config
+                for name, config in entry.configs.items()
+            }
+            workload = replace(workload, baseline=replace(entry, configs=configs))
+        workloads.append(workload)
+    return replace(result, run=run, workloads=workloads)
 
 
 def remove_leftovers(notify: Callable[[str], None] | None, repo_dir: Path | None = None) -> list[str]:

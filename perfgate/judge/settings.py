@@ -48,6 +48,7 @@ class GateSettings:
     max_n: int = DEFAULT_MAX_TRIALS
     time_budget_s: float | None = None  # None: `budget_s`'s default, by the number of configs judged
     fail_on_inconclusive: bool = False
+    warn_only: bool = False  # report every verdict and pass the build (`outcome.warned_exit_code`)
     front_end: FrontEnd = CLI  # how the messages spell options and the command that writes new baselines
     spending: str = DEFAULT_SPENDING  # how the error rates are spread over the looks (stats.spent)
     accepted: tuple[Acceptance, ...] = ()  # slowdowns accepted on purpose (`judge.acceptance`)
@@ -142,6 +143,7 @@ class GateSettings:
             # the count test's rate where it is not perfgate's default (a file without it was judged at SLOW_RATE)
             slow_rate=None if self._default_slow_rate else self.slow_rate,
             slow_rate_source=None if self._default_slow_rate else self.slow_rate_source,
+            warn_only=self.warn_only or None,
         )
 
     @property
@@ -164,6 +166,7 @@ class GateSettings:
             accepted=tuple(Acceptance.from_record(a) for a in record.accepted or ()),
             slow_rate=SLOW_RATE if record.slow_rate is None else float(record.slow_rate),
             slow_rate_source=record.slow_rate_source or "",
+            warn_only=bool(record.warn_only),
         )
 
     @classmethod
@@ -177,6 +180,7 @@ class GateSettings:
         max_trials: int | None = None,
         time_budget_s: float | None = None,
         fail_on_inconclusive: bool = False,
+        warn_only: bool = False,
         front_end: FrontEnd = CLI,
         accepted: Sequence[Acceptance] = (),
         paired: bool = False,
@@ -205,6 +209,7 @@ class GateSettings:
             max_n=max_trials,
             time_budget_s=time_budget_s,
             fail_on_inconclusive=fail_on_inconclusive,
+            warn_only=warn_only,
             front_end=front_end,
             accepted=tuple(accepted),
             slow_rate=SLOW_RATE if project.slow_pair_rate is None else project.slow_pair_rate,

@@ -39,6 +39,7 @@ from perfgate.outcome import FAILING as FAILING
 from perfgate.outcome import Status as Status
 from perfgate.outcome import build_exit_code as build_exit_code
 from perfgate.outcome import fails_build as fails_build
+from perfgate.outcome import warned_exit_code
 from perfgate.project import ProjectConfig, Thresholds
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
 from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
@@ -149,12 +150,18 @@ class GateResult:
         return unused(self.settings.accepted, {w.workload: [v.config for v in w.configs] for w in self.workloads})
 
     @property
-    def exit_code(self) -> int:
+    def verdict_code(self) -> int:
+        """The verdicts' own answer (`outcome.build_exit_code`), before warn-only."""
         return build_exit_code(
             (v.status for v in self.verdicts),
             problems=any(w.problem for w in self.workloads),
             fail_on_inconclusive=self.settings.fail_on_inconclusive,
         )
+
+    @property
+    def exit_code(self) -> int:
+        """The build's answer: the verdicts', passed under warn-only (`outcome.warned_exit_code`)."""
+        return warned_exit_code(self.verdict_code, warn_only=self.settings.warn_only)
 
     def to_record(self, baseline_dir: Path) -> GateRecord:
         """What a results file keeps of this check: its settings, its mode, each config's last look and the

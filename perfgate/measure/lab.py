@@ -41,6 +41,21 @@ DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
+class Pairing:
+    """How a paired check runs its pairs (`--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`), and
+    where its base side runs (`--environment`: auto, shared or per-side): passed whole wherever pairs are measured
+    (check --against, calibrate, bisect, the pytest plugin)."""
+
+    parallel: bool = False
+    fork: bool = False
+    interleaved: bool | None = None  # None: `measure.paired.takes_turns` decides
+    environment: str = "auto"
+
+
+DEFAULT_PAIRING = Pairing()
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How to run the lab: which configs, how many trials, where, and how long a trial may take."""
 

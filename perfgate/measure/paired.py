@@ -40,6 +40,8 @@ import perfgate
 from perfgate._files import OwnedTempDir, owner_alive, sweep_tempdirs
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure.lab import (
+    DEFAULT_PAIRING,
+    Pairing,
     PlannedTrial,
     ProgressCallback,
     RunningTrial,
@@ -59,6 +61,7 @@ from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
 from perfgate.naming import CLI, FrontEnd
 from perfgate.records.results import Against, RunResult, TrialRecord, TrialResult
+from perfgate.records.shapes import Profile
 from perfgate.references import Reference
 
 SIDES = ("base", "head")
@@ -324,6 +327,7 @@ class SideTrials:
     config_failures: dict[tuple[str, str], str] = field(default_factory=dict)
     identities: dict[str, dict[str, Any]] = field(default_factory=dict)  # workload settings, from its trials
     problems: dict[str, str] = field(default_factory=dict)  # workloads this side cannot measure at all
+    profiles: dict[tuple[str, str], Profile] = field(default_factory=dict)  # `PairedSession.profile`'s
 
 
 class PairedSession:
@@ -337,22 +341,24 @@ class PairedSession:
         head: Checkout,
         ref: str,
         *,
-        parallel: bool = False,
+        pairing: Pairing = DEFAULT_PAIRING,
         progress: ProgressCallback | None = None,
         planted_slowdown: float = 0.0,
-        fork: bool = False,
-        interleaved: bool = False,
         repo_root: Path | None = None,
         base_environment: BaseEnvironment | None = None,
     ) -> None:
-        """`repo_root`: the user's checkout, whose workload files each side maps to its own copy (default:
-        head's folder, the working tree; bisect measures two worktrees of it). `base_environment`: where the
-        base's trials run when not in the head's environment (`perfgate.measure.packages.base_environment`)."""
+        """`pairing`: how the pairs run (its `interleaved` None: `takes_turns` decides; its `environment` is the
+        caller's, which places the base in `base_environment`). `repo_root`: the user's checkout, whose workload
+        files each side maps to its own copy (default: head's folder, the working tree; bisect measures two
+        worktrees of it). `base_environment`: where the base's trials run when not in the head's environment
+        (`perfgate.measure.packages.base_environment`)."""
         from perfgate.measure.environment import collect_environment
 
         self.settings = settings
+        parallel = pairing.parallel
+        interleaved = takes_turns(parallel, pairing.interleaved, settings.device, settings.front_end)
         # Trials forked from one server a side (torch imported once): CPU only, see perfgate.measure.trialserver.
-        self.fork = fork and settings.device == "cpu" and hasattr(os, "fork")
+        self.fork = pairing.fork and settings.device == "cpu" and hasattr(os, "fork")
         self.servers: dict[str, TrialServer] = {}
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
@@ -515,6 +521,19 @@ class PairedSession:
     def _hang_after(self, other_s: float) -> float:
         return min(self.settings.timeout_s, max(HANG_FLOOR_S, HANG_FACTOR * other_s))
 
+    def profile(self, directory: Path) -> None:
+        """One profiling trial per side, workload and config that ran on both sides (`--profile` in a paired
+        check), after the pairs, in a fresh process each: DIRECTORY/WORKLOAD-CONFIG.SIDE.trace.json. Its times
+        are not used; its operator table is each side's, so the diagnosis compares head's with the base's."""
+        for key in self.sides["head"].trials:
+            if self._stopped(key) or not all(any(t.ok for t in self.sides[s].trials[key]) for s in SIDES):
+                continue
+            for side in SIDES:
+                trace = (directory / f"{key[0]}-{key[1]}.{side}.trace.json").absolute()
+                record = self._start(side, key, -1, profile=str(trace)).wait()
+                found = record.profile if record.result.ok else None
+                self.sides[side].profiles[key] = found or Profile(failure=record.result.failure or "no profile")
+
     def _start(
         self,
         side: str,
@@ -522,9 +541,10 @@ class PairedSession:
         pair: int,
         turns: str | None = None,
         limit: float | None = None,
+        profile: str | None = None,
     ) -> RunningTrial:
         """Start one side's trial; `limit`: the time after which it counts as hung (`_hang_limit`), else the
-        timeout."""
+        timeout; `profile`: a profiling trial of one round writing its trace there, in a fresh process."""
         reference = self.references[(side, key[0])]
         nproc = self.settings.nproc_of(self._workload(key[0]))
         spec = TrialSpec(
@@ -537,9 +557,10 @@ class PairedSession:
             planted_slowdown=self.planted[side],
             turns=turns,
             nproc=nproc,
-            rounds=1 if nproc > 1 else self.settings.rounds or self.rounds.get(key, 1),
+            rounds=1 if nproc > 1 or profile else self.settings.rounds or self.rounds.get(key, 1),
             probe=False,  # pairs need no machine probe (`perfgate.judge.verdict._throughput`)
             counts_only=self.settings.counts_only,
+            profile=profile,
         )
         scratch = Path(self._scratch.name)
         place = self.places[side]
@@ -551,7 +572,7 @@ class PairedSession:
             else f"hung: no result after {limit:.0f} s, {HANG_FACTOR:g}x the slowest trial of this config so far "
             f"(at least {HANG_FLOOR_S:g} s)"
         )
-        if not self.fork:
+        if not self.fork or profile is not None:
             return RunningTrial(spec, scratch, timeout_s, place, front_end=front_end, timeout_note=hung)
         server = self.servers.get(side)
         if server is None or not server.alive:
@@ -618,6 +639,7 @@ class PairedSession:
                 self.settings,
                 trials.trials,
                 trials.config_failures,
+                trials.profiles,
             )
             for _, workload in self.loaded
             if workload.name not in trials.problems
@@ -658,6 +680,28 @@ class PairedSession:
         times = [[t.process_s or 0.0 for t in trials[side]] for side in SIDES]
         per_side = [sum(values) / len(values) if values else 10.0 for values in times]
         return max(per_side) if self.parallel or self.interleaved else sum(per_side)
+
+
+def takes_turns(parallel: bool, interleaved: bool | None, device: str = "cpu", front_end: FrontEnd = CLI) -> bool:
+    """Whether a pair's trials take turns at their steps: unless asked otherwise, yes, but for pairs run at
+    the same time (`parallel`) and on CUDA. Measured three times quieter per minute of runner time than trials
+    one after the other, and the only pairing that met the paired check's targets here (docs/performance.md).
+
+    On CUDA a turn ends at a step boundary on the host while the step's kernels are still queued on the device
+    (nothing synchronises inside the timed steps), so they would run during the other side's turn: pairs run
+    one after the other there, and asking for turns is a UsageError."""
+    if device == "cuda":
+        if interleaved:
+            option = front_end.option
+            raise UsageError(
+                f"{option('interleaved-pairs')} cannot be timed on CUDA: a side stopped at a step boundary still has "
+                "its kernels queued on the GPU, and they run in the other side's turn",
+                where=f"{option('device')} cuda",
+                hint=f"leave it out or use {option('no-interleaved-pairs')} (each pair's trials one after the other, "
+                "ABBA)",
+            )
+        return False
+    return not parallel if interleaved is None else interleaved
 
 
 def _identity(workload: Any, nproc: int) -> dict[str, Any]:

@@ -523,6 +523,7 @@ class GateRecord:
     # ("measured by perfgate calibrate on DATE"); None: perfgate's default, `stats.SLOW_RATE`
     slow_rate: float | None = None
     slow_rate_source: str | None = None
+    warn_only: bool | None = None  # the check reported its verdicts and passed the build (None: it did not)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the results file keeps, keys in the order perfgate has always written them."""
@@ -550,6 +551,8 @@ class GateRecord:
             document["slow_rate"] = self.slow_rate
         if self.slow_rate_source is not None:
             document["slow_rate_source"] = self.slow_rate_source
+        if self.warn_only:
+            document["warn_only"] = True
         return document
 
     @classmethod
@@ -567,6 +570,8 @@ class GateRecord:
         for key in ("spending", "mode", "slow_rate_source"):
             if record.get(key) is not None:
                 _expect(record, key, str, what)
+        if record.get("warn_only") is not None:
+            _expect(record, "warn_only", bool, what)
         slow_rate = record.get("slow_rate")
         if slow_rate is not None and not 0 < _number(slow_rate, f"{what}'s slow_rate") < 1:
             raise ShapeError(f"{what}'s slow_rate is {slow_rate!r}, not a rate between 0 and 1")
@@ -588,12 +593,23 @@ class GateRecord:
             session=_session(record.get("session"), f"{what}'s session"),
             slow_rate=slow_rate,
             slow_rate_source=record.get("slow_rate_source"),
+            warn_only=record.get("warn_only"),
         )
 
 
 _GATE_FIELDS = tuple(GateRecord.__dataclass_fields__)
 # added within schema_version 2
-_GATE_OPTIONAL = ("spending", "accepted", "mode", "looks", "divisors", "session", "slow_rate", "slow_rate_source")
+_GATE_OPTIONAL = (
+    "spending",
+    "accepted",
+    "mode",
+    "looks",
+    "divisors",
+    "session",
+    "slow_rate",
+    "slow_rate_source",
+    "warn_only",
+)
 
 
 def _expect(record: Mapping[str, Any], key: str, kind: type, what: str) -> None:

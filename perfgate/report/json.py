@@ -10,7 +10,7 @@ from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.stats import ThroughputComparison
 from perfgate.judge.utilisation import Utilisation, workload_utilisation
 from perfgate.judge.verdict import GateResult
-from perfgate.outcome import Status, session_exit_code
+from perfgate.outcome import Status, session_exit_code, warned_exit_code
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
 
@@ -43,11 +43,11 @@ def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mod
     return MicroSection(mode or ("paired" if paired else "stored baselines"), paired, benchmarks)
 
 
-def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> int:
-    """The build's answer for the gate's verdicts and the pytest-benchmark tests' (`outcome.session_exit_code`,
-    kept under this name for its callers)."""
+def overall_verdict_code(result: GateResult, micro: MicroSection | None = None) -> int:
+    """The verdicts' own answer, the gate's and the pytest-benchmark tests' (`outcome.session_exit_code`), before
+    warn-only."""
     if micro is None or not micro.benchmarks:
-        return result.exit_code
+        return result.verdict_code
     return session_exit_code(
         [v.status for v in result.verdicts],
         problems=any(w.problem for w in result.workloads),
@@ -55,6 +55,11 @@ def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> 
         micro_paired=micro.paired,
         fail_on_inconclusive=result.settings.fail_on_inconclusive,
     )
+
+
+def overall_exit_code(result: GateResult, micro: MicroSection | None = None) -> int:
+    """The build's answer: `overall_verdict_code`, passed under warn-only (`outcome.warned_exit_code`)."""
+    return warned_exit_code(overall_verdict_code(result, micro), warn_only=result.settings.warn_only)
 
 
 def throttled_trial_records(config: ConfigResult | None, side: str | None = None) -> list[dict[str, Any]]:
@@ -212,6 +217,8 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
     document = {
         "kind": "check",  # a lab run's document (`report.render.lab_to_dict`) says "lab"
         "exit_code": result.exit_code,
+        "verdict_code": result.verdict_code,  # before warn-only: the code the verdicts alone end the check with
+        "warn_only": result.settings.warn_only,
         "mode": result.mode,
         # where a paired check's two sides ran and which packages differ (`_environments`); null: not paired, or
         # written before the packages were recorded
@@ -223,5 +230,6 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
     }
     if micro is not None:
         document["exit_code"] = overall_exit_code(result, micro)
+        document["verdict_code"] = overall_verdict_code(result, micro)
         document["micro"] = micro.to_dict()
     return document

@@ -22,7 +22,7 @@ from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult, WorkloadResult
 from perfgate.records.summary import PHASES
 from perfgate.report.history import Trend, mermaid_trend
-from perfgate.report.json import overall_exit_code
+from perfgate.report.json import overall_exit_code, overall_verdict_code
 from perfgate.report.text import (
     COUNT_HEADERS,
     confidence_text,
@@ -146,11 +146,15 @@ def _truncation_note(left_out: int, details: str | None) -> str:
 
 
 def _headline(result: GateResult, micro: MicroSection | None = None, problems: Sequence[str] = ()) -> str:
-    code = overall_exit_code(result, micro)
+    code = overall_verdict_code(result, micro)
     if problems and code == 0:
         code = 1  # something failed outside any verdict (pytest --perfgate fails the session)
+    warned = result.settings.warn_only and overall_exit_code(result, micro) == 0 and code != 0
     counts = verdict_counts(result, micro)
-    line = f"### perfgate: {EXIT_MEANINGS.get(code, 'error')}\n\n{'; '.join(counts) or 'nothing compared'}."
+    mode = " (warn-only: not failing the build)" if warned else ""
+    line = f"### perfgate: {EXIT_MEANINGS.get(code, 'error')}{mode}\n\n{'; '.join(counts) or 'nothing compared'}."
+    if warned:
+        line += " The gate is in warn-only mode: it reports every verdict and passes the build."
     statuses = [v.status for v in result.verdicts] + [Status(b.status) for b in (micro.benchmarks if micro else [])]
     if code == 0 and Status.INCONCLUSIVE in statuses:
         line += " Inconclusive verdicts do not fail the build."

@@ -31,7 +31,7 @@ from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
 from perfgate.records.shapes import Distributed, Environment, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
-from perfgate.report.json import micro_section, overall_exit_code
+from perfgate.report.json import micro_section, overall_exit_code, overall_verdict_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -374,9 +374,12 @@ def format_gate_summary(
     """One line for the build log, from `command`: what failed or stayed open, and the exit code; a command
     that does not exit with it (`perfgate report`) gives it as the check's verdict."""
     parts = verdict_counts(result, micro)
-    code = overall_exit_code(result, micro)
+    code, verdict = overall_exit_code(result, micro), overall_verdict_code(result, micro)
     meaning = EXIT_MEANINGS[code]
     outcome = f"Exit {code} ({meaning})." if exits else f"The check's verdict: {meaning} (its exit code {code})."
+    if verdict != code:  # warn-only passed a failing verdict: say what it was
+        said = f"the verdict ({EXIT_MEANINGS[verdict]}, exit {verdict}) does not fail the build"
+        outcome = f"{outcome[:-1]}: warn-only mode, {said}."
     line = f"{command}: {'; '.join(parts) or 'nothing compared'}. {outcome}"
     if (
         code == 0
@@ -594,8 +597,10 @@ def format_pytest_summary(
     micro_paired: bool = False,
     problems: Sequence[str] = (),
     peak_tflops: Mapping[str, float] | None = None,
+    diagnoses: Sequence[Diagnosis] = (),
 ) -> str:
-    """One summary for a pytest session: every verdict in one table, the lab reading, what was written.
+    """One summary for a pytest session: every verdict in one table, the lab reading, the checks' `diagnoses`
+    (judged once, by the session), what was written.
 
     `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
     head), not from stored baselines; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
@@ -635,9 +640,6 @@ def format_pytest_summary(
             use = workload_utilisation(measured, run.environment, peak_tflops)
             reading = read_lab({name: config.summary for name, config in measured.configs.items()}, use)
             lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
-    from perfgate.judge.diagnosis import diagnose
-
-    diagnoses = [d for gate in gates for d in diagnose(gate)]
     if diagnoses:
         lines.append(format_diagnoses(diagnoses).rstrip("\n"))
     if updates:
