@@ -39,8 +39,8 @@ DEFAULT_BRANCH = "main"
 # when pip recorded one (`pip install git+https://github.com/...@SHA`); otherwise the latest release's: its
 # commit, tagged v<version> (CHANGELOG.md, "Releases"), which the README's recipe pins too.
 ACTION_REPOSITORY = "perfgate/perfgate"
-ACTION_COMMIT = "6395c85da9a1cf80d922c2b01269465dc1cd8e66"
-ACTION_VERSION = "0.1.0"  # the release ACTION_COMMIT is
+ACTION_COMMIT = "87277a3b32ab5ea3a1bd0addd318643de34d9456"
+ACTION_VERSION = "0.2.0"  # the release ACTION_COMMIT is
 # Third-party actions, pinned as in this repository's own workflows (.github/workflows/perfgate.yml).
 CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2"
 SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0"
