@@ -306,6 +306,10 @@ class WorkloadItem(pytest.Item):
     def runtest(self) -> None:
         session = self.config.stash[_SESSION]
         outcome = session.configured_outcome(self)
+        if isinstance(outcome, str) and session.mode == "check" and session.suite.request.gate.warn_only:
+            text = f"warn-only mode, not failing: {self.workload} {self.config_name}: {outcome}"
+            warnings.warn(PerfgateWarning(text), stacklevel=2)
+            return
         if isinstance(outcome, str):
             raise PerfgateFailure(f"{self.workload} {self.config_name}: {outcome}")
         if outcome is None:
