@@ -306,17 +306,18 @@ class WorkloadItem(pytest.Item):
     def runtest(self) -> None:
         session = self.config.stash[_SESSION]
         outcome = session.configured_outcome(self)
-        if isinstance(outcome, str) and session.mode == "check" and session.suite.request.gate.warn_only:
-            text = f"warn-only mode, not failing: {self.workload} {self.config_name}: {outcome}"
-            warnings.warn(PerfgateWarning(text), stacklevel=2)
-            return
-        if isinstance(outcome, str):
+        if isinstance(outcome, str) and session.mode != "check":  # an update's problem: no verdict to warn of
             raise PerfgateFailure(f"{self.workload} {self.config_name}: {outcome}")
         if outcome is None:
             self.user_properties.append(("perfgate_verdict", "baseline written"))
             return
-        record_verdict(self.user_properties, outcome)
-        fail_or_warn(session.suite, [outcome])
+        if isinstance(outcome, str):
+            failure = failure_of(session.suite, [], f"{self.workload} {self.config_name}: {outcome}")
+        else:
+            record_verdict(self.user_properties, outcome)
+            failure = failure_of(session.suite, [outcome])
+        if failure is not None:
+            raise PerfgateFailure(failure)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, PerfgateFailure | PerfgateError):
@@ -331,13 +332,18 @@ class PerfgateWarning(UserWarning):
     """A verdict that would fail its test, in warn-only mode (`--perfgate-warn-only`): reported, not failed."""
 
 
-def fail_or_warn(suite: GateSuite, verdicts: Sequence[ConfigVerdict]) -> None:
-    """Fail the test on the verdicts that fail the build; in warn-only mode, warn of them instead."""
-    if failures := suite.failing(verdicts):
-        raise PerfgateFailure("\n".join(verdict_text(v) for v in failures))
-    if warned := suite.warned(verdicts):
-        text = "\n".join(verdict_text(v) for v in warned)
-        warnings.warn(PerfgateWarning(f"warn-only mode, not failing: {text}"), stacklevel=2)
+def failure_of(suite: GateSuite, verdicts: Sequence[ConfigVerdict], problem: str | None = None) -> str | None:
+    """What fails a perf test: the workload's `problem` (it could not be compared) and the verdicts that fail the
+    build (`GateSuite.failing`); None when nothing does. In warn-only mode it is a `PerfgateWarning` instead, and
+    nothing fails."""
+    texts = ([problem] if problem else []) + [verdict_text(v) for v in suite.failing(verdicts)]
+    if not texts:
+        return None
+    text = "\n".join(texts)
+    if suite.request.gate.warn_only:
+        warnings.warn(PerfgateWarning(f"warn-only mode, not failing: {text}"), stacklevel=3)
+        return None
+    return text
 
 
 def verdict_text(verdict: ConfigVerdict) -> str:
@@ -395,17 +401,12 @@ class PerfgateFixture:
         except PerfgateError as error:
             pytest.fail(error.one_line(), pytrace=False)
         (verdict,) = result.workloads
-        if verdict.problem and suite.request.gate.warn_only:
-            text = f"warn-only mode, not failing: {verdict.workload}: {verdict.problem}"
-            warnings.warn(PerfgateWarning(text), stacklevel=2)
-        elif verdict.problem:
-            pytest.fail(f"{verdict.workload}: {verdict.problem}", pytrace=False)
         for config_verdict in verdict.configs:
             record_verdict(self._node.user_properties, config_verdict)
-        try:
-            fail_or_warn(suite, verdict.configs)
-        except PerfgateFailure as failure:
-            pytest.fail(str(failure), pytrace=False)
+        problem = f"{verdict.workload}: {verdict.problem}" if verdict.problem else None
+        failure = failure_of(suite, verdict.configs, problem)
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
         return verdict
 
 

@@ -62,10 +62,15 @@ def warn_open(result: GateResult, sink: Sink) -> int:
     if open_verdicts and result.verdict_code == 0:
         sink.warn(f"inconclusive, not failing the build: {', '.join(open_verdicts)}")
     if result.verdict_code != result.exit_code:
-        sink.warn(f"warn-only mode: the verdict would exit {result.verdict_code}; the build passes (exit 0)")
+        warn_passed(sink, "the verdict", result.verdict_code)
     for line in result.unused_acceptances:
         sink.warn(line)
     return result.exit_code
+
+
+def warn_passed(sink: Sink, what: str, code: int) -> None:
+    """The line that says warn-only mode passed what would have failed the build (`outcome.warned_exit_code`)."""
+    sink.warn(f"warn-only mode: {what} would exit {code}; the build passes (exit 0)")
 
 
 def report_gate(result: GateResult, sink: Sink, diagnoses: Sequence[Diagnosis] = (), *, command: str) -> int:
@@ -181,7 +186,7 @@ class GateSession:
             code = measured_exit_code(measured(run, sink) or bool(result.verdicts))
             if code is not None:  # nothing measured, and nothing had a baseline
                 if request.gate.warn_only:
-                    sink.warn(f"warn-only mode: the check would exit {code}; the build passes (exit 0)")
+                    warn_passed(sink, "the check", code)
                 code = warned_exit_code(code, warn_only=request.gate.warn_only)
                 return Outcome(code, result, written=tuple(self.written))
         from perfgate.judge.diagnosis import diagnose
@@ -278,6 +283,6 @@ def run_gate(request: GateRequest, sink: Sink) -> Outcome:
         if code == error.exit_code:
             raise
         sink.error(error.one_line())
-        sink.warn(f"warn-only mode: the check would exit {error.exit_code}; the build passes (exit {code})")
+        warn_passed(sink, "the check", error.exit_code)
         return Outcome(code)
     return session.finish()

@@ -270,6 +270,7 @@ PROFILE = Option(
     pytest=True,
     action_input="profile",
 )
+PAIRED_PROFILE_NOTE = " (a paired check, --against: one profiling trial on each side after the pairs)"
 PROFILE_DIR = Option(
     "profile-dir",
     "where --profile writes its Chrome/Perfetto traces (default: perfgate-traces/)",
@@ -672,7 +673,7 @@ COMMANDS = (
         ),
         (*_GATES, EXIT_REGRESSION, EXIT_NO_BASELINE),
         {
-            "note": " (a paired check, --against: one profiling trial on each side after the pairs)",
+            "note": PAIRED_PROFILE_NOTE,
             "head": "HEAD, the commit the working tree is on",
         },
     ),
@@ -977,8 +978,7 @@ def add_all_to_pytest(parser: Any) -> None:
         else:
             trials = f"{DEFAULT_TRIALS}; {DEFAULT_UPDATE_TRIALS} with {PYTEST.option('update')}"
             head = "HEAD, the commit the working tree is on"
-            note = " (a paired check: one profiling trial on each side after the pairs)"
-            add_to_pytest(group, parser, option, PYTEST, default=trials, head=head, note=note)
+            add_to_pytest(group, parser, option, PYTEST, default=trials, head=head, note=PAIRED_PROFILE_NOTE)
 
 
 def resolve_pytest(config: Any, *, command: str, environ: Mapping[str, str] | None = None) -> dict[str, Resolved]:

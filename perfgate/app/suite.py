@@ -105,11 +105,8 @@ class GateSuite:
                 yield Progress(self.request.trials, stream), lambda message: stream.write(f"perfgate: {message}\n")
 
     def failing(self, verdicts: Sequence[ConfigVerdict]) -> list[ConfigVerdict]:
-        """The verdicts that fail their test (`outcome.fails_build`); none in warn-only mode (`warned`)."""
-        return [] if self.request.gate.warn_only else self.warned(verdicts)
-
-    def warned(self, verdicts: Sequence[ConfigVerdict]) -> list[ConfigVerdict]:
-        """The verdicts that would fail the build: their tests fail, or in warn-only mode they warn."""
+        """The verdicts that fail the build (`outcome.fails_build`): their tests fail, or in warn-only mode they
+        warn."""
         fail_on_inconclusive = self.request.gate.fail_on_inconclusive
         return [v for v in verdicts if fails_build(v.status, fail_on_inconclusive=fail_on_inconclusive)]
 
@@ -278,12 +275,16 @@ class GateSuite:
         wrong; in warn-only mode, none), or something failed outside any test (the gate itself: warn-only or
         not)."""
         self._write_outputs()
-        fails = micro_fails(
-            [v.status for v in self.micro],
+        return (self._micro_fails(self.micro) and not self.request.gate.warn_only) or bool(self.problems)
+
+    def _micro_fails(self, verdicts: Sequence[MicroVerdict]) -> bool:
+        """Whether these pytest-benchmark verdicts fail the build (`outcome.micro_fails`; paired, one that REF
+        lacks is new: nothing wrong)."""
+        return micro_fails(
+            [v.status for v in verdicts],
             micro_paired=self.micro_paired is not None,
             fail_on_inconclusive=self.request.gate.fail_on_inconclusive,
         )
-        return (fails and not self.request.gate.warn_only) or bool(self.problems)
 
     def _micro_section(self) -> MicroSection | None:
         from perfgate.report.json import micro_section
@@ -383,14 +384,8 @@ class GateSuite:
         if rate is not None:
             lines.append(rate.line)
         if self.request.mode == "check" and self.request.gate.warn_only:
-            would = [f"{v.workload} {v.config}" for g in self.gates for v in self.warned(g.verdicts)]
-            fail_on_inconclusive = self.request.gate.fail_on_inconclusive
-            new_is_ok = self.micro_paired is not None  # a paired session's benchmark the base lacks is new
-            would += [
-                v.name
-                for v in self.micro
-                if fails_build(v.status, fail_on_inconclusive=fail_on_inconclusive, new_is_ok=new_is_ok)
-            ]
+            would = [f"{v.workload} {v.config}" for g in self.gates for v in self.failing(g.verdicts)]
+            would += [v.name for v in self.micro if self._micro_fails([v])]
             lines.append(
                 "warn-only mode: every verdict is reported and none fails the session"
                 + (f" (these would: {', '.join(would)})" if would else "")
