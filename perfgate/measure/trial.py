@@ -47,7 +47,7 @@ from perfgate.records.shapes import AutocastCheck, Counts, PeakMemory, Profile, 
 from perfgate.workload import StepState
 
 if TYPE_CHECKING:
-    from perfgate.measure.device import Device, StepTimes
+    from perfgate.measure.device import Device, HostStepClock, StepTimes
     from perfgate.measure.distributed import CommTimer, Rank
     from perfgate.variants import Config
     from perfgate.workload import Workload
@@ -124,6 +124,29 @@ class _Setup:
     warnings: tuple[str, ...] = ()  # noticed while setting up
     unused: UnusedParameters | None = None  # a data-parallel model's parameters the loss does not use
     training: TrainingStep | None = None  # the step the trial runs (`perfgate.measure.step`)
+
+
+@dataclass(frozen=True)
+class _StepTools:
+    """What the warm-up and timed steps are measured with, made before the first step."""
+
+    clock: HostStepClock  # the device's step clock (`Device.step_clock`)
+    sampler: SystemSampler
+    profiler: StepProfiler | None  # with `spec.profile`, on a data-parallel trial's rank 0 only
+    hooks: _OutputDtypeCounter | None  # counts the first step's layer outputs in autocast's dtype
+
+
+@dataclass(frozen=True)
+class _Loop:
+    """What the step loop leaves for the reads after it."""
+
+    losses: list[Any]  # the first steps' losses, detached, not yet read from the device
+    memory_step_bytes: list[int]
+    graphs_before_timing: int
+    compile_counts: CompileCounts | None
+    autocast_check: AutocastCheck | None
+    loss: Any  # the last step's
+    comm_marks: list[Any]  # per timed step, the all-reduce's marks (`CommTimer.take_step`)
 
 
 @dataclass(frozen=True)
@@ -374,30 +397,55 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
     step clock (`Device.step_clock`), the system sampled and (with `spec.profile`) profiled over the timed steps
     only; in an interleaved pair, the turn handed over between steps (`turns`).
 
-    One loop body for both, with every per-step value in a local: the clock's marks see the same work
-    in warm-up and timed steps, and the previous step's batch and loss are let go where they were. Nothing in
-    the timed steps waits for the device: on CUDA the clock synchronises only at their two edges, and what is
-    read from the device (the first losses, the all-reduce's marks) is read after the last one."""
+    In order: the clock, sampler and profiler made (`_step_tools`), the steps run (`_step_loop`), the first losses
+    read from the device once the last step is over, and what the steps measured assembled (`_steps_measured`)."""
+    training = setup.training
+    assert training is not None
+    tools = _step_tools(spec, setup, batches)
+    try:
+        loop = _step_loop(spec, setup, batches, tools, turns)
+        first_losses = [_finite_loss(value, step) for step, value in enumerate(loop.losses)]
+    except TrialFailure:
+        raise
+    except Exception as exc:
+        raise _step_failure(setup, exc, training.current) from exc
+    finally:
+        tools.sampler.stop()  # whatever ended the steps; stopping twice is harmless
+    return _steps_measured(setup, tools, loop, first_losses)
+
+
+def _step_tools(spec: TrialSpec, setup: _Setup, batches: Iterator[Any]) -> _StepTools:
+    """Make what the steps are measured with: the step clock, the system sampler, the profiler, the autocast counter."""
     import torch
 
     config, device, workload = setup.config, setup.device, setup.workload
-    training = setup.training
-    assert training is not None
     autocast_check = setup.autocast_check
-    non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
     clock = device.step_clock(spec.planted_slowdown, workload.warmup_steps)
-    losses: list[Any] = []  # the first steps' losses, detached: read once the steps are over
-    memory_step_bytes: list[int] = []
-    total_steps = workload.warmup_steps + workload.steps * spec.rounds
-    graphs_before_timing = 0
-    compile_counts = None
     hooks = _OutputDtypeCounter(setup.model, autocast_check) if autocast_check and not config.compile else None
-    loss = None
     cuda_index = torch.cuda.current_device() if device.type == "cuda" else None
     sampler = SystemSampler(cuda_index, loader_worker_pids=loader_worker_pids(batches))  # the workers' memory too
     # A data-parallel trial's rank 0 profiles; the others would write the same trace.
     profiled = setup.rank is None or setup.rank.rank == 0
     profiler = StepProfiler(Path(spec.profile), device.type, workload.steps) if spec.profile and profiled else None
+    return _StepTools(clock, sampler, profiler, hooks)
+
+
+def _step_loop(
+    spec: TrialSpec, setup: _Setup, batches: Iterator[Any], tools: _StepTools, turns: TurnTaker | None
+) -> _Loop:
+    """Run the warm-up and timed steps in one loop, then stop the clock, the sampler and the profiler."""
+    config, device, workload = setup.config, setup.device, setup.workload
+    training = setup.training
+    assert training is not None
+    clock, sampler, profiler, hooks = tools.clock, tools.sampler, tools.profiler, tools.hooks
+    autocast_check = setup.autocast_check
+    non_blocking = device.type == "cuda" and bool(workload.loader.get("pin_memory", False))
+    losses: list[Any] = []  # the first steps' losses, detached: read once the steps are over
+    memory_step_bytes: list[int] = []
+    total_steps = workload.warmup_steps + workload.steps * spec.rounds
+    graphs_before_timing = 0
+    compile_counts = None
+    loss = None
     comm = setup.comm
     comm_marks: list[Any] = []  # per timed step, the all-reduce's marks (`CommTimer.take_step`)
 
@@ -411,64 +459,68 @@ def _train(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], turns: TurnTa
         clock.mark("h2d")
         return batch
 
-    try:
-        for step in range(total_steps):
-            timed = step >= workload.warmup_steps
-            if step == workload.warmup_steps:
-                gc.collect()
-                device.reset_peak_memory()
-                graphs_before_timing = _compiled_graph_count() if config.compile else 0
-                compile_counts = CompileCounts.now() if config.compile else None
-                sampler.start()
-                if profiler is not None:
-                    profiler.start()
-                clock.start_timing()  # CUDA: the one synchronisation before the timed steps
-            clock.begin_step()
-            loss = training.run(fetch, clock, step)  # its phases marked (`perfgate.measure.step`)
-            if comm is not None and timed:
-                comm_marks.append(comm.take_step())
-            if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
-                clock.slow_down()
-                clock.mark("optimizer")
-            if hooks is not None:
-                autocast_check = hooks.finish()
-                hooks = None
-            if step < FIRST_LOSSES:
-                losses.append(loss.detach())
-            if timed:
-                memory_step_bytes.append(device.memory_now())
-                if profiler is not None:
-                    profiler.step()
-            clock.end_step()  # the bookkeeping above is timed apart from the step
-            if turns is not None:
-                turns.step_done()
-        clock.stop_timing()  # CUDA: the one synchronisation after the timed steps
-        sampler.stop()
-        if profiler is not None:
-            profiler.stop()
-        first_losses = [_finite_loss(value, step) for step, value in enumerate(losses)]
-    except TrialFailure:
-        raise
-    except Exception as exc:
-        raise _step_failure(setup, exc, training.current) from exc
-    finally:
-        sampler.stop()  # whatever ended the steps; stopping twice is harmless
-    times = clock.times()
+    # One loop body for both, with every per-step value in a local: the clock's marks see the same work
+    # in warm-up and timed steps, and the previous step's batch and loss are let go where they were. Nothing in
+    # the timed steps waits for the device: on CUDA the clock synchronises only at their two edges, and what is
+    # read from the device (the first losses, the all-reduce's marks) is read after the last one.
+    for step in range(total_steps):
+        timed = step >= workload.warmup_steps
+        if step == workload.warmup_steps:
+            gc.collect()
+            device.reset_peak_memory()
+            graphs_before_timing = _compiled_graph_count() if config.compile else 0
+            compile_counts = CompileCounts.now() if config.compile else None
+            sampler.start()
+            if profiler is not None:
+                profiler.start()
+            clock.start_timing()  # CUDA: the one synchronisation before the timed steps
+        clock.begin_step()
+        loss = training.run(fetch, clock, step)  # its phases marked (`perfgate.measure.step`)
+        if comm is not None and timed:
+            comm_marks.append(comm.take_step())
+        if spec.planted_slowdown:  # a known slowdown, for calibration: the step takes (1 + f) times as long
+            clock.slow_down()
+            clock.mark("optimizer")
+        if hooks is not None:
+            autocast_check = hooks.finish()
+            hooks = None
+        if step < FIRST_LOSSES:
+            losses.append(loss.detach())
+        if timed:
+            memory_step_bytes.append(device.memory_now())
+            if profiler is not None:
+                profiler.step()
+        clock.end_step()  # the bookkeeping above is timed apart from the step
+        if turns is not None:
+            turns.step_done()
+    clock.stop_timing()  # CUDA: the one synchronisation after the timed steps
+    sampler.stop()
+    if profiler is not None:
+        profiler.stop()
+    return _Loop(losses, memory_step_bytes, graphs_before_timing, compile_counts, autocast_check, loss, comm_marks)
+
+
+def _steps_measured(setup: _Setup, tools: _StepTools, loop: _Loop, first_losses: list[float]) -> _Steps:
+    """Assemble what the steps measured: the clock's times, each timed step's all-reduce figures, what the loop kept."""
+    training = setup.training
+    assert training is not None
+    times = tools.clock.times()
+    comm = setup.comm
     comm_steps = None
     if comm is not None:
         backward_s = times.phases["backward"]
-        comm_steps = [comm.step_figures(marks, s) for marks, s in zip(comm_marks, backward_s, strict=True)]
+        comm_steps = [comm.step_figures(marks, s) for marks, s in zip(loop.comm_marks, backward_s, strict=True)]
     return _Steps(
         times=times,
         first_losses=first_losses,
-        memory_step_bytes=memory_step_bytes,
-        graphs_before_timing=graphs_before_timing,
-        compile_counts=compile_counts,
-        autocast_check=autocast_check,
-        loss=loss,
+        memory_step_bytes=loop.memory_step_bytes,
+        graphs_before_timing=loop.graphs_before_timing,
+        compile_counts=loop.compile_counts,
+        autocast_check=loop.autocast_check,
+        loss=loop.loss,
         batch=training.last_batch,
-        sampler=sampler,
-        profiler=profiler,
+        sampler=tools.sampler,
+        profiler=tools.profiler,
         comm_steps=comm_steps,
     )
 
