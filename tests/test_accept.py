@@ -12,18 +12,11 @@ from pathlib import Path
 import pytest
 
 from perfgate.action import gate_outcome
-from perfgate.judge.acceptance import (
-    Acceptance,
-    AcceptanceError,
-    commit_acceptances,
-    head_acceptances,
-    parse_acceptance,
-    parse_label,
-    strongest,
-)
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, compare_entries, fails_build
+from perfgate.judge.acceptance import commit_acceptances, head_acceptances
+from perfgate.judge.verdict import Status, compare_entries, fails_build
+from perfgate.records.acceptance import Acceptance, AcceptanceError, parse_acceptance, parse_label, strongest
 from perfgate.records.results import GateRecord
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry

@@ -189,12 +189,12 @@ def test_nothing_after_the_measurement_cancels_a_measured_verdict(tmp_path, monk
     from perfgate.app.gate import GateSession
     from perfgate.app.request import GateRequest, HistoryRequest, Outputs
     from perfgate.app.sink import StreamSink
-    from perfgate.judge.settings import GateSettings
     from perfgate.judge.verdict import compare_results
     from perfgate.measure.lab import RunSettings
     from perfgate.project import ProjectConfig
     from perfgate.records.baselines import BaselineStore
     from perfgate.records.results import load_results
+    from perfgate.records.verdicts import GateSettings
 
     data = Path(__file__).parent / "data"
     repo = new_repository(tmp_path / "repo")

@@ -9,23 +9,16 @@ import json
 import pytest
 
 from perfgate.errors import UsageError
-from perfgate.judge.acceptance import parse_acceptance
-from perfgate.judge.counts import (
-    REPORT,
-    CountTolerances,
-    Outcome,
-    SideCounts,
-    compare_counts,
-    compare_sides,
-    format_count,
-    side_counts,
-)
-from perfgate.judge.settings import GateSettings
+from perfgate.formatting import format_count
+from perfgate.judge.counts import SideCounts, compare_counts, compare_sides, side_counts
 from perfgate.judge.verdict import Status, compare_pairs, compare_run, judge_saved
-from perfgate.project import ProjectConfig, load_project_config
+from perfgate.project import REPORT, CountTolerances, ProjectConfig, load_project_config
+from perfgate.records.acceptance import parse_acceptance
 from perfgate.records.baselines import BaselineStore, entry_from_workload
+from perfgate.records.counts import Outcome
 from perfgate.records.results import Against, RunResult, TrialResult
 from perfgate.records.shapes import Counts
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate

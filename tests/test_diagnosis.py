@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from perfgate.judge.diagnosis import COUNT_TOLERANCES, count_tolerances, diagnose
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
 from perfgate.project import REPORT, CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import SystemSummary, UsageSpread
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
 from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, phased_run, phased_trial

@@ -19,7 +19,6 @@ import torch
 
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
 from perfgate.measure import distributed
 from perfgate.measure.device import Device
@@ -27,6 +26,7 @@ from perfgate.records.baselines import entry_from_workload, entry_to_dict, parse
 from perfgate.records.results import ConfigResult, TrialRecord, TrialResult
 from perfgate.records.shapes import Distributed, PeakMemory, RankResult, UnusedParameters
 from perfgate.records.summary import PHASES
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses, format_run
 from perfgate.workload import Workload

@@ -12,8 +12,7 @@ import pytest
 
 from perfgate.errors import ResultsError
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, compare_pairs, judge_saved
+from perfgate.judge.verdict import Status, compare_pairs, judge_saved
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
 from perfgate.records.results import (
@@ -26,6 +25,7 @@ from perfgate.records.results import (
     parse_results,
 )
 from perfgate.records.shapes import Counts, Environment
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_diagnoses, format_gate, format_pytest_summary

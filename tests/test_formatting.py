@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from perfgate.formatting import format_pct, format_signed, format_signed_pct
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import compare_throughput
-from perfgate.judge.verdict import GateResult, compare_entries
+from perfgate.judge.verdict import compare_entries
 from perfgate.judge.wording import throughput_reason
 from perfgate.records.baselines import ConfigEntry
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate, format_pytest_summary, format_update
 from tests.helpers.baselines import GATE_BASE, gate_entry

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_results
 from perfgate.measure.gpu import CLOCKS_EVENT_BITS, GpuReading, decode_clocks_event_reasons, gpu_facts
 from perfgate.measure.lab import RunningTrial, TrialPlace
@@ -23,6 +22,7 @@ from perfgate.measure.trial import TrialSpec
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import Against, RunResult, TrialResult
 from perfgate.records.shapes import Environment, GpuFacts, ShapeError, SystemSummary
+from perfgate.records.verdicts import GateSettings
 from perfgate.references import resolve_references
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from markdown_it import MarkdownIt
 
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries, merge_results
+from perfgate.judge.verdict import Status, compare_entries, merge_results
+from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
 from perfgate.report.markdown import MARKER, append_job_summary, format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
 

@@ -26,10 +26,10 @@ from perfgate.app.options import (
 )
 from perfgate.app.request import HistoryRequest, _pairing, gate_settings, plugin_request
 from perfgate.errors import UsageError
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.measure.lab import Pairing
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
+from perfgate.records.verdicts import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.variants import DEFAULT_CONFIGS
 from tests.helpers.cli import run_cli
 

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from perfgate.errors import ResultsError
-from perfgate.judge.settings import GateSettings, Look
-from perfgate.judge.stats import SLOW_RATE
 from perfgate.judge.verdict import Status, compare_results
 from perfgate.project import ProjectConfig
 from perfgate.records.baselines import BaselineStore, render_baseline
+from perfgate.records.comparisons import SLOW_RATE
 from perfgate.records.fingerprint import Fingerprint, fingerprint_key, machine_fingerprint
 from perfgate.records.results import SCHEMA_PATH as SCHEMA
 from perfgate.records.results import GateRecord, load_results, parse_results
 from perfgate.records.shapes import ShapeError
+from perfgate.records.verdicts import GateSettings, Look
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_gate, format_run
 from tests.helpers.cli import run_main

@@ -12,12 +12,12 @@ import json
 import pytest
 
 from perfgate.errors import UsageError
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.utilisation import GPU_PEAKS, gpu_peak, workload_utilisation
 from perfgate.judge.verdict import compare_results
 from perfgate.project import ProjectConfig, load_project_config
 from perfgate.records.results import Against, ConfigResult, RunResult
 from perfgate.records.shapes import Counts, Environment
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
 from perfgate.report.render import lab_to_dict

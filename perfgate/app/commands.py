@@ -248,7 +248,7 @@ def history(
 ) -> int:
     """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
     nothing is recorded (it judges nothing)."""
-    from perfgate.judge.stats import DEFAULT_ALPHA
+    from perfgate.records.comparisons import DEFAULT_ALPHA
     from perfgate.report.history import format_history, series_of
 
     found, directory = load_history(store, sink, say_fetched=True)

@@ -23,11 +23,11 @@ from perfgate.errors import EXIT_USAGE, PerfgateError
 from perfgate.outcome import Status, measured_exit_code, warned_exit_code
 
 if TYPE_CHECKING:
-    from perfgate.judge.diagnosis import Diagnosis
-    from perfgate.judge.verdict import GateResult
     from perfgate.measure.lab import ProgressCallback
+    from perfgate.records.diagnoses import Diagnosis
     from perfgate.records.history import HistoryRecord, HistoryStore
     from perfgate.records.results import RunResult
+    from perfgate.records.verdicts import GateResult
 
 T = TypeVar("T")
 

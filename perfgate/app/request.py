@@ -19,13 +19,13 @@ from typing import Any
 
 from perfgate.app.options import Resolved
 from perfgate.errors import UsageError
-from perfgate.judge.acceptance import Acceptance
-from perfgate.judge.settings import GateSettings
 from perfgate.measure.lab import Pairing, RunSettings
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
+from perfgate.records.acceptance import Acceptance
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR
+from perfgate.records.verdicts import GateSettings
 from perfgate.references import Reference
 from perfgate.variants import DEFAULT_CONFIGS, parse_configs
 

@@ -15,21 +15,21 @@ from typing import TYPE_CHECKING, Any
 from perfgate.app.gate import GateSession
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError
-from perfgate.judge.family import COMPARISONS_PER_CONFIG, SessionRate, SessionShares
+from perfgate.judge.family import COMPARISONS_PER_CONFIG, SessionShares
 from perfgate.outcome import fails_build, micro_fails
+from perfgate.records.verdicts import SessionRate
 
 if TYPE_CHECKING:
     from perfgate.app.request import PluginRequest
     from perfgate.check.micro import PairedMicro
-    from perfgate.judge.diagnosis import Diagnosis
-    from perfgate.judge.micro import MicroVerdict
-    from perfgate.judge.verdict import ConfigVerdict, GateResult
     from perfgate.measure.lab import ProgressCallback
     from perfgate.records.baselines import StoredUpdate
+    from perfgate.records.diagnoses import Diagnosis
     from perfgate.records.fingerprint import Fingerprint
     from perfgate.records.micro import MicroBenchmark
     from perfgate.records.results import MicroSection, RunResult
     from perfgate.records.shapes import Environment
+    from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict
     from perfgate.references import Reference
 
 
@@ -321,7 +321,8 @@ class GateSuite:
 
     def _gate(self) -> GateResult:
         """Every check of this session as one result (an empty one when nothing was checked)."""
-        from perfgate.judge.verdict import GateResult, merge_results
+        from perfgate.judge.verdict import merge_results
+        from perfgate.records.verdicts import GateResult
 
         rate = self.rate()
         return merge_results(self.gates, rate) if self.gates else GateResult([], self.request.gate, session=rate)

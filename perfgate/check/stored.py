@@ -7,12 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate.check.sequential import decide_sequentially
-from perfgate.judge.settings import GateSettings, LookTracker
-from perfgate.judge.verdict import GateResult, compare_run, find_baselines
+from perfgate.judge.settings import LookTracker
+from perfgate.judge.verdict import compare_run, find_baselines
 from perfgate.measure.lab import LabSession, ProgressCallback, RunSettings
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.fingerprint import machine_fingerprint
 from perfgate.records.results import TrialResult
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.references import Reference
 
 

@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from perfgate.judge.acceptance import Acceptance, unused
-from perfgate.judge.counts import CountsComparison, SideCounts, compare_sides, side_counts
-from perfgate.judge.family import SessionRate
+from perfgate.judge.counts import SideCounts, compare_sides, side_counts
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
-from perfgate.judge.settings import GateSettings, Look, Looks
+from perfgate.judge.settings import levels_at
 from perfgate.judge.stats import (
     LookLevels,
-    MemoryComparison,
-    ThroughputComparison,
-    Verdict,
-    combined_verdict,
     compare_memory,
     compare_paired,
     compare_paired_memory,
@@ -39,137 +33,23 @@ from perfgate.outcome import FAILING as FAILING
 from perfgate.outcome import Status as Status
 from perfgate.outcome import build_exit_code as build_exit_code
 from perfgate.outcome import fails_build as fails_build
-from perfgate.outcome import warned_exit_code
-from perfgate.project import ProjectConfig, Thresholds
+from perfgate.project import ProjectConfig
 from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
+from perfgate.records.comparisons import ThroughputComparison, Verdict, combined_verdict
 from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
-from perfgate.records.results import Against, GateRecord, RunResult, TrialResult, WorkloadResult, merge_runs
+from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult, merge_runs
+from perfgate.records.verdicts import (
+    AcceptedSlowdown,
+    ConfigVerdict,
+    GateResult,
+    GateSettings,
+    Look,
+    Looks,
+    SessionRate,
+    WorkloadVerdict,
+)
 
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
-
-
-@dataclass(frozen=True)
-class AcceptedSlowdown:
-    """A slowdown accepted on purpose, and the throughput judged against its bound instead of the threshold
-    (raw and, against stored baselines, machine-adjusted)."""
-
-    acceptance: Acceptance
-    throughput: ThroughputComparison
-    adjusted: ThroughputComparison | None = None
-
-    @property
-    def verdict(self) -> Verdict:
-        return combined_verdict(self.throughput, self.adjusted)
-
-    @property
-    def within(self) -> bool:
-        """The data rule out a slowdown beyond the accepted one."""
-        return self.verdict in (Verdict.NO_CHANGE, Verdict.IMPROVEMENT)
-
-
-@dataclass(frozen=True)
-class ConfigVerdict:
-    workload: str
-    config: str
-    status: Status
-    reason: str  # one line that makes sense without the table
-    thresholds: Thresholds
-    throughput: ThroughputComparison | None = None
-    memory: MemoryComparison | None = None
-    trials_failed: int = 0
-    adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
-    machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
-    evidence: tuple[str, ...] = ()  # what else changed: the model's numerics, the data pipeline's output
-    accepted: AcceptedSlowdown | None = None  # where a slowdown was accepted and the threshold alone did not pass
-    counts: CountsComparison | None = None  # the step's exact counts against the other side's (None: not counted)
-
-    @property
-    def throughput_verdict(self) -> Verdict | None:
-        """The throughput verdict that decides: against the accepted bound where one applied."""
-        if self.accepted is not None:
-            return self.accepted.verdict
-        return None if self.throughput is None else combined_verdict(self.throughput, self.adjusted)
-
-    @property
-    def slower(self) -> bool:
-        """Throughput regressed (raw and machine-adjusted agreeing), whatever peak memory did."""
-        if self.throughput is None:
-            return False
-        return combined_verdict(self.throughput, self.adjusted) == Verdict.REGRESSION
-
-
-@dataclass(frozen=True)
-class WorkloadVerdict:
-    workload: str
-    configs: list[ConfigVerdict]
-    baseline: BaselineEntry | None = None
-    problem: str | None = None  # why the workload as a whole could not be compared
-    problem_status: Status | None = None  # NO_BASELINE or NOT_COMPARABLE, with `problem`
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Every workload's verdicts; `exit_code` is the build's answer."""
-
-    workloads: list[WorkloadVerdict]
-    settings: GateSettings
-    run: RunResult | None = None
-    stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
-    looks: Mapping[tuple[str, str], Look] = field(default_factory=dict)  # each config's last look
-    against: Against | None = None  # set in a paired check: the base it measured beside the working tree
-    comparisons: int = 0  # tests that share the check's one false-alarm rate (`one_error_rate`)
-    family: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # alpha's divisors used
-    session: SessionRate | None = None  # a pytest session's checks: the one false-alarm rate they share
-
-    @property
-    def mode(self) -> str:
-        """What the check compared with, in words, for every report."""
-        if self.against is None:
-            return "stored baselines"
-        return self.against.describe()
-
-    @property
-    def caveat(self) -> str | None:
-        """What a check against stored baselines cannot promise, for every report of one."""
-        if self.against is not None or not self.verdicts or all(v.throughput is None for v in self.verdicts):
-            return None  # paired, nothing judged, or judged by exact counts alone (no session to differ)
-        return (
-            "stored baselines were measured in another session, and a whole session can run slower than another "
-            "with the same code: this check's error rates hold only for a machine as steady as the baseline's. "
-            "A paired check against the base commit measures both sides here and keeps the published rates "
-            "(docs/statistics.md)"
-        )
-
-    @property
-    def verdicts(self) -> list[ConfigVerdict]:
-        return [c for w in self.workloads for c in w.configs]
-
-    @property
-    def unused_acceptances(self) -> list[str]:
-        """A warning for each accepted slowdown whose target this check did not measure."""
-        return unused(self.settings.accepted, {w.workload: [v.config for v in w.configs] for w in self.workloads})
-
-    @property
-    def verdict_code(self) -> int:
-        """The verdicts' own answer (`outcome.build_exit_code`), before warn-only."""
-        return build_exit_code(
-            (v.status for v in self.verdicts),
-            problems=any(w.problem for w in self.workloads),
-            fail_on_inconclusive=self.settings.fail_on_inconclusive,
-        )
-
-    @property
-    def exit_code(self) -> int:
-        """The build's answer: the verdicts', passed under warn-only (`outcome.warned_exit_code`)."""
-        return warned_exit_code(self.verdict_code, warn_only=self.settings.warn_only)
-
-    def to_record(self, baseline_dir: Path) -> GateRecord:
-        """What a results file keeps of this check: its settings, its mode, each config's last look and the
-        divisors of alpha, so a later report judges the run exactly as the check did."""
-        record = self.settings.to_record(baseline_dir, mode=self.mode, looks=self.looks, divisors=self.family)
-        if self.session is None:
-            return record
-        return replace(record, session={"comparisons": self.session.comparisons, "checks": self.session.checks})
 
 
 def missing_baseline(
@@ -385,7 +265,7 @@ def compare_entries(
             baseline.configs.get(config),
             candidate,
             settings,
-            settings.levels((looks or {}).get((name, config))),
+            levels_at(settings, (looks or {}).get((name, config))),
             paired=paired,
             divisors=(family or {}).get((name, config), (1.0, 1.0)),
             counts=((base_counts or {}).get(config), (head_counts or {}).get(config)),

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, UsageError
 from perfgate.judge.stats import slowdown_bound
-from perfgate.judge.verdict import GateResult, Status
+from perfgate.outcome import Status
+from perfgate.records.verdicts import GateResult
 
 COLOURS = {
     Status.REGRESSION: "#c62828",

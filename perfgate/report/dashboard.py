@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from html import escape
 
 from perfgate.formatting import format_bytes, format_signed_pct
-from perfgate.judge.trends import ChangePoint
+from perfgate.records.series import ChangePoint
 from perfgate.report.history import Run, Series
 
 WIDTH, HEIGHT = 640, 220

@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from perfgate.formatting import format_bytes, format_signed_pct
-from perfgate.judge.trends import ChangePoint, Creep, change_points, creep
-from perfgate.judge.verdict import GateResult
+from perfgate.judge.trends import change_points, creep
 from perfgate.outcome import Status
 from perfgate.records.baselines import entries_from_results
 from perfgate.records.history import EXPORT_FORMATS, History, HistoryRecord, RecordedVerdict
+from perfgate.records.series import ChangePoint, Creep
+from perfgate.records.verdicts import GateResult
 
 NO_STORED_BASELINE = "no stored baseline"  # the mode of a record measured with nothing to judge it against
 

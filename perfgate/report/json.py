@@ -6,13 +6,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from perfgate.judge.micro import MicroVerdict
-from perfgate.judge.stats import ThroughputComparison
-from perfgate.judge.utilisation import Utilisation, workload_utilisation
-from perfgate.judge.verdict import GateResult
+from perfgate.judge.utilisation import workload_utilisation
 from perfgate.outcome import Status, session_exit_code, warned_exit_code
+from perfgate.records.comparisons import ThroughputComparison
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.reading import Utilisation
 from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
+from perfgate.records.verdicts import GateResult, MicroVerdict
 
 
 def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mode: str | None = None) -> MicroSection:
@@ -192,7 +192,7 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     "achieved_flops_per_s": None if use is None else use.achieved_flops_per_s,
                     "mfu": None if use is None else use.mfu,
                     "throttled_trials": _gate_throttled(result, w.workload, v.config),
-                    # the exact counts, a row per count (`judge.counts.CountsComparison.to_dict`); null: not counted
+                    # the exact counts, a row per count (`records.counts.CountsComparison.to_dict`); null: not counted
                     "counts": None if v.counts is None else v.counts.to_dict(),
                 }
             )

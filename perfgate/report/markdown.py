@@ -14,17 +14,20 @@ from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, ResultsError
 from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
-from perfgate.judge.diagnosis import Diagnosis, compile_line
 from perfgate.judge.reading import read_lab
-from perfgate.judge.utilisation import WorkloadUtilisation, workload_utilisation
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.judge.utilisation import workload_utilisation
+from perfgate.outcome import Status
+from perfgate.records.counts import COUNT_HEADERS
+from perfgate.records.diagnoses import Diagnosis
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.reading import WorkloadUtilisation
 from perfgate.records.results import MicroSection, RunResult, WorkloadResult
 from perfgate.records.summary import PHASES
+from perfgate.records.verdicts import ConfigVerdict, GateResult, WorkloadVerdict
 from perfgate.report.history import Trend, mermaid_trend
 from perfgate.report.json import overall_exit_code, overall_verdict_code
 from perfgate.report.text import (
-    COUNT_HEADERS,
+    compile_line,
     confidence_text,
     count_cell,
     count_columns,

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from perfgate.judge.diagnosis import Diagnosis
 from perfgate.judge.reading import read_lab
 from perfgate.judge.utilisation import workload_utilisation
-from perfgate.judge.verdict import GateResult
+from perfgate.records.diagnoses import Diagnosis
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
 from perfgate.records.results import MicroSection, RunResult
+from perfgate.records.verdicts import GateResult
 from perfgate.report import FORMATS
 from perfgate.report.json import gate_to_dict, throttled_trial_records
 from perfgate.report.markdown import COMMENT_LIMIT, format_lab_markdown, format_markdown

@@ -10,27 +10,29 @@ from pathlib import Path
 from perfgate.errors import EXIT_MEANINGS
 from perfgate.formatting import (
     format_bytes,
+    format_count,
     format_names,
     format_p_value,
     format_pct,
     format_signed,
     format_signed_pct,
 )
-from perfgate.judge.counts import COUNT_HEADERS as COUNT_HEADERS  # the one table (report.markdown reads it here)
-from perfgate.judge.counts import COUNTED, REPORT, CountRow, Outcome, format_count
-from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
-from perfgate.judge.micro import MicroVerdict
 from perfgate.judge.reading import read_lab
-from perfgate.judge.stats import SLOW_FACTOR, ThroughputComparison, slowdown_bound
-from perfgate.judge.utilisation import WorkloadUtilisation, flops_cell, workload_utilisation
-from perfgate.judge.verdict import ConfigVerdict, GateResult, WorkloadVerdict
+from perfgate.judge.stats import slowdown_bound
+from perfgate.judge.utilisation import workload_utilisation
 from perfgate.outcome import Status
+from perfgate.project import REPORT
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
+from perfgate.records.comparisons import SLOW_FACTOR, ThroughputComparison
+from perfgate.records.counts import COUNT_HEADERS, COUNTED, CountRow, Outcome
+from perfgate.records.diagnoses import Diagnosis, PhaseChange
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
+from perfgate.records.reading import Utilisation, WorkloadUtilisation, format_flops, format_share
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
 from perfgate.records.shapes import Distributed, Environment, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
+from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict, WorkloadVerdict
 from perfgate.report.json import micro_section, overall_exit_code, overall_verdict_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -112,6 +114,14 @@ def format_counted_workload(workload: WorkloadResult) -> str:
         lines.extend(f"  ! {name} graph break at {place}" for place in (counts.break_places if counts else []))
     lines.extend(f"  ! {message}" for message in lab_failures(workload, each_trial=True) + workload.warnings)
     return "\n".join(lines)
+
+
+def flops_cell(use: Utilisation | None) -> str:
+    """The lab table's FLOP/s cell: `376 TFLOP/s (38%)`, `12.3 GFLOP/s` without a peak, `-` where not counted."""
+    if use is None:
+        return "-"
+    mfu = use.mfu
+    return format_flops(use.achieved_flops_per_s) + ("" if mfu is None else f" ({format_share(mfu)})")
 
 
 LAB_HEADER = ["config", "samples/s", "step p50/p95/p99 ms", *(PHASE_HEADERS[p] for p in PHASES)]
@@ -462,7 +472,7 @@ def family_text(result: GateResult) -> str:
 
 
 def count_columns(workload: WorkloadVerdict) -> list[str]:
-    """The counts any config of the workload has, in `judge.counts.COUNTED` order (the counts table's columns)."""
+    """The counts any config of the workload has, in `records.counts.COUNTED` order (the counts table's columns)."""
     present = {row.name for v in workload.configs if v.counts is not None for row in v.counts.rows}
     return [name for name in COUNTED if name in present]
 
@@ -718,6 +728,13 @@ def phase_cells(d: Diagnosis, p: PhaseChange) -> list[str]:
         "-" if p.baseline_s is None else format_signed(1000 * p.change_s, 2),
         "-" if share is None else format_pct(share),
     ]
+
+
+def compile_line(times: tuple[float | None, float]) -> str:
+    """`compile: 21.0 -> 24.5 s (once per process, outside the step times)`."""
+    before, now = times
+    was = "" if before is None else f"{before:.1f} -> "
+    return f"compile: {was}{now:.1f} s (once per process, outside the step times)"
 
 
 def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:
