@@ -143,7 +143,7 @@ def _gate_outcome(
         and code in (EXIT_OK, EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED)
         and results.is_file()
     ):
-        from perfgate.judge.verdict import judge_saved
+        from perfgate.app.judging import judge_file
         from perfgate.outcome import Status, fails_build, job_exit_code
         from perfgate.project import load_project_config
         from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
@@ -151,7 +151,7 @@ def _gate_outcome(
 
         try:
             run = load_results(results)
-            judged = judge_saved(run, load_project_config())
+            judged = judge_file(run, load_project_config(), diagnosed=False).result
         except PerfgateError as error:
             return [command("error", "perfgate", error.one_line())], code
         runner = fingerprint_key(machine_fingerprint(run.environment))
@@ -235,12 +235,12 @@ def verdict_code(mode: str, code: int, results: Path, log: Path) -> int:
         return EXIT_NO_BASELINE if any(map(MISSING.search, _lines(log))) else code
     if not _saved_warn_only(results):
         return code
-    from perfgate.judge.verdict import judge_saved
+    from perfgate.app.judging import judge_file
     from perfgate.project import load_project_config
     from perfgate.records.results import load_results
 
     try:
-        return judge_saved(load_results(results), load_project_config()).verdict_code
+        return judge_file(load_results(results), load_project_config(), diagnosed=False).result.verdict_code
     except PerfgateError:
         return code
 
@@ -260,12 +260,13 @@ def accept_label_options(labels: str) -> list[str]:
 def has_news(results: Path) -> bool:
     """Whether a check's results have something to say: a verdict that is not "no change", a workload that
     could not be compared, an accepted slowdown that matched nothing (a file that cannot be read: yes)."""
-    from perfgate.judge.verdict import Status, judge_saved
+    from perfgate.app.judging import judge_file
+    from perfgate.outcome import Status
     from perfgate.project import load_project_config
     from perfgate.records.results import load_results
 
     try:
-        judged = judge_saved(load_results(results), load_project_config())
+        judged = judge_file(load_results(results), load_project_config(), diagnosed=False).result
     except PerfgateError:
         return True
     return (

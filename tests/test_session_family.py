@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge
 from perfgate.app.request import PluginRequest
 from perfgate.app.suite import GateSuite, configured_test
 from perfgate.judge.family import SessionShares
@@ -179,10 +180,14 @@ def test_the_sessions_report_states_its_one_false_alarm_rate():
         "(Holm within each check's share of alpha)"
     )
     assert SessionRate(0.01, 5, 3).line == line
-    text = format_gate(merged, command="pytest --perfgate")
+    text = format_gate(judge(merged, diagnosed=False), command="pytest --perfgate")
     assert "alpha 0.01 for the whole session, over 5 comparisons in 3 checks (Holm within each check's share" in text
     assert "for the whole check" not in text
-    assert "One false-alarm rate for the session: alpha 0.01 over 5 comparisons in 3 checks" in format_markdown(merged)
+    assert "One false-alarm rate for the session: alpha 0.01 over 5 comparisons in 3 checks" in format_markdown(
+        judge(merged, diagnosed=False)
+    )
     alone = _check(GATE_BASE, SLOWER)  # a CLI check: unchanged
-    assert "alpha 0.01 for the whole check (2 comparisons, Holm)" in format_gate(alone, command="perfgate check")
-    assert "false-alarm rate for the session" not in format_markdown(alone)
+    assert "alpha 0.01 for the whole check (2 comparisons, Holm)" in format_gate(
+        judge(alone, diagnosed=False), command="perfgate check"
+    )
+    assert "false-alarm rate for the session" not in format_markdown(judge(alone, diagnosed=False))

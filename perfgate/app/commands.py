@@ -26,20 +26,21 @@ __all__ = ["bisect", "calibrate", "compare", "export", "history", "report", "rep
 
 def run_lab(request: LabRequest, sink: Sink) -> int:
     """Run the lab and print its table (--json, --markdown: also to files); exit 4 when nothing was measured."""
+    from perfgate.app.judging import read_run
     from perfgate.measure.lab import run_lab as measure
     from perfgate.records.results import write_text_atomic
     from perfgate.report.markdown import format_lab_markdown
     from perfgate.report.text import format_run
 
-    peaks = request.peak_tflops
     failures: dict[str, WorkloadError] = {}
     progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
     result = measure(list(request.references), request.run, progress, failures=failures)
-    sink.info(format_run(result, peak_tflops=peaks))
+    reading = read_run(result, request.peak_tflops)
+    sink.info(format_run(reading))
     write_json(result, request.outputs.json, sink)
     if request.outputs.markdown is not None:
         details = str(request.outputs.json) if request.outputs.json else None
-        write_text_atomic(request.outputs.markdown, format_lab_markdown(result, details=details, peak_tflops=peaks))
+        write_text_atomic(request.outputs.markdown, format_lab_markdown(reading, details=details))
     return _failed(failures, sink) or measured_exit_code(measured(result, sink)) or EXIT_OK
 
 
@@ -52,6 +53,7 @@ def _failed(failures: Mapping[str, WorkloadError], sink: Sink) -> int | None:
 
 def update(request: LabRequest, sink: Sink) -> int:
     """Measure and write this machine's baselines; the baseline folder was found writable before (the request)."""
+    from perfgate.app.judging import read_run
     from perfgate.measure.environment import require_clean_tree
     from perfgate.measure.lab import run_lab as measure
     from perfgate.records.baselines import BaselineStore
@@ -63,7 +65,7 @@ def update(request: LabRequest, sink: Sink) -> int:
     failures: dict[str, WorkloadError] = {}
     progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
     result = measure(list(request.references), request.run, progress, failures=failures)
-    sink.info(format_run(result, peak_tflops=request.peak_tflops) + "\n")
+    sink.info(format_run(read_run(result, request.peak_tflops)) + "\n")
     write_json(result, request.outputs.json, sink)
     code = _failed(failures, sink) or measured_exit_code(measured(result, sink))  # no baseline of a failed run
     if code is not None:
@@ -74,6 +76,7 @@ def update(request: LabRequest, sink: Sink) -> int:
 
 def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) -> int:
     """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
+    from perfgate.app.judging import judge
     from perfgate.check.calibrate import format_calibration, run_calibration
     from perfgate.report.text import format_gate
 
@@ -90,7 +93,8 @@ def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) 
     if calibration.planted.run is not None:
         write_json(calibration.planted.run, request.outputs.json, sink)
     if not request.outputs.quiet:
-        sink.report("A/A " + format_gate(calibration.aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
+        aa = judge(calibration.aa, diagnosed=False)  # the runner's noise: nothing to diagnose
+        sink.report("A/A " + format_gate(aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
     sink.info(format_calibration(calibration))
     return EXIT_OK
 
@@ -129,9 +133,9 @@ def compare(
 ) -> int:
     """Judge a results file against the baselines or another file; print the report (--format), write
     --report-json and --markdown; exit with the verdict's code."""
+    from perfgate.app.judging import judge
     from perfgate.app.request import check_outputs, compare_request, outputs_of
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import compare_results
+    from perfgate.check.stored import compare_saved
     from perfgate.records.baselines import BaselineStore
     from perfgate.records.results import load_results
     from perfgate.report.render import render_gate
@@ -154,13 +158,11 @@ def compare(
                 "perfgate check --against REF on one runner"
             )
     request = compare_request(values, project=project(), cwd=cwd)
-    result = compare_results(candidate, request.gate, store=BaselineStore(request.baseline_dir), baseline=baseline)
-    diagnoses = diagnose(result)
+    result = compare_saved(candidate, request.gate, store=BaselineStore(request.baseline_dir), baseline=baseline)
+    judgement = judge(result)
     details = str(paths[-1])
     write_outputs(
-        request.outputs,
-        lambda form: render_gate(result, form, command="perfgate compare", diagnoses=diagnoses, details=details),
-        sink,
+        request.outputs, lambda form: render_gate(judgement, form, command="perfgate compare", details=details), sink
     )
     return warn_open(result, sink)
 
@@ -170,9 +172,8 @@ def report(
 ) -> int:
     """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exits 0 once
     written (the check's own exit code is its verdict's)."""
+    from perfgate.app.judging import judge_file, read_run
     from perfgate.app.request import check_outputs
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import judge_saved
     from perfgate.records.results import load_results
     from perfgate.report.markdown import COMMENT_LIMIT
     from perfgate.report.render import is_lab_run, render_gate, render_lab
@@ -188,30 +189,19 @@ def report(
                 where=str(path),
                 hint="chart the results of perfgate check --json, or leave out --png",
             )
-        peaks = project().peak_tflops
-        write_outputs(
-            outputs, lambda form: render_lab(run, form, details=details, limit=limit, peak_tflops=peaks), sink
-        )
+        reading = read_run(run, project().peak_tflops)
+        write_outputs(outputs, lambda form: render_lab(reading, form, details=details, limit=limit), sink)
         return EXIT_OK
-    result = judge_saved(run, project(), baseline_dir)
-    diagnoses = diagnose(result)
+    # judged as the check decided it, with a pytest --perfgate session's pytest-benchmark verdicts as it decided them
+    judgement = judge_file(run, project(), baseline_dir)
     if outputs.png is not None:
         from perfgate.report.chart import write_chart
 
-        write_chart(result, outputs.png)
+        write_chart(judgement, outputs.png)
 
     def render(form: str) -> str:
-        text = render_gate(
-            result,
-            form,
-            command="perfgate report",
-            exits=False,
-            diagnoses=diagnoses,
-            micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
-            details=details,
-            limit=limit,
-        )
-        lab = format_run(run, peak_tflops=result.settings.project.peak_tflops) + "\n"
+        text = render_gate(judgement, form, command="perfgate report", exits=False, details=details, limit=limit)
+        lab = "" if judgement.lab is None else format_run(judgement.lab) + "\n"
         return (lab if form == "text" and run.workloads else "") + text
 
     write_outputs(outputs, render, sink)
@@ -248,8 +238,9 @@ def history(
 ) -> int:
     """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
     nothing is recorded (it judges nothing)."""
+    from perfgate.judge.trends import series_of
     from perfgate.records.comparisons import DEFAULT_ALPHA
-    from perfgate.report.history import format_history, series_of
+    from perfgate.report.history import format_history
 
     found, directory = load_history(store, sink, say_fetched=True)
     if not found.records:

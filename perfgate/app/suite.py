@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from perfgate.records.baselines import StoredUpdate
     from perfgate.records.diagnoses import Diagnosis
     from perfgate.records.fingerprint import Fingerprint
+    from perfgate.records.judgement import Judgement, RunReading
     from perfgate.records.micro import MicroBenchmark
     from perfgate.records.results import MicroSection, RunResult
     from perfgate.records.shapes import Environment
@@ -65,6 +66,7 @@ class GateSuite:
         self.recorded: list[Path] = []  # --perfgate-record: the history records appended
         self.notes: list[str] = []  # warnings of steps after a measurement (not recorded, not pushed)
         self._diagnosed: tuple[int, list[Diagnosis]] | None = None  # (checks diagnosed, their diagnoses)
+        self._read: list[RunReading] = []  # the lab's reading of each run so far, in `runs`' order
         self.written: list[Path] = []  # the results file and the report, once written
         self._probes: list[float] = []
         self._environment: Environment | None = None  # this process's, once read for pytest-benchmark
@@ -342,7 +344,8 @@ class GateSuite:
         return replace(run, gate=gate, micro=micro)
 
     def diagnoses(self) -> list[Diagnosis]:
-        """Every check's diagnoses (every config's with --perfgate-diagnose), judged once for every report."""
+        """Every check's diagnoses (every config's with --perfgate-diagnose), each check diagnosed once for every
+        report."""
         from perfgate.judge.diagnosis import diagnose
 
         key = len(self.gates)
@@ -351,13 +354,34 @@ class GateSuite:
             self._diagnosed = (key, [d for g in self.gates for d in diagnose(g, every_config=every)])
         return self._diagnosed[1]
 
+    def judgement(self, micro: MicroSection | None = None) -> Judgement:
+        """The session judged once for its reports: every check merged (`_gate`), each check's diagnoses
+        (`diagnoses`), the lab's reading of the merged run and of each run, the pytest-benchmark tests' verdicts
+        (`micro`) and the problems so far."""
+        from perfgate.app.judging import judge
+
+        return judge(
+            self._gate(),
+            diagnoses=self.diagnoses(),
+            micro=micro,
+            problems=self.problems,
+            checks=self.gates,
+            runs=self._readings(),
+        )
+
+    def _readings(self) -> list[RunReading]:
+        """Each run of the session read by the lab, once."""
+        from perfgate.app.judging import read_run
+
+        peaks = self.request.project.peak_tflops
+        self._read += [read_run(run, peaks) for run in self.runs[len(self._read) :]]
+        return list(self._read)
+
     def _markdown(self, micro: MicroSection | None) -> str:
         from perfgate.report.markdown import format_markdown
 
         details = None if self.request.outputs.json is None else str(self.request.outputs.json)
-        return format_markdown(
-            self._gate(), details=details, diagnoses=self.diagnoses(), micro=micro, problems=self.problems
-        )
+        return format_markdown(self.judgement(micro), details=details)
 
     def summary(self) -> str | None:
         """The session's summary for the terminal (None: nothing measured, nothing to say): the checks' modes,
@@ -366,16 +390,10 @@ class GateSuite:
         from perfgate.report.text import format_pytest_summary
 
         text = format_pytest_summary(
-            gates=self.gates,
-            runs=self.runs,
+            self.judgement(self._micro_section()),
             updates=self.updates,
             store_dir=self.request.baseline_dir,
-            micro=self.micro,
             micro_updates=self.micro_updates,
-            micro_paired=self.micro_paired is not None,
-            problems=self.problems,
-            peak_tflops=self.request.project.peak_tflops,
-            diagnoses=self.diagnoses(),
         )
         if not text:
             return None

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate._files import OwnedTempDir
-from perfgate.judge.verdict import find_baselines, judge_counts_only
+from perfgate.check.stored import find_baselines
+from perfgate.judge.verdict import judge_counts_only
 from perfgate.measure.lab import LabSession, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import PairedSession, base_checkout, changed_files

@@ -49,7 +49,8 @@ from functools import cache
 from itertools import pairwise
 from typing import Any
 
-from perfgate.records.series import ChangePoint, Creep
+from perfgate.records.history import History
+from perfgate.records.series import ChangePoint, Creep, Series, runs_of
 
 PENALTY_FACTOR = 3.0  # penalty per change, in sigma^2 ln(n): MBIC-like, see the module docstring
 NOISE_FLOOR = 1e-3  # smallest run-to-run noise assumed (0.1%), so identical levels still have a penalty
@@ -226,3 +227,16 @@ def _check_fraction(value: float, name: str) -> None:
 def _check_alpha(alpha: float) -> None:
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+
+
+def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
+    """The history's series, each with its change points (samples/s and peak memory) and creep."""
+    found = []
+    for (workload, config, machine), runs in runs_of(history).items():
+        speed = [r.samples_per_sec for r in runs]
+        memory = [[float(b) for b in r.peak_bytes if b > 0] for r in runs]
+        points = change_points(speed, min_change=threshold, alpha=alpha)
+        memory_points = change_points(memory, min_change=threshold, alpha=alpha) if all(m for m in memory) else []
+        drift = creep(speed, threshold=threshold, alpha=alpha, change_points=points)
+        found.append(Series(workload, config, machine, runs, points, memory_points, drift))
+    return found

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from perfgate.judge.counts import SideCounts, compare_sides, side_counts
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
@@ -33,17 +32,14 @@ from perfgate.outcome import FAILING as FAILING
 from perfgate.outcome import Status as Status
 from perfgate.outcome import build_exit_code as build_exit_code
 from perfgate.outcome import fails_build as fails_build
-from perfgate.project import ProjectConfig
-from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
+from perfgate.records.baselines import BaselineEntry, ConfigEntry, entry_from_workload
 from perfgate.records.comparisons import ThroughputComparison, Verdict, combined_verdict
-from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
 from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult, merge_runs
 from perfgate.records.verdicts import (
     AcceptedSlowdown,
     ConfigVerdict,
     GateResult,
     GateSettings,
-    Look,
     Looks,
     SessionRate,
     WorkloadVerdict,
@@ -52,55 +48,10 @@ from perfgate.records.verdicts import (
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
 
-def missing_baseline(
-    workload: str,
-    store: BaselineStore,
-    fingerprint: Fingerprint,
-    entries: Mapping[str, BaselineEntry],
-    update_command: str = "perfgate update",
-) -> str:
-    """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
-    command = f"{update_command} (writes {store.path_for(workload)}; commit it)"
-    machine = fingerprint_key(fingerprint)
-    if not entries:
-        return f"no baseline for {workload} on this machine ({machine}) in {store.directory}/; run {command}"
-    closest = min(entries.values(), key=lambda e: len(fingerprint_differences(fingerprint, e.fingerprint)))
-    gpus = [e.fingerprint.device_name for e in entries.values() if e.fingerprint.device_type == "cuda"]
-    if fingerprint.device_type == "cuda" and gpus and fingerprint.device_name not in gpus:
-        # Only baselines from other GPU models: say so plainly, no list of fields.
-        recorded = " and ".join(sorted({str(name) for name in gpus}))
-        return (
-            f"no baseline for {workload} on this GPU model: the stored baselines were recorded on {recorded}, "
-            f"this machine has {fingerprint.device_name}, and timings on one GPU model say nothing about "
-            f"another; record a baseline on this runner with {command}, or run the check where the baseline was taken"
-        )
-    differences = "; ".join(fingerprint_differences(fingerprint, closest.fingerprint))
-    return (
-        f"no baseline for {workload} on this machine ({machine}); the closest stored one "
-        f"differs in {differences}; run {command}"
-    )
-
-
-def find_baselines(
-    store: BaselineStore,
-    workloads: Sequence[str],
-    fingerprint: Fingerprint,
-    update_command: str = "perfgate update",
-) -> tuple[dict[str, BaselineEntry], dict[str, str]]:
-    """This machine's baseline entry for each workload, and the problem line for each that has none."""
-    baselines: dict[str, BaselineEntry] = {}
-    problems: dict[str, str] = {}
-    key = fingerprint_key(fingerprint)
-    for name in workloads:
-        entries = store.load(name)
-        if key in entries:
-            baselines[name] = entries[key]
-        else:
-            problems[name] = missing_baseline(name, store, fingerprint, entries, update_command)
-    return baselines, problems
-
-
 Family = Mapping[tuple[str, str], tuple[float, float]]  # (workload, config) -> alpha's divisors: throughput, memory
+# The stored baselines found for a machine, by workload, and the problem line of each workload without one
+# (`check.stored.find_baselines` reads them from the baseline store).
+Stored = tuple[Mapping[str, BaselineEntry], Mapping[str, str]]
 
 
 def one_error_rate(judge: Callable[[Family | None], GateResult]) -> GateResult:
@@ -150,15 +101,16 @@ def compare_results(
     candidate: RunResult,
     settings: GateSettings,
     *,
-    store: BaselineStore | None = None,
+    stored: Stored | None = None,
     baseline: RunResult | None = None,
     looks: Looks | None = None,
     family: Family | None = None,
 ) -> GateResult:
-    """Judge saved results against the stored baselines for their machine, or against other saved results;
-    a paired check's results against the base measured beside them. `family`: the divisors of alpha the check
-    used (its results file keeps them), else Holm's over these comparisons. Counting trials (`--counts-only`) are
-    judged by their counts alone (`judge_counts_only`)."""
+    """Judge saved results against the stored baselines found for their machine (`stored`: the check layer reads
+    them, `check.stored.compare_saved`), or against other saved results; a paired check's results against the base
+    measured beside them. `family`: the divisors of alpha the check used (its results file keeps them), else
+    Holm's over these comparisons. Counting trials (`--counts-only`) are judged by their counts alone
+    (`judge_counts_only`)."""
     counted = any(w.counted_only for w in candidate.workloads)
     if counted and candidate.against is not None and baseline is None:
         return judge_counts_only(candidate, settings)
@@ -169,9 +121,8 @@ def compare_results(
         return compare_pairs(candidate, against.base, settings, looks or {}, against)
     names = [w.name for w in candidate.workloads]
     if baseline is None:
-        assert store is not None, "compare_results needs a store or a baseline run"
-        fingerprint = machine_fingerprint(candidate.environment)
-        baselines, problems = find_baselines(store, names, fingerprint, settings.update_command)
+        assert stored is not None, "compare_results needs the stored baselines or a baseline run"
+        baselines, problems = stored
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
@@ -180,37 +131,6 @@ def compare_results(
     if family is not None:
         return _as_judged(_compare_run(candidate, baselines, settings, problems, looks, family), family)
     return compare_run(candidate, baselines, settings, problems, looks)
-
-
-def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | None = None) -> GateResult:
-    """Judge a saved results file as the check that wrote it did (its settings are in the file); a file
-    from `perfgate run` is judged once with the project's settings."""
-    from perfgate.records.baselines import DEFAULT_BASELINE_DIR
-
-    gate = run.gate
-    if gate is None:
-        settings = GateSettings.from_options(project, trials=1, max_trials=1)
-        looks: dict[tuple[str, str], Look] = {}
-    else:
-        settings = GateSettings.from_record(project, gate)
-        if gate.looks is not None:
-            looks = {_config_key(key): Look.from_record(look) for key, look in gate.looks.items()}
-        else:  # written before spending plans: every config judged as after the check's last look
-            looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
-    directory = baseline_dir or Path((gate.baseline_dir if gate is not None else "") or DEFAULT_BASELINE_DIR)
-    family = (
-        {_config_key(key): (float(pair[0]), float(pair[1])) for key, pair in gate.divisors.items()}
-        if gate is not None and gate.divisors is not None
-        else None  # written before one error rate per check, or by `perfgate run`: Holm's over this file
-    )
-    result = compare_results(run, settings, store=BaselineStore(directory), looks=looks, family=family)
-    session = None if gate is None or gate.session is None else SessionRate(settings.alpha, **gate.session)
-    return replace(result, looks=looks, session=session)
-
-
-def _config_key(text: str) -> tuple[str, str]:
-    workload, _, config = text.rpartition("/")
-    return workload, config
 
 
 def compare_entries(

@@ -1,10 +1,11 @@
-"""The terminal report: a table per workload, the lab reading, and warnings."""
+"""The terminal report: a table per workload, the lab reading, and warnings; it reads a judged check
+(`records.judgement.Judgement`) or a lab run's reading, and judges nothing itself."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS
@@ -17,9 +18,6 @@ from perfgate.formatting import (
     format_signed,
     format_signed_pct,
 )
-from perfgate.judge.reading import read_lab
-from perfgate.judge.stats import slowdown_bound
-from perfgate.judge.utilisation import workload_utilisation
 from perfgate.outcome import Status
 from perfgate.project import REPORT
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
@@ -27,13 +25,14 @@ from perfgate.records.comparisons import SLOW_FACTOR, ThroughputComparison
 from perfgate.records.counts import COUNT_HEADERS, COUNTED, CountRow, Outcome
 from perfgate.records.diagnoses import Diagnosis, PhaseChange
 from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
+from perfgate.records.judgement import Judgement, RunReading, WorkloadReading
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.reading import Utilisation, WorkloadUtilisation, format_flops, format_share
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Distributed, Environment, GpuFacts
+from perfgate.records.shapes import Distributed, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
-from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict, WorkloadVerdict
-from perfgate.report.json import micro_section, overall_exit_code, overall_verdict_code
+from perfgate.records.verdicts import ConfigVerdict, GateResult, WorkloadVerdict
+from perfgate.report.json import overall_exit_code, overall_verdict_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -53,22 +52,17 @@ MEMORY_NOTES = {
 }
 
 
-def format_run(result: RunResult, *, peak_tflops: Mapping[str, float] | None = None) -> str:
-    """The whole report: one block per workload; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
-    return "\n\n".join(format_workload(w, result.environment, peak_tflops) for w in result.workloads) + "\n"
+def format_run(reading: RunReading) -> str:
+    """The whole report of a measured run: one block per workload, with the lab's reading of it."""
+    return "\n\n".join(format_workload(w, reading.of(w.name)) for w in reading.run.workloads) + "\n"
 
 
-def format_workload(
-    workload: WorkloadResult,
-    environment: Environment | None = None,
-    peak_tflops: Mapping[str, float] | None = None,
-) -> str:
-    """One workload's table, the lab reading and any warnings; `environment` (the run's) names the GPU whose peak
-    the utilisation is of."""
+def format_workload(workload: WorkloadResult, read: WorkloadReading) -> str:
+    """One workload's table, the lab reading and any warnings."""
     if workload.counted_only:
         return format_counted_workload(workload)
     lines = [f"{workload.name}  ({lab_settings_text(workload)})"]
-    use = workload_utilisation(workload, environment, peak_tflops)
+    use = read.utilisation
     rows = [lab_header(use)]
     for name, config in workload.configs.items():
         cells = lab_cells(config, use)
@@ -77,8 +71,7 @@ def format_workload(
     lines.append(f"  {lab_footnote(workload)}")
     for name, config in workload.configs.items():
         lines.extend(format_ranks(name, config.trials))
-    reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
-    lines.extend(f"  {line}" for line in reading.lines)
+    lines.extend(f"  {line}" for line in read.reading.lines)
     lines.extend(f"  ! {message}" for message in lab_failures(workload) + workload.warnings)
     lines.extend(f"  ! {note}" for note in throttled_trials(workload))
     return "\n".join(lines)
@@ -331,23 +324,17 @@ _STATUS_LABELS = {
 }
 
 
-def format_gate(
-    result: GateResult,
-    diagnoses: Sequence[Diagnosis] = (),
-    micro: MicroSection | None = None,
-    *,
-    command: str,
-    exits: bool = True,
-) -> str:
+def format_gate(judgement: Judgement, *, command: str, exits: bool = True) -> str:
     """The gate's report: per workload a table of baseline against current, any diagnosis, the
-    pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line, which names
+    pytest-benchmark tests' verdicts (from `pytest --perfgate`), the verdict line, which names
     `command` (`perfgate compare`) and, when the command `exits` with the verdict's code, that code."""
+    result, diagnoses, micro = judgement.result, judgement.diagnoses, judgement.micro
     blocks = [f"compared with: {result.mode}" + (f"\n! {result.caveat}" if result.caveat else "")]
     if (environment := environments_text(result)) is not None:
         blocks[0] += f"\nenvironment: {environment}"
     if result.settings.accepted:
         blocks[0] += f"\nslowdowns accepted: {'; '.join(a.shown for a in result.settings.accepted)}"
-    blocks += [_format_gate_workload(w, result) for w in result.workloads]
+    blocks += [_format_gate_workload(w, judgement) for w in result.workloads]
     if diagnoses:
         blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
     if micro is not None and micro.benchmarks:
@@ -402,7 +389,8 @@ def format_gate_summary(
     return line
 
 
-def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
+def _format_gate_workload(workload: WorkloadVerdict, judgement: Judgement) -> str:
+    result = judgement.result
     paired = result.against is not None
     lines = [f"gate: {workload.workload}" + ("" if paired else _baseline_note(workload))]
     if workload.problem:
@@ -438,7 +426,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
         )
     lines.extend(_table(rows))
     limits = sorted({(v.thresholds.throughput, v.thresholds.memory) for v in workload.configs})
-    limit_text = ", ".join(f"{limits_text(a)}, peak memory {100 * b:g}%" for a, b in limits)
+    limit_text = ", ".join(f"{limits_text(a, judgement.bound(a))}, peak memory {100 * b:g}%" for a, b in limits)
     if paired:
         explained = (
             "samples/s: medians over each side's trials; ratio: geometric mean of the per-pair ratios head/base "
@@ -597,23 +585,16 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
 
 
 def format_pytest_summary(
+    judgement: Judgement,
     *,
-    gates: Sequence[GateResult],
-    runs: Sequence[RunResult],
     updates: Sequence[StoredUpdate],
     store_dir: Path,
-    micro: Sequence[MicroVerdict] = (),
     micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
-    micro_paired: bool = False,
-    problems: Sequence[str] = (),
-    peak_tflops: Mapping[str, float] | None = None,
-    diagnoses: Sequence[Diagnosis] = (),
 ) -> str:
-    """One summary for a pytest session: every verdict in one table, the lab reading, the checks' `diagnoses`
-    (judged once, by the session), what was written.
-
-    `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
-    head), not from stored baselines; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
+    """One summary for a pytest session, judged once by the session (`judgement`): every check's verdicts in one
+    table, the lab reading of each run, the checks' diagnoses, the pytest-benchmark tests' verdicts (paired: from
+    session pairs against a git ref, base and head, not from stored baselines); and what was written."""
+    gates, diagnoses, micro, problems = judgement.checks, judgement.diagnoses, judgement.micro, judgement.problems
     lines = [f"environment: {text}" for text in dict.fromkeys(filter(None, map(environments_text, gates)))]
     paired = bool(gates) and all(g.against is not None for g in gates)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
@@ -645,17 +626,15 @@ def format_pytest_summary(
     if len(rows) > 1:
         lines.extend(_table(rows))
         lines.extend(f"  {note}" for note in notes)
-    for run in runs:
-        for measured in run.workloads:
-            use = workload_utilisation(measured, run.environment, peak_tflops)
-            reading = read_lab({name: config.summary for name, config in measured.configs.items()}, use)
-            lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
+    for run in judgement.runs:
+        for measured in run.run.workloads:
+            lines.extend(f"  lab, {measured.name}: {line}" for line in run.of(measured.name).reading.lines)
     if diagnoses:
         lines.append(format_diagnoses(diagnoses).rstrip("\n"))
     if updates:
         lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
-    if micro:
-        lines.extend(format_micro(micro_section(micro, paired=micro_paired)))
+    if micro is not None and micro.benchmarks:
+        lines.extend(format_micro(micro))
     for timed, previous in micro_updates:
         new = statistics.median(timed.block_calls_per_sec)
         change = ""
@@ -691,10 +670,10 @@ def format_micro(section: MicroSection) -> list[str]:
     return lines
 
 
-def limits_text(threshold: float) -> str:
-    """A throughput threshold in its one unit, with the samples/s bound it sets: `5% on time per sample
-    (samples/s -4.8%)`."""
-    return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(slowdown_bound(threshold) - 1)})"
+def limits_text(threshold: float, bound: float) -> str:
+    """A throughput threshold in its one unit, with the samples/s `bound` it sets (`Judgement.bound`): `5% on time
+    per sample (samples/s -4.8%)`."""
+    return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(bound - 1)})"
 
 
 def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
