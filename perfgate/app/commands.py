@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfgate.app.gate import measured, report_gate, warn_open, write_json
+from perfgate.app.finish import write_results
+from perfgate.app.gate import measured, report_gate, warn_open
 from perfgate.app.request import GateRequest, HistoryRequest, LabRequest, Outputs
 from perfgate.app.sink import Sink, lab_progress
 from perfgate.errors import EXIT_OK, EXIT_WORKLOAD_FAILED, NothingToCompareError, UsageError, WorkloadError
@@ -37,7 +38,7 @@ def run_lab(request: LabRequest, sink: Sink) -> int:
     result = measure(list(request.references), request.run, progress, failures=failures)
     reading = read_run(result, request.peak_tflops)
     sink.info(format_run(reading))
-    write_json(result, request.outputs.json, sink)
+    write_results(result, request.outputs.json, sink)
     if request.outputs.markdown is not None:
         details = str(request.outputs.json) if request.outputs.json else None
         write_text_atomic(request.outputs.markdown, format_lab_markdown(reading, details=details))
@@ -66,7 +67,7 @@ def update(request: LabRequest, sink: Sink) -> int:
     progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
     result = measure(list(request.references), request.run, progress, failures=failures)
     sink.info(format_run(read_run(result, request.peak_tflops)) + "\n")
-    write_json(result, request.outputs.json, sink)
+    write_results(result, request.outputs.json, sink)
     code = _failed(failures, sink) or measured_exit_code(measured(result, sink))  # no baseline of a failed run
     if code is not None:
         return code
@@ -91,7 +92,7 @@ def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) 
         notify=sink.notify,
     )
     if calibration.planted.run is not None:
-        write_json(calibration.planted.run, request.outputs.json, sink)
+        write_results(calibration.planted.run, request.outputs.json, sink)
     if not request.outputs.quiet:
         aa = judge(calibration.aa, diagnosed=False)  # the runner's noise: nothing to diagnose
         sink.report("A/A " + format_gate(aa, command="perfgate calibrate (A/A)", exits=False) + "\n")

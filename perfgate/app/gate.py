@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from perfgate.app.finish import write_report, write_results
 from perfgate.app.request import GateRequest, Mode
 from perfgate.app.sink import Sink, progress_for
 from perfgate.errors import EXIT_USAGE, PerfgateError
@@ -80,12 +81,6 @@ def report_gate(judgement: Judgement, sink: Sink, *, command: str) -> int:
 
     sink.report(format_gate(judgement, command=command))
     return warn_open(judgement.result, sink)
-
-
-def write_json(run: RunResult, path: Path | None, sink: Sink) -> None:
-    if path is not None:
-        run.write_json(path)
-        sink.info(f"results written to {path}\n")
 
 
 class GateSession:
@@ -186,7 +181,7 @@ class GateSession:
         if judgement.lab is not None:
             run = judgement.lab.run
             sink.info(format_run(judgement.lab) + "\n")
-            write_json(run, request.outputs.json, sink)
+            write_results(run, request.outputs.json, sink)
             if request.outputs.json is not None:
                 self.written.append(request.outputs.json)
             code = measured_exit_code(measured(run, sink) or bool(result.verdicts))
@@ -201,20 +196,13 @@ class GateSession:
             self.record(result)
         failed_file = False
         if request.outputs.markdown is not None:
-            from perfgate.records.results import write_text_atomic
-            from perfgate.report.markdown import format_markdown
-
-            details = str(request.outputs.json) if request.outputs.json else None
-            path = request.outputs.markdown
             judged: Judgement = judgement  # (for the closure below)
 
             def write() -> bool:
-                write_text_atomic(path, format_markdown(judged, details=details))
+                write_report(judged, request.outputs, self.written)
                 return True
 
             failed_file = not self._after("--markdown not written", write)
-            if not failed_file:
-                self.written.append(path)
         code = report_gate(judgement, sink, command=request.command)
         if failed_file and code == 0:  # a report asked for and missing: the job must not pass unnoticed
             code = EXIT_USAGE

@@ -297,27 +297,22 @@ class GateSuite:
 
     def _write_outputs(self) -> None:
         """The results file (--perfgate-json), the Markdown report (--perfgate-markdown) and, under GitHub
-        Actions, that report appended to the job summary: what `perfgate check --json --markdown` and the
-        Action write."""
-        from perfgate.records.results import write_text_atomic
-        from perfgate.report.markdown import append_job_summary
+        Actions, that report appended to the job summary (`app.finish`, as `perfgate check --json --markdown`
+        and the Action write them); a step that fails is a problem of the session."""
+        from perfgate.app.finish import write_report, write_results
 
         micro, outputs = self._micro_section(), self.request.outputs
         if outputs.json is not None and (self.runs or micro is not None):
             try:
-                self._results(micro).write_json(outputs.json)
+                write_results(self._results(micro), outputs.json)
                 self.written.append(outputs.json)
             except PerfgateError as error:
                 self.problems.append(error.one_line())
         if self.request.mode != "check":
             return
+        summary = bool(self.gates or micro is not None or self.problems)  # a session without perf tests adds nothing
         try:
-            text = self._markdown(micro)
-            if outputs.markdown is not None:
-                write_text_atomic(outputs.markdown, text)
-                self.written.append(outputs.markdown)
-            if self.gates or micro is not None or self.problems:  # a session without perf tests adds nothing
-                append_job_summary(text)
+            write_report(self.judgement(micro), outputs, self.written, job_summary=summary)
         except PerfgateError as error:
             self.problems.append(error.one_line())
 
@@ -376,12 +371,6 @@ class GateSuite:
         peaks = self.request.project.peak_tflops
         self._read += [read_run(run, peaks) for run in self.runs[len(self._read) :]]
         return list(self._read)
-
-    def _markdown(self, micro: MicroSection | None) -> str:
-        from perfgate.report.markdown import format_markdown
-
-        details = None if self.request.outputs.json is None else str(self.request.outputs.json)
-        return format_markdown(self.judgement(micro), details=details)
 
     def summary(self) -> str | None:
         """The session's summary for the terminal (None: nothing measured, nothing to say): the checks' modes,
