@@ -7,13 +7,22 @@ through the sink, so untrusted text (a history record's fields) is printed safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfgate.app.finish import write_results
 from perfgate.app.gate import measured, report_gate, warn_open
-from perfgate.app.request import GateRequest, HistoryRequest, LabRequest, Outputs
+from perfgate.app.request import (
+    BisectRequest,
+    CalibrationRequest,
+    CompareRequest,
+    ExportRequest,
+    HistoryRequest,
+    LabRequest,
+    Outputs,
+    SeriesRequest,
+)
 from perfgate.app.sink import Sink, lab_progress
 from perfgate.errors import EXIT_OK, EXIT_WORKLOAD_FAILED, NothingToCompareError, UsageError, WorkloadError
 from perfgate.outcome import measured_exit_code
@@ -75,18 +84,19 @@ def update(request: LabRequest, sink: Sink) -> int:
     return EXIT_OK
 
 
-def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) -> int:
+def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
     """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
     from perfgate.app.judging import judge
     from perfgate.check.calibrate import format_calibration, run_calibration
     from perfgate.report.text import format_gate
 
+    request = calibration_request.check
     calibration = run_calibration(
         list(request.references),
         request.run,
         request.gate,
-        pairs=pairs,
-        slowdown=slowdown,
+        pairs=calibration_request.pairs,
+        slowdown=calibration_request.slowdown,
         pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
@@ -100,16 +110,17 @@ def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) 
     return EXIT_OK
 
 
-def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
+def bisect(bisect_request: BisectRequest, sink: Sink) -> int:
     """Bisect GOOD..BAD with paired checks; print each step and what it found; exit 0 once it ran."""
     from perfgate.check.bisect import format_bisect, run_bisect
 
+    request = bisect_request.check
     result = run_bisect(
         list(request.references),
         request.run,
         request.gate,
-        good,
-        bad,
+        bisect_request.good,
+        bisect_request.bad,
         pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
@@ -129,39 +140,19 @@ def write_outputs(outputs: Outputs, render: Callable[[str], str], sink: Sink) ->
             write_text_atomic(path, render(form))
 
 
-def compare(
-    paths: Sequence[Path], values: Mapping[str, Any], sink: Sink, *, project: Callable[[], ProjectConfig], cwd: Path
-) -> int:
+def compare(compare_request: CompareRequest, sink: Sink) -> int:
     """Judge a results file against the baselines or another file; print the report (--format), write
     --report-json and --markdown; exit with the verdict's code."""
     from perfgate.app.judging import judge
-    from perfgate.app.request import check_outputs, compare_request, outputs_of
     from perfgate.check.stored import compare_saved
     from perfgate.records.baselines import BaselineStore
-    from perfgate.records.results import load_results
     from perfgate.report.render import render_gate
 
-    check_outputs(outputs_of(values).files())
-    if len(paths) > 2:
-        raise UsageError(
-            "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
-        )
-    candidate = load_results(paths[-1])
-    baseline = load_results(paths[0]) if len(paths) == 2 else None
-    if baseline is not None:
-        from perfgate.report.text import machine_difference
-
-        differences = machine_difference(baseline, candidate)
-        if differences is not None:
-            sink.warn(
-                f"{paths[0]} and {paths[1]} come from different machines ({differences}): "
-                "this comparison mixes the machine with the code; to judge the code alone, run "
-                "perfgate check --against REF on one runner"
-            )
-    request = compare_request(values, project=project(), cwd=cwd)
-    result = compare_saved(candidate, request.gate, store=BaselineStore(request.baseline_dir), baseline=baseline)
+    request = compare_request.check
+    store = BaselineStore(request.baseline_dir)
+    result = compare_saved(compare_request.candidate, request.gate, store=store, baseline=compare_request.baseline)
     judgement = judge(result)
-    details = str(paths[-1])
+    details = str(compare_request.paths[-1])
     write_outputs(
         request.outputs, lambda form: render_gate(judgement, form, command="perfgate compare", details=details), sink
     )
@@ -227,43 +218,31 @@ def load_history(store: HistoryRequest, sink: Sink, *, say_fetched: bool) -> tup
     return found, folder.directory
 
 
-def history(
-    store: HistoryRequest,
-    sink: Sink,
-    *,
-    limit: int,
-    html: Path | None,
-    threshold: float | None,
-    alpha: float | None,
-    project: ProjectConfig,
-) -> int:
+def history(request: SeriesRequest, sink: Sink) -> int:
     """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
     nothing is recorded (it judges nothing)."""
     from perfgate.judge.trends import series_of
-    from perfgate.records.comparisons import DEFAULT_ALPHA
     from perfgate.report.history import format_history
 
-    found, directory = load_history(store, sink, say_fetched=True)
+    found, directory = load_history(request.history, sink, say_fetched=True)
     if not found.records:
         raise NothingToCompareError(
             f"no recorded run in {directory}",
             hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
         )
-    threshold = project.thresholds_for("", "", threshold=threshold).throughput  # the gate's global threshold
-    alpha = next(v for v in (alpha, project.alpha, DEFAULT_ALPHA) if v is not None)
-    series = series_of(found, threshold=threshold, alpha=alpha)
-    sink.info(format_history(series, limit=limit))
-    if html is not None:
+    series = series_of(found, threshold=request.threshold, alpha=request.alpha)
+    sink.info(format_history(series, limit=request.limit))
+    if request.html is not None:
         from perfgate.records.results import write_text_atomic
         from perfgate.report.dashboard import render_dashboard
 
-        page = html / "index.html"
+        page = request.html / "index.html"
         write_text_atomic(page, render_dashboard(series, skipped=found.skipped))
         sink.info(f"dashboard written to {page}\n")
     return EXIT_OK
 
 
-def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, json_path: Path | None) -> int:
+def export(request: ExportRequest, sink: Sink) -> int:
     """Print one recorded run in another tool's JSON format (--output: also to a file); exit 0 once written, 3
     when no run is recorded."""
     import json
@@ -272,8 +251,9 @@ def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, 
     from perfgate.records.results import write_text_atomic
     from perfgate.report.history import export_run
 
+    commit, json_path = request.commit, request.output
     check_outputs([(json_path, "--output")])
-    found, directory = load_history(store, sink, say_fetched=False)
+    found, directory = load_history(request.history, sink, say_fetched=False)
     records = [r for r in found.records if commit is None or (r.commit or "").startswith(commit)]
     if not records:
         which = f" of commit {commit}" if commit else ""
@@ -281,7 +261,7 @@ def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, 
             f"no recorded run{which} in {directory}",
             hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
         )
-    text = json.dumps(export_run(records[-1], form), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(export_run(records[-1], request.form), indent=2, allow_nan=False) + "\n"
     sink.info(text)
     if json_path is not None:
         write_text_atomic(json_path, text)

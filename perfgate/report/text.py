@@ -24,7 +24,6 @@ from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdat
 from perfgate.records.comparisons import SLOW_FACTOR, ThroughputComparison
 from perfgate.records.counts import COUNT_HEADERS, COUNTED, CountRow, Outcome
 from perfgate.records.diagnoses import Diagnosis, PhaseChange
-from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
 from perfgate.records.judgement import Judgement, RunReading, WorkloadReading
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
 from perfgate.records.reading import Utilisation, WorkloadUtilisation, format_flops, format_share
@@ -674,14 +673,6 @@ def limits_text(threshold: float, bound: float) -> str:
     """A throughput threshold in its one unit, with the samples/s `bound` it sets (`Judgement.bound`): `5% on time
     per sample (samples/s -4.8%)`."""
     return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(bound - 1)})"
-
-
-def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
-    """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
-    None when they come from the same machine type."""
-    old, new = (machine_fingerprint(run.environment).to_dict() for run in (baseline, candidate))
-    differences = [f"{name} {old[name]!r} -> {new[name]!r}" for name in FINGERPRINT_FIELDS if old[name] != new[name]]
-    return "; ".join(differences) or None
 
 
 def _interval_cell(ratio: float, low: float | None, high: float | None) -> str:
