@@ -57,7 +57,7 @@ def count_level(look: Look, most: int, alpha: float) -> float:
 
 class LookTracker:
     """Each config's looks in a sequential check: the sample size of its previous look, so every look
-    spends only the error rates added since (`GateSettings.levels`). An `extensible` tracker (a paired check)
+    spends only the error rates added since (`levels_at`). An `extensible` tracker (a paired check)
     holds back a reserve at the budget's final look, and `extend` spends it on the configs measured past the
     budget."""
 

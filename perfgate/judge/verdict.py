@@ -626,8 +626,8 @@ def merge_results(gates: Sequence[GateResult], session: SessionRate | None = Non
 
     `session`: the one false-alarm rate the session's checks shared (`judge.family`). Each check judged at its
     share of alpha (`GateSettings.session_divisor`); the merged result keeps the session's alpha and, for each
-    config, Holm's divisors times its check's, so a later report (`judge_saved`) judges every config at the level
-    its check did."""
+    config, Holm's divisors times its check's, so a later report (`check.stored.judge_saved`) judges every config at
+    the level its check did."""
     if not gates:
         raise ValueError("merge_results needs at least one result")
     settings = replace(gates[0].settings, session_divisor=1.0)

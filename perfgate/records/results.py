@@ -456,7 +456,7 @@ class Environments:
 
 @dataclass(frozen=True)
 class MicroResult:
-    """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`judge.micro.MicroVerdict`),
+    """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`records.verdicts.MicroVerdict`),
     kept in the results file: calls/s are of the median round; the ratio and interval are current/baseline
     (head/base when paired); None where there was nothing to compare."""
 
