@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from perfgate.app.finish import write_report
 from perfgate.app.judging import judge
+from perfgate.app.request import Outputs
 from perfgate.judge.verdict import Status, compare_entries, merge_results
 from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
 from perfgate.report.markdown import MARKER, append_job_summary, format_markdown
@@ -123,3 +126,22 @@ def test_what_changed_is_shown_even_when_the_verdict_is_no_change():
     text = format_gate(judge(result, diagnosed=False), command="perfgate check")
     assert "! fp32: " in text and "the model's numerics changed (first-step losses 1 -> 2)" in text
     assert "the model's numerics changed (first-step losses 1 -> 2)" in format_markdown(judge(result, diagnosed=False))
+
+
+def test_one_judgement_goes_to_the_report_file_and_the_job_summary(tmp_path, monkeypatch):
+    """`app.finish.write_report`, the one way `perfgate check` and `pytest --perfgate` write the Markdown report: the
+    judgement's report, naming the results file, to its file and, asked, to the job summary; nothing asked,
+    nothing written."""
+    judgement = judge(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
+    assert judgement.bounds == {0.05: 1 / 1.05} and judgement.diagnoses == ()  # no run: nothing to diagnose
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    outputs = Outputs(json=tmp_path / "results.json", markdown=tmp_path / "report.md")
+    written: list[Path] = []
+    write_report(judgement, outputs, written, job_summary=True)
+    text = format_markdown(judgement, details=str(tmp_path / "results.json"))
+    assert text.startswith(MARKER + "\n### perfgate: fail")
+    assert written == [outputs.markdown] and outputs.markdown.read_text() == text == summary.read_text()
+    summary.unlink()
+    write_report(judgement, Outputs(json=tmp_path / "results.json"), written)
+    assert written == [outputs.markdown] and not summary.exists()
