@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfgate.judge.trends import ChangePoint, change_points, creep
+from perfgate.judge.trends import change_points, creep
+from perfgate.records.series import ChangePoint
 
 NOISES = (0.01, 0.02, 0.05, 0.10)
 STEPS = (0.03, 0.05, 0.10)

@@ -41,10 +41,11 @@ from operating_characteristic import module_at  # run from benchmarks/
 from power import _markdown, _pct, _upper_95  # the report's helpers
 
 import perfgate.check.sequential as after_sequential
-from perfgate.judge.settings import GateSettings, LookTracker
-from perfgate.judge.stats import COUNT_SHARE, SLOW_CUT_FLOOR, SLOW_CUT_SIGMAS, SLOW_RATE, Verdict, compare_paired
-from perfgate.judge.verdict import ConfigVerdict
+from perfgate.judge.settings import LookTracker, levels_at
+from perfgate.judge.stats import COUNT_SHARE, SLOW_CUT_FLOOR, SLOW_CUT_SIGMAS, compare_paired
 from perfgate.outcome import Status
+from perfgate.records.comparisons import SLOW_RATE, Verdict
+from perfgate.records.verdicts import ConfigVerdict, GateSettings
 
 OLD_COMMIT = "a31faa1"
 FIRST, MOST, BUDGET = 3, 40, 12
@@ -121,7 +122,7 @@ def decide(sequential: ModuleType, base: Sequence[float], head: Sequence[float],
     def judge(final: bool) -> Any:
         look = tracker.look(dict(counts), final)[key]
         n = counts[key]
-        comparison = compare_paired(base[:n], head[:n], levels=settings.levels(look), slow_rate=slow_rate)
+        comparison = compare_paired(base[:n], head[:n], levels=levels_at(settings, look), slow_rate=slow_rate)
         latest.append(comparison)
         verdict = ConfigVerdict(*key, Status(comparison.verdict.value), "", settings.thresholds_for(*key), comparison)
         return SimpleNamespace(verdicts=[verdict])

@@ -31,8 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfgate.judge.micro import compare_micro
-from perfgate.judge.stats import DEFAULT_ALPHA
 from perfgate.project import DEFAULT_THRESHOLD
+from perfgate.records.comparisons import DEFAULT_ALPHA
 from perfgate.records.micro import DEFAULT_RUN_NOISE, MicroBenchmark, MicroStore, parse_pytest_benchmark
 
 TESTS = """

@@ -109,28 +109,32 @@ from scipy import stats as scipy_stats
 import perfgate.check.sequential
 from perfgate.check.sequential import INTERMITTENT_PAIRS, decide_sequentially
 from perfgate.judge import stats as new_stats
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateSettings, LookTracker
+from perfgate.judge.settings import LookTracker, levels_at
 from perfgate.judge.stats import (
     BOUNDARY_FINAL,
     BOUNDARY_FIRST,
     BOUNDARY_LAST,
     BOUNDARY_PAIRS,
-    DEFAULT_ALPHA,
     DEFAULT_MEMORY_FLOOR_BYTES,
-    DEFAULT_SPENDING,
     EXTENSION_RESERVE,
     MEMORY_SESSION_NOISE,
-    MIN_DECIDING,
     PASS_ERROR,
-    SLOW_FACTOR,
-    Verdict,
     boundary_level,
     look_levels,
     spent,
 )
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict, one_error_rate
+from perfgate.judge.verdict import Status, one_error_rate
 from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
+from perfgate.records.comparisons import DEFAULT_ALPHA, DEFAULT_SPENDING, MIN_DECIDING, SLOW_FACTOR, Verdict
+from perfgate.records.verdicts import (
+    DEFAULT_MAX_PAIRS,
+    DEFAULT_MAX_TRIALS,
+    ConfigVerdict,
+    GateResult,
+    GateSettings,
+    WorkloadVerdict,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 OLD_COMMIT = "a75baf4"  # the check before 2026-11-26
@@ -927,7 +931,7 @@ def perfgate_decision(
 
     def judge(tracker: LookTracker, final: bool) -> Any:
         look = tracker.look(dict(counts), final)[key]
-        levels = settings.levels(look)
+        levels = levels_at(settings, look)
         if seen is not None:
             seen.append(((look.n, look.final, look.extension is not None), (levels.alpha, levels.pass_error)))
         comparison = compare(counts[key], levels)
@@ -1001,7 +1005,7 @@ def verify_family(
         for key in keys:
             base, head, mem_base, mem_head = (values[: counts[key]] for values in rows[key])
             mem_base, mem_head = [int(v) for v in mem_base], [int(v) for v in mem_head]
-            levels = settings.levels(looks[key])
+            levels = levels_at(settings, looks[key])
             divisors = (family or {}).get(key, (1.0, 1.0))
             throughput = module.compare_paired(
                 base,

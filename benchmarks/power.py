@@ -49,10 +49,11 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from perfgate.judge.settings import DEFAULT_MAX_TRIALS
-from perfgate.judge.stats import DEFAULT_ALPHA, Verdict, compare_throughput, looks, smallest_mann_whitney_p
+from perfgate.judge.stats import compare_throughput, looks, smallest_mann_whitney_p
 from perfgate.project import DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
+from perfgate.records.comparisons import DEFAULT_ALPHA, Verdict
+from perfgate.records.verdicts import DEFAULT_MAX_TRIALS
 
 REPO = Path(__file__).resolve().parent.parent
 

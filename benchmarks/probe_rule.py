@@ -40,7 +40,8 @@ from collections import Counter
 
 import numpy as np
 
-from perfgate.judge.stats import Verdict, combined_verdict, compare_probed
+from perfgate.judge.stats import compare_probed
+from perfgate.records.comparisons import Verdict, combined_verdict
 
 ORDER = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.NO_CHANGE, Verdict.IMPROVEMENT)
 

@@ -71,22 +71,21 @@ from scipy import stats as scipy_stats
 
 import perfgate.judge.verdict
 from perfgate.check.sequential import decide_sequentially
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, GateSettings, LookTracker
+from perfgate.judge.settings import LookTracker, levels_at
 from perfgate.judge.stats import (
-    DEFAULT_ALPHA,
-    DEFAULT_SPENDING,
     PASS_ERROR,
     SPENDING_SHAPES,
-    Verdict,
     compare_paired,
     compare_throughput,
     look_levels,
     looks,
     slowdown_bound,
 )
-from perfgate.judge.verdict import ConfigVerdict, Status
+from perfgate.judge.verdict import Status
 from perfgate.project import DEFAULT_THRESHOLD, DEFAULT_TRIALS
 from perfgate.records.baselines import DEFAULT_UPDATE_TRIALS
+from perfgate.records.comparisons import DEFAULT_ALPHA, DEFAULT_SPENDING, Verdict
+from perfgate.records.verdicts import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, ConfigVerdict, GateSettings
 
 # The outlier rule's factor, as it was before 2026-11-26 (a75baf4's perfgate.judge.stats.OUTLIER_FACTOR: a trial
 # more than 2x off the median was dropped while a minority); the gate drops no trial now, this mirrors the old rule.
@@ -350,7 +349,7 @@ def perfgate_paired(
     verdicts: list[int] = []
 
     def judge(final: bool) -> Any:
-        levels = settings.levels(tracker.look({key: n}, final)[key])
+        levels = levels_at(settings, tracker.look({key: n}, final)[key])
         comparison = compare_paired(base[:n], head[:n], threshold=THRESHOLD, levels=levels)
         verdicts.append(CODES[comparison.verdict])
         status = Status(comparison.verdict.value)

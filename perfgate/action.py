@@ -45,9 +45,13 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.errors import EXIT_NO_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_WORKLOAD_FAILED, PerfgateError
+
+if TYPE_CHECKING:
+    from perfgate.records.results import RunResult
+    from perfgate.records.verdicts import GateResult
 
 COMMENT_POLICIES = ("true", "false", "on-change")
 ACCEPT_LABEL = re.compile(r"perf-accept(?![\w-])", re.IGNORECASE)  # perf-accept: ..., not perf-acceptance
@@ -143,15 +147,11 @@ def _gate_outcome(
         and code in (EXIT_OK, EXIT_REGRESSION, EXIT_NO_BASELINE, EXIT_WORKLOAD_FAILED)
         and results.is_file()
     ):
-        from perfgate.judge.verdict import judge_saved
         from perfgate.outcome import Status, fails_build, job_exit_code
-        from perfgate.project import load_project_config
         from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-        from perfgate.records.results import load_results
 
         try:
-            run = load_results(results)
-            judged = judge_saved(run, load_project_config())
+            run, judged = judge_results(results)
         except PerfgateError as error:
             return [command("error", "perfgate", error.one_line())], code
         runner = fingerprint_key(machine_fingerprint(run.environment))
@@ -205,6 +205,17 @@ def _gate_outcome(
 _KINDS = {"inconclusive": "warning", "accepted": "notice"}  # the annotation of each verdict that does not fail
 
 
+def judge_results(results: Path) -> tuple[RunResult, GateResult]:
+    """A check's results file and its verdicts, judged by the application layer as the check judged them
+    (`app.judging.judge_file`, with the project's `[tool.perfgate]`); what the annotations and outputs read."""
+    from perfgate.app.judging import judge_file
+    from perfgate.project import load_project_config
+    from perfgate.records.results import load_results
+
+    run = load_results(results)
+    return run, judge_file(run, load_project_config(), diagnosed=False).result
+
+
 WARN_ONLY_NOTE = " (warn-only: not failing the job)"
 
 
@@ -235,12 +246,8 @@ def verdict_code(mode: str, code: int, results: Path, log: Path) -> int:
         return EXIT_NO_BASELINE if any(map(MISSING.search, _lines(log))) else code
     if not _saved_warn_only(results):
         return code
-    from perfgate.judge.verdict import judge_saved
-    from perfgate.project import load_project_config
-    from perfgate.records.results import load_results
-
     try:
-        return judge_saved(load_results(results), load_project_config()).verdict_code
+        return judge_results(results)[1].verdict_code
     except PerfgateError:
         return code
 
@@ -260,12 +267,10 @@ def accept_label_options(labels: str) -> list[str]:
 def has_news(results: Path) -> bool:
     """Whether a check's results have something to say: a verdict that is not "no change", a workload that
     could not be compared, an accepted slowdown that matched nothing (a file that cannot be read: yes)."""
-    from perfgate.judge.verdict import Status, judge_saved
-    from perfgate.project import load_project_config
-    from perfgate.records.results import load_results
+    from perfgate.outcome import Status
 
     try:
-        judged = judge_saved(load_results(results), load_project_config())
+        judged = judge_results(results)[1]
     except PerfgateError:
         return True
     return (

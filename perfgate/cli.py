@@ -57,10 +57,8 @@ def command_check(args: argparse.Namespace) -> int:
 def command_calibrate(args: argparse.Namespace) -> int:
     """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
     values = _values(args)
-    paired = request.paired_request(
-        values, project=_project(), cwd=Path.cwd(), against="itself", command="perfgate calibrate"
-    )
-    return commands.calibrate(paired, _sink(values), pairs=values["pairs"], slowdown=values["slowdown"])
+    calibration = request.calibration_request(values, project=_project(), cwd=Path.cwd())
+    return commands.calibrate(calibration, _sink(values))
 
 
 def command_update(args: argparse.Namespace) -> int:
@@ -73,7 +71,8 @@ def command_update(args: argparse.Namespace) -> int:
 def command_compare(args: argparse.Namespace) -> int:
     """Judge a results file against the baselines or another file; exit with the verdict's code."""
     values = _values(args)
-    return commands.compare(values["results"], values, _sink(values), project=_project, cwd=Path.cwd())
+    sink = _sink(values)
+    return commands.compare(request.compare_request(values, project=_project, cwd=Path.cwd(), warn=sink.warn), sink)
 
 
 def command_report(args: argparse.Namespace) -> int:
@@ -88,33 +87,20 @@ def command_report(args: argparse.Namespace) -> int:
 def command_history(args: argparse.Namespace) -> int:
     """Print the recorded runs, their change points and creep; exit 0, or 3 when nothing is recorded."""
     values = _values(args)
-    project = _project()
-    return commands.history(
-        request.history_request(values, project),
-        _sink(values),
-        limit=values["limit"],
-        html=values.get("html"),
-        threshold=values.get("threshold"),
-        alpha=values.get("alpha"),
-        project=project,
-    )
+    return commands.history(request.series_request(values, _project()), _sink(values))
 
 
 def command_bisect(args: argparse.Namespace) -> int:
     """Bisect GOOD..BAD with paired checks; exit 0 once it ran, whatever it found."""
     values = _values(args)
-    good, bad = values["good"], values["bad"]
-    paired = request.bisect_request(values, project=_project(), cwd=Path.cwd(), good=good, bad=bad)
-    return commands.bisect(paired, _sink(values), good=good, bad=bad)
+    bisect = request.bisect_request(values, project=_project(), cwd=Path.cwd())
+    return commands.bisect(bisect, _sink(values))
 
 
 def command_export(args: argparse.Namespace) -> int:
     """Print one recorded run in another tool's JSON format; exit 0 once written, 3 when no run is recorded."""
     values = _values(args)
-    store = request.history_request(values, _project())
-    return commands.export(
-        store, _sink(values), form=values["to"], commit=values.get("commit"), json_path=values.get("output")
-    )
+    return commands.export(request.export_request(values, _project()), _sink(values))
 
 
 def command_demo(args: argparse.Namespace) -> int:

@@ -242,20 +242,19 @@ def run_check(repo: Path, pull_request: PullRequest, folder: Path, budget_s: flo
 
 def _read_verdict(results: Path) -> tuple[str, float | None, str | None]:
     """(status, ratio, first suspect) of the one config the check judged, from its results file."""
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import judge_saved
+    from perfgate.app.judging import judge_file
     from perfgate.project import ProjectConfig
     from perfgate.records.results import load_results
 
     if not results.is_file():
         return "not measured", None, None
-    result = judge_saved(load_results(results), ProjectConfig())
-    verdicts = list(result.verdicts)
+    judgement = judge_file(load_results(results), ProjectConfig())
+    verdicts = list(judgement.result.verdicts)
     if not verdicts:
         return "not measured", None, None
     verdict = verdicts[0]
     ratio = verdict.throughput.ratio if verdict.throughput is not None else None
-    suspects = [f.suspect for d in diagnose(result) for f in d.findings if not f.standing]
+    suspects = [f.suspect for d in judgement.diagnoses for f in d.findings if not f.standing]
     return verdict.status.value, ratio, (suspects[0] if suspects else None)
 
 

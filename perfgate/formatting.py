@@ -1,4 +1,5 @@
-"""How numbers read in reports and messages: bytes, p-values, signed percentages (and long lists of names).
+"""How numbers read in reports and messages: bytes, p-values, signed percentages, a step's exact counts (and long
+lists of names).
 
 A change that rounds to zero prints as `+0.0%` (`+0.00` ms), never `-0.0%`: every signed figure goes
 through `format_signed`, every unsigned percentage of a value that can be negative through `format_pct`.
@@ -48,6 +49,21 @@ def format_names(names: list[str], shown: int = 4) -> str:
     if len(names) <= shown:
         return ", ".join(names)
     return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+def format_count(name: str, value: int | float | None) -> str:
+    """A count as the reports show it: FLOPs in engineering notation (`1.76e8`), bytes in binary units, the
+    others whole (`124,416`)."""
+    if value is None:
+        return "-"
+    if name == "allocated_peak_bytes":
+        return format_bytes(int(value))
+    if name == "flops_per_sample":
+        if abs(value) < 1000:
+            return f"{value:.3g}"
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{int(value):,}"
 
 
 # Characters a terminal or a CI log acts on: C0 controls but the line break and the tab, DEL, C1 controls,

@@ -53,7 +53,7 @@ class Status(StrEnum):
 
     @classmethod
     def of(cls, verdict: str) -> Status:
-        """The status of a statistical verdict (`judge.stats.Verdict`: the same four words)."""
+        """The status of a statistical verdict (`records.comparisons.Verdict`: the same four words)."""
         return cls(str(verdict))
 
     @classmethod

@@ -46,7 +46,7 @@ from perfgate.errors import PerfgateError, UsageError
 from perfgate.formatting import format_signed_pct
 
 if TYPE_CHECKING:
-    from perfgate.judge.verdict import ConfigVerdict, WorkloadVerdict
+    from perfgate.records.verdicts import ConfigVerdict, WorkloadVerdict
     from perfgate.references import Reference
 
 SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"

@@ -12,18 +12,12 @@ from pathlib import Path
 import pytest
 
 from perfgate.action import gate_outcome
-from perfgate.judge.acceptance import (
-    Acceptance,
-    AcceptanceError,
-    commit_acceptances,
-    head_acceptances,
-    parse_acceptance,
-    parse_label,
-    strongest,
-)
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, compare_entries, fails_build
+from perfgate.app.judging import judge
+from perfgate.judge.acceptance import commit_acceptances, head_acceptances
+from perfgate.judge.verdict import Status, compare_entries, fails_build
+from perfgate.records.acceptance import Acceptance, AcceptanceError, parse_acceptance, parse_label, strongest
 from perfgate.records.results import GateRecord
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
@@ -131,12 +125,12 @@ def test_the_most_specific_acceptance_applies_and_of_equals_the_largest():
 
 def test_the_reports_show_the_accepted_verdict_and_what_was_accepted():
     result = judged(SLOWER_12, accepting("w/fp32 25%", "w/bf16 25%", origin="label", source="perf-accept: w 25%"))
-    markdown = format_markdown(result)
+    markdown = format_markdown(judge(result, diagnosed=False))
     assert "| accepted |" in markdown
     assert "1 accepted (w fp32)." in markdown
     assert "Slowdowns accepted: w/fp32 25% by label 'perf-accept: w 25%'; w/bf16 25% by label" in markdown
     assert "**Warning**: w/bf16 25% accepted by label 'perf-accept: w 25%' matches nothing" in markdown
-    document = gate_to_dict(result)
+    document = gate_to_dict(judge(result, diagnosed=False))
     (config,) = document["workloads"][0]["configs"]
     assert config["status"] == "accepted" and config["throughput"]["verdict"] == "regression"
     assert {k: config["accepted"][k] for k in ("target", "slowdown", "origin", "verdict")} == {

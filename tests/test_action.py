@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from perfgate.action import accept_label_options, may_post_new_comment
-from perfgate.judge.settings import GateSettings
 from perfgate.measure.packages import cache_root
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import load_results
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import MARKER
 from tests.helpers.git import commit, git, new_repository
 from tests.helpers.results import results_document

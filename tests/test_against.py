@@ -26,19 +26,12 @@ import pytest
 
 from perfgate.cli import build_parser
 from perfgate.errors import UsageError
-from perfgate.judge.settings import GateSettings, Look, LookTracker
-from perfgate.judge.stats import (
-    DEFAULT_ALPHA,
-    PASS_ERROR,
-    SPENDING_SHAPES,
-    Verdict,
-    compare_paired,
-    compare_throughput,
-    look_levels,
-    spent,
-)
+from perfgate.judge.settings import LookTracker
+from perfgate.judge.stats import PASS_ERROR, SPENDING_SHAPES, compare_paired, compare_throughput, look_levels, spent
 from perfgate.measure.paired import base_checkout, takes_turns
 from perfgate.project import ProjectConfig
+from perfgate.records.comparisons import DEFAULT_ALPHA, Verdict
+from perfgate.records.verdicts import GateSettings, Look
 from tests.helpers.cli import CliResult, run_in_process, run_main, start_perfgate
 from tests.helpers.git import commit, git, new_repository
 from tests.helpers.packaging import venv_seeing_this_environment

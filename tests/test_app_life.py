@@ -189,12 +189,12 @@ def test_nothing_after_the_measurement_cancels_a_measured_verdict(tmp_path, monk
     from perfgate.app.gate import GateSession
     from perfgate.app.request import GateRequest, HistoryRequest, Outputs
     from perfgate.app.sink import StreamSink
-    from perfgate.judge.settings import GateSettings
-    from perfgate.judge.verdict import compare_results
+    from perfgate.check.stored import compare_saved
     from perfgate.measure.lab import RunSettings
     from perfgate.project import ProjectConfig
     from perfgate.records.baselines import BaselineStore
     from perfgate.records.results import load_results
+    from perfgate.records.verdicts import GateSettings
 
     data = Path(__file__).parent / "data"
     repo = new_repository(tmp_path / "repo")
@@ -203,7 +203,7 @@ def test_nothing_after_the_measurement_cancels_a_measured_verdict(tmp_path, monk
     (repo / "blocker").write_text("a file, not a folder\n")
     monkeypatch.chdir(repo)
     gate = GateSettings.from_options(ProjectConfig(), trials=1, max_trials=1)
-    verdict = compare_results(load_results(data / "results-v2.json"), gate, store=BaselineStore(data / "baselines"))
+    verdict = compare_saved(load_results(data / "results-v2.json"), gate, store=BaselineStore(data / "baselines"))
     request = GateRequest(
         references=(),
         run=RunSettings(configs=("fp32",)),

@@ -13,13 +13,14 @@ from dataclasses import replace
 import pytest
 
 from perfgate.check.calibrate import detectable_slowdown, runner_slow_rate, slow_pair_lines
-from perfgate.judge.settings import GateSettings, Look
-from perfgate.judge.stats import SLOW_RATE, binomial_tail, count_slow_pairs, rate_upper_bound
+from perfgate.judge.stats import binomial_tail, count_slow_pairs, rate_upper_bound
 from perfgate.judge.verdict import compare_pairs
 from perfgate.judge.wording import count_text
 from perfgate.measure.environment import torch_default_threads
 from perfgate.project import ProjectConfig
+from perfgate.records.comparisons import SLOW_RATE
 from perfgate.records.results import Against
+from perfgate.records.verdicts import GateSettings, Look
 from tests.helpers.cli import run_in_process
 from tests.helpers.results import BASE_MS, phased_run, validate_results
 from tests.helpers.workloads import TINY_FILE

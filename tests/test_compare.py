@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.judge.settings import GateSettings
 from perfgate.records.results import MicroSection, load_results
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import MARKER
 from tests.helpers.cli import run_main
 from tests.helpers.results import micro_regression, results_document, validate_results

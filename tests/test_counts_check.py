@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, judge_counts_only
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult, RunResult, TrialResult, WorkloadResult, WorkloadSettings
 from perfgate.records.shapes import Counts, Environment
+from perfgate.records.verdicts import GateSettings
 from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
 from tests.helpers.workloads import WORKLOADS

@@ -8,24 +8,19 @@ import json
 
 import pytest
 
+from perfgate.app.judging import judge
+from perfgate.check.stored import judge_saved
 from perfgate.errors import UsageError
-from perfgate.judge.acceptance import parse_acceptance
-from perfgate.judge.counts import (
-    REPORT,
-    CountTolerances,
-    Outcome,
-    SideCounts,
-    compare_counts,
-    compare_sides,
-    format_count,
-    side_counts,
-)
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import Status, compare_pairs, compare_run, judge_saved
-from perfgate.project import ProjectConfig, load_project_config
+from perfgate.formatting import format_count
+from perfgate.judge.counts import SideCounts, compare_counts, compare_sides, side_counts
+from perfgate.judge.verdict import Status, compare_pairs, compare_run
+from perfgate.project import REPORT, CountTolerances, ProjectConfig, load_project_config
+from perfgate.records.acceptance import parse_acceptance
 from perfgate.records.baselines import BaselineStore, entry_from_workload
+from perfgate.records.counts import Outcome
 from perfgate.records.results import Against, RunResult, TrialResult
 from perfgate.records.shapes import Counts
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate
@@ -363,7 +358,7 @@ def regressed():
 
 
 def test_the_json_report_carries_each_configs_counts_as_rows():
-    document = json.loads(json.dumps(gate_to_dict(regressed())))  # plain JSON: no inf, no NaN
+    document = json.loads(json.dumps(gate_to_dict(judge(regressed(), diagnosed=False))))  # plain JSON: no inf, no NaN
     counts = document["workloads"][0]["configs"][0]["counts"]
     assert counts["fails"] is True and counts["base_device"] == counts["head_device"] == "cpu"
     assert counts["reason"].startswith("FLOPs per sample +38.0% (tolerance +2%); 1 new graph break at")
@@ -385,13 +380,16 @@ def test_the_json_report_carries_each_configs_counts_as_rows():
     }
     assert rows["graph_breaks"]["new"] == [BREAK] and rows["graph_breaks"]["change"] == 1
     unchanged = gate_to_dict(
-        compare_run(counted(None), {"w": entry_from_workload(counted(None), counted(None).workloads[0])}, SETTINGS)
+        judge(
+            compare_run(counted(None), {"w": entry_from_workload(counted(None), counted(None).workloads[0])}, SETTINGS),
+            diagnosed=False,
+        )
     )
     assert unchanged["workloads"][0]["configs"][0]["counts"] is None
 
 
 def test_the_terminal_report_shows_the_counts_table_and_the_reason():
-    text = format_gate(regressed(), command="perfgate check")
+    text = format_gate(judge(regressed(), diagnosed=False), command="perfgate check")
     assert "  ! fp32: FLOPs per sample +38.0% (tolerance +2%); 1 new graph break at" in text
     header = next(line for line in text.splitlines() if line.startswith("  counts "))
     assert header.split() == [
@@ -412,7 +410,7 @@ def test_the_terminal_report_shows_the_counts_table_and_the_reason():
 
 
 def test_the_markdown_report_shows_the_counts_table_with_the_failing_counts_in_bold():
-    markdown = format_markdown(regressed())
+    markdown = format_markdown(judge(regressed(), diagnosed=False))
     assert (
         "| counts | FLOPs/sample | operators/step | allocated peak | parameters | graph breaks | recompiles |"
         in markdown
@@ -432,8 +430,8 @@ def test_counts_not_compared_are_said_with_why_in_both_reports():
         "fp32 counts: FLOPs per sample, operators per step, allocated peak, parameters, graph breaks and "
         "recompiles not compared: not counted in the baseline"
     )
-    assert f"  ! {note}" in format_gate(result, command="perfgate check")
-    assert f"- {note}" in format_markdown(result)
+    assert f"  ! {note}" in format_gate(judge(result, diagnosed=False), command="perfgate check")
+    assert f"- {note}" in format_markdown(judge(result, diagnosed=False))
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.judge.trends import series_of
 from perfgate.records.history import HistoryStore
-from perfgate.report.history import series_of
 from tests.helpers.cli import run_main
 from tests.helpers.history import recorded
 

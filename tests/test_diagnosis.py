@@ -6,13 +6,14 @@ import dataclasses
 
 import pytest
 
+from perfgate.app.judging import judge
 from perfgate.judge.diagnosis import COUNT_TOLERANCES, count_tolerances, diagnose
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_run
 from perfgate.project import REPORT, CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import SystemSummary, UsageSpread
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
 from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, phased_run, phased_trial
@@ -76,7 +77,7 @@ def test_a_standing_data_wait_is_reported_even_without_a_regression():
 
 def test_the_diagnosis_is_in_the_markdown_report():
     result, diagnoses = diagnosed({**BASE_MS, "data_wait": 9.0})
-    text = format_markdown(result, diagnoses=diagnoses)
+    text = format_markdown(judge(result, diagnoses=diagnoses))
     assert "#### Diagnosis: w fp32\n\nSuspect: **data pipeline**" in text
     assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in text
 
@@ -314,7 +315,7 @@ def test_early_evidence_is_shown_while_samples_per_sec_is_open_and_the_build_doe
     assert d.early and d.suspect == "data pipeline"
     text = format_diagnoses([d])
     assert "suspect data pipeline (explains 100% of the slower step); early evidence: the samples/s verdict is " in text
-    assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in format_markdown(result, diagnoses=[d])
+    assert "| data_wait | 0.10 | 9.00 | +8.90 | 100% |" in format_markdown(judge(result, diagnoses=[d]))
     # The same scatter without a phase that moved: no evidence, no diagnosis.
     quiet = compare_run(scattered(phased_run(BASE_MS)), BASELINE, SETTINGS)
     assert quiet.verdicts[0].status == Status.INCONCLUSIVE and diagnose(quiet) == []

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
 from perfgate.records.shapes import Counts
+from perfgate.records.verdicts import GateSettings
 from tests.helpers.results import BASE_MS, phased_run
 
 SETTINGS = GateSettings(first_n=3, max_n=3)

@@ -17,9 +17,9 @@ import psutil
 import pytest
 import torch
 
+from perfgate.app.judging import judge, read_run
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
 from perfgate.measure import distributed
 from perfgate.measure.device import Device
@@ -27,6 +27,7 @@ from perfgate.records.baselines import entry_from_workload, entry_to_dict, parse
 from perfgate.records.results import ConfigResult, TrialRecord, TrialResult
 from perfgate.records.shapes import Distributed, PeakMemory, RankResult, UnusedParameters
 from perfgate.records.summary import PHASES
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses, format_run
 from perfgate.workload import Workload
@@ -284,11 +285,13 @@ def test_a_rank_slow_in_every_phase_is_a_straggler_and_even_ranks_are_neither():
 
 
 def test_the_report_shows_each_rank(tmp_path):
-    text = format_run(BASE)
+    text = format_run(read_run(BASE))
     assert "fp32: 2 ranks (gloo, DistributedDataParallel), per rank, ms per timed step:" in text
     assert "rank  samples/s  step p50 ms  data ms  h2d ms  fwd ms  bwd ms  opt ms  all-reduce ms  waited ms" in text
     assert "batch 8, 20 timed steps after 1 warm-up, 3 trials, 2 threads, cpu, 2 ranks)" in text
-    markdown = format_markdown(compare_run(BASE, {"w": entry_from_workload(BASE, BASE.workloads[0])}, SETTINGS))
+    markdown = format_markdown(
+        judge(compare_run(BASE, {"w": entry_from_workload(BASE, BASE.workloads[0])}, SETTINGS), diagnosed=False)
+    )
     assert "<details><summary>w fp32: 2 ranks (gloo)</summary>" in markdown
     assert "| 1 | 717.5 | 11.2 | 0.1 | 0.1 | 4.0 | 6.0 | 1.0 | 2.0 | 2.0 | 50.0 MiB |" in markdown
 
@@ -497,10 +500,12 @@ def test_the_reports_name_the_unused_parameters_and_what_ddp_does_about_them():
         "ran with find_unused_parameters=True, as training this model needs: it walks the step's autograd graph "
         "(57 nodes) from the outputs every step"
     )
-    assert note in format_run(run)
-    markdown = format_markdown(compare_run(run, {"w": entry_from_workload(BASE, BASE.workloads[0])}, SETTINGS))
+    assert note in format_run(read_run(run))
+    markdown = format_markdown(
+        judge(compare_run(run, {"w": entry_from_workload(BASE, BASE.workloads[0])}, SETTINGS), diagnosed=False)
+    )
     assert "Unused parameters: 6 get no gradient from the loss (spare.0," in markdown
-    assert "unused parameters" not in format_run(BASE)
+    assert "unused parameters" not in format_run(read_run(BASE))
 
 
 UNUSED = {"PERFGATE_TEST_PLANT": "unused", "PERFGATE_TEST_WIDTH": "64", "PERFGATE_TEST_STEPS": "4"}

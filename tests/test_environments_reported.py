@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge
+from perfgate.check.stored import judge_saved
 from perfgate.errors import ResultsError
 from perfgate.judge.diagnosis import diagnose
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, compare_pairs, judge_saved
+from perfgate.judge.verdict import Status, compare_pairs
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
 from perfgate.records.results import (
@@ -26,6 +27,7 @@ from perfgate.records.results import (
     parse_results,
 )
 from perfgate.records.shapes import Counts, Environment
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_diagnoses, format_gate, format_pytest_summary
@@ -116,13 +118,13 @@ def suspects(result: GateResult, every_config: bool = False) -> list[str]:
 def test_a_per_side_check_says_under_its_mode_that_the_base_ran_in_its_own_environment_and_what_differs():
     result = checked(PER_SIDE)
     sentence = f"the base ran in its own environment ({WHY}); packages: evaldep 1.0 -> 1.1"
-    text = format_gate(result, diagnose(result), command="perfgate check").splitlines()
+    text = format_gate(judge(result), command="perfgate check").splitlines()
     assert text[0].startswith("compared with: paired: the working tree against main (0123456789)")
     assert text[1] == f"environment: {sentence}"
-    markdown = format_markdown(result, diagnoses=diagnose(result))
+    markdown = format_markdown(judge(result))
     mode = next(p for p in markdown.split("\n\n") if p.startswith("Compared with: paired"))
     assert mode.endswith(f". Environment: {sentence}.")  # the header's mode paragraph, one sentence
-    document = json.loads(json.dumps(gate_to_dict(result)))
+    document = json.loads(json.dumps(gate_to_dict(judge(result, diagnosed=False))))
     assert document["environments"] == {
         "kind": "per-side",
         "why": WHY,
@@ -131,7 +133,7 @@ def test_a_per_side_check_says_under_its_mode_that_the_base_ran_in_its_own_envir
         "changed": [{"name": "evaldep", "base": "1.0", "head": "1.1"}],
         "described": sentence,
     }
-    summary = format_pytest_summary(gates=[result], runs=[], updates=[], store_dir=Path("."))
+    summary = format_pytest_summary(judge(result, diagnosed=False, checks=[result]), updates=[], store_dir=Path("."))
     assert summary.startswith(f"environment: {sentence}\n")
 
 
@@ -141,11 +143,14 @@ def test_a_shared_check_says_both_sides_ran_in_the_heads_environment_and_what_th
         "both sides ran in the head's environment (--environment shared); the base declares evaldep==1.0, "
         "not installed for it"
     )
-    assert format_gate(result, command="perfgate check").splitlines()[1] == f"environment: {sentence}"
-    assert f"Environment: {sentence}." in format_markdown(result)
-    assert gate_to_dict(result)["environments"]["changed"] == []
+    assert (
+        format_gate(judge(result, diagnosed=False), command="perfgate check").splitlines()[1]
+        == f"environment: {sentence}"
+    )
+    assert f"Environment: {sentence}." in format_markdown(judge(result, diagnosed=False))
+    assert gate_to_dict(judge(result, diagnosed=False))["environments"]["changed"] == []
     plain = checked(SAME_PACKAGES)
-    assert format_gate(plain, command="perfgate check").splitlines()[1] == (
+    assert format_gate(judge(plain, diagnosed=False), command="perfgate check").splitlines()[1] == (
         "environment: both sides ran in the head's environment (the two commits declare the same packages and the "
         "project builds no extension)"
     )
@@ -153,16 +158,21 @@ def test_a_shared_check_says_both_sides_ran_in_the_heads_environment_and_what_th
 
 def test_results_written_before_the_packages_were_recorded_report_no_environment():
     result = checked(None)
-    assert not any(line.startswith("environment:") for line in format_gate(result, command="c").splitlines())
-    assert "Environment:" not in format_markdown(result)
-    assert gate_to_dict(result)["environments"] is None
-    assert not format_pytest_summary(gates=[result], runs=[], updates=[], store_dir=Path(".")).startswith("environment")
+    assert not any(
+        line.startswith("environment:")
+        for line in format_gate(judge(result, diagnosed=False), command="c").splitlines()
+    )
+    assert "Environment:" not in format_markdown(judge(result, diagnosed=False))
+    assert gate_to_dict(judge(result, diagnosed=False))["environments"] is None
+    assert not format_pytest_summary(
+        judge(result, diagnosed=False, checks=[result]), updates=[], store_dir=Path(".")
+    ).startswith("environment")
 
 
 def test_a_long_environment_sentence_is_shortened_in_the_markdown_headline_and_the_report_keeps_its_limit():
     many = tuple(f"package{i}==1.{i}" for i in range(400))
     result = checked(dataclasses.replace(SHARED, declared=many))
-    markdown = format_markdown(result, limit=3000)
+    markdown = format_markdown(judge(result, diagnosed=False), limit=3000)
     assert markdown.startswith(MARKER + "\n### perfgate: fail") and len(markdown.encode()) <= 3000
     (paragraph,) = [p for p in markdown.split("\n\n") if p.startswith("Compared with:")]
     sentence = paragraph.split(" Environment: ", 1)[1]
@@ -192,7 +202,7 @@ def test_a_slower_step_with_every_count_unchanged_and_a_bumped_package_leads_wit
     )
     # The packages are what the same work leaves: no second finding says "the runtime or the machine".
     assert "runtime or machine" not in [f.suspect for f in d.findings]
-    assert "Suspect: **dependencies**" in format_markdown(result, diagnoses=[d])
+    assert "Suspect: **dependencies**" in format_markdown(judge(result, diagnoses=[d]))
     assert f"        {BUMP}" in format_diagnoses([d])
     # A slow data pipeline with the same counts: the packages still lead, the data pipeline says where it shows.
     slow_data = checked(PER_SIDE, {**BASE_MS, "data_wait": 9.0})
@@ -328,7 +338,9 @@ def test_the_environments_are_kept_in_the_results_file_and_read_back_as_written(
     again.write_json(tmp_path / "again.json")
     assert (tmp_path / "again.json").read_text() == path.read_text()
     # `perfgate report` on the file says where the sides ran, as the check did.
-    report = format_gate(judge_saved(again, ProjectConfig(), tmp_path), command="perfgate report", exits=False)
+    report = format_gate(
+        judge(judge_saved(again, ProjectConfig(), tmp_path), diagnosed=False), command="perfgate report", exits=False
+    )
     assert report.splitlines()[1] == f"environment: {environments.describe()}"
 
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge
 from perfgate.formatting import format_pct, format_signed, format_signed_pct
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import compare_throughput
-from perfgate.judge.verdict import GateResult, compare_entries
+from perfgate.judge.verdict import compare_entries
 from perfgate.judge.wording import throughput_reason
 from perfgate.records.baselines import ConfigEntry
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate, format_pytest_summary, format_update
 from tests.helpers.baselines import GATE_BASE, gate_entry
@@ -46,8 +47,13 @@ def _shrunk_by_a_hair():
 def test_the_tables_show_a_change_that_rounds_to_zero_as_plus_zero():
     result = GateResult([compare_entries(GATE_BASE, _shrunk_by_a_hair(), SETTINGS)], SETTINGS)
     assert result.verdicts[0].memory.change < 0
-    text, markdown = format_gate(result, command="perfgate check"), format_markdown(result)
-    summary = format_pytest_summary(gates=[result], runs=[], updates=[], store_dir=Path("baselines"))
+    text, markdown = (
+        format_gate(judge(result, diagnosed=False), command="perfgate check"),
+        format_markdown(judge(result, diagnosed=False)),
+    )
+    summary = format_pytest_summary(
+        judge(result, diagnosed=False, checks=[result]), updates=[], store_dir=Path("baselines")
+    )
     for report in (text, markdown, summary):
         assert "-0.0%" not in report and "-0%" not in report
     (row,) = [line for line in text.splitlines() if line.startswith("  fp32 ")]
@@ -107,6 +113,6 @@ def test_the_gate_table_states_the_threshold_in_the_same_unit():
     result = GateResult(
         [compare_entries(GATE_BASE, gate_entry([430, 432, 428], [1000, 1002, 998]), SETTINGS)], SETTINGS
     )
-    text = format_gate(result, command="perfgate check")
+    text = format_gate(judge(result, diagnosed=False), command="perfgate check")
     assert "thresholds: 5% on time per sample (samples/s -4.8%), peak memory 5%;" in text
-    assert "Threshold: 5% on time per sample (samples/s -4.8%)." in format_markdown(result)
+    assert "Threshold: 5% on time per sample (samples/s -4.8%)." in format_markdown(judge(result, diagnosed=False))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfgate.judge.settings import GateSettings, Look
-from perfgate.judge.verdict import GateResult, Status, compare_entries
+from perfgate.judge.verdict import Status, compare_entries
 from perfgate.records.baselines import BaselineEntry, ConfigEntry
+from perfgate.records.verdicts import GateResult, GateSettings, Look
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
 SETTINGS = GateSettings(first_n=3, max_n=3)

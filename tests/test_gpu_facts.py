@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfgate.judge.settings import GateSettings
+from perfgate.app.judging import judge, read_run
+from perfgate.check.stored import compare_saved
 from perfgate.judge.verdict import Status, compare_results
 from perfgate.measure.gpu import CLOCKS_EVENT_BITS, GpuReading, decode_clocks_event_reasons, gpu_facts
 from perfgate.measure.lab import RunningTrial, TrialPlace
@@ -23,6 +24,7 @@ from perfgate.measure.trial import TrialSpec
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.results import Against, RunResult, TrialResult
 from perfgate.records.shapes import Environment, GpuFacts, ShapeError, SystemSummary
+from perfgate.records.verdicts import GateSettings
 from perfgate.references import resolve_references
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
@@ -203,9 +205,9 @@ NOTE = "throttled (power cap) in 40% of samples; SM clock 1410-1980 MHz; up to 6
 
 def test_the_lab_report_flags_a_throttled_trial_beside_its_config():
     run = gpu_run(throttled=2)
-    assert f"  ! fp32 trial 3: {NOTE}" in format_run(run).splitlines()
-    assert f"- fp32 trial 3: {NOTE}" in format_lab_markdown(run)
-    (record,) = lab_to_dict(run)["workloads"][0]["configs"][0]["throttled_trials"]
+    assert f"  ! fp32 trial 3: {NOTE}" in format_run(read_run(run)).splitlines()
+    assert f"- fp32 trial 3: {NOTE}" in format_lab_markdown(read_run(run))
+    (record,) = lab_to_dict(read_run(run))["workloads"][0]["configs"][0]["throttled_trials"]
     assert record == {
         "side": None,
         "trial": 2,
@@ -222,11 +224,16 @@ def test_a_paired_check_flags_a_throttled_trial_on_its_side_and_still_counts_its
     result = compare_results(paired(base, head), GateSettings(first_n=3, max_n=3))
     (verdict,) = result.verdicts
     assert verdict.throughput is not None and verdict.throughput.n_candidate == 3  # the throttled pair is counted
-    assert f"  ! fp32 base trial 2: {NOTE}" in format_gate(result, command="perfgate check").splitlines()
-    assert f"- fp32 base trial 2: {NOTE}" in format_markdown(result)
-    (record,) = gate_to_dict(result)["workloads"][0]["configs"][0]["throttled_trials"]
+    assert (
+        f"  ! fp32 base trial 2: {NOTE}"
+        in format_gate(judge(result, diagnosed=False), command="perfgate check").splitlines()
+    )
+    assert f"- fp32 base trial 2: {NOTE}" in format_markdown(judge(result, diagnosed=False))
+    (record,) = gate_to_dict(judge(result, diagnosed=False))["workloads"][0]["configs"][0]["throttled_trials"]
     assert record["side"] == "base" and record["trial"] == 1 and record["slowed_share"] == 0.4
-    assert "throttled" not in format_gate(compare_results(paired(gpu_run(), head), GateSettings()), command="c")
+    assert "throttled" not in format_gate(
+        judge(compare_results(paired(gpu_run(), head), GateSettings()), diagnosed=False), command="c"
+    )
 
 
 # -- two GPU models are not compared ----------------------------------------------------------------------
@@ -241,7 +248,9 @@ def test_a_paired_check_whose_sides_ran_on_different_gpu_models_is_refused_in_on
         "model say nothing about another: run both sides on one GPU model (make one GPU visible to the check with "
         "CUDA_VISIBLE_DEVICES)"
     )
-    assert f"  ! {workload.problem}" in format_gate(result, command="perfgate check").splitlines()
+    assert (
+        f"  ! {workload.problem}" in format_gate(judge(result, diagnosed=False), command="perfgate check").splitlines()
+    )
     same = compare_results(paired(gpu_run(H100), gpu_run(H100)), GateSettings(first_n=3, max_n=3))
     assert same.workloads[0].problem is None and same.verdicts[0].status == Status.NO_CHANGE
 
@@ -249,7 +258,7 @@ def test_a_paired_check_whose_sides_ran_on_different_gpu_models_is_refused_in_on
 def test_a_baseline_stored_on_another_gpu_model_is_refused_naming_both_and_what_to_do(tmp_path):
     store = BaselineStore(tmp_path / "baselines")
     store.write_run(gpu_run(A100))
-    result = compare_results(gpu_run(H100), GateSettings(first_n=3, max_n=3), store=store)
+    result = compare_saved(gpu_run(H100), GateSettings(first_n=3, max_n=3), store=store)
     (workload,) = result.workloads
     assert workload.problem_status == Status.NO_BASELINE and result.exit_code == 3
     assert workload.problem == (
@@ -258,7 +267,7 @@ def test_a_baseline_stored_on_another_gpu_model_is_refused_naming_both_and_what_
         f"perfgate update (writes {store.path_for('w')}; commit it), or run the check where the baseline was taken"
     )
     assert "\n" not in workload.problem
-    same = compare_results(gpu_run(A100), GateSettings(first_n=3, max_n=3), store=store)
+    same = compare_saved(gpu_run(A100), GateSettings(first_n=3, max_n=3), store=store)
     assert same.workloads[0].problem is None and same.verdicts[0].status == Status.NO_CHANGE
 
 

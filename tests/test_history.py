@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge
+from perfgate.judge.trends import series_of
 from perfgate.judge.verdict import Status
 from perfgate.records.history import HistoryStore
-from perfgate.report.history import format_history, series_of
+from perfgate.report.history import format_history
 from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.git import commit, new_repository
 from tests.helpers.history import recorded
@@ -241,7 +243,7 @@ def test_export_writes_the_latest_run_in_bencher_and_github_action_benchmark_for
 
 def test_the_markdown_report_charts_each_gated_config_beside_its_recorded_runs(tmp_path):
     from perfgate.judge.verdict import compare_run
-    from perfgate.report.history import trends_of
+    from perfgate.records.series import trends_of
     from perfgate.report.markdown import format_markdown
     from tests.helpers.history import SETTINGS
     from tests.helpers.results import BASE_MS, BASELINE, phased_run
@@ -253,7 +255,7 @@ def test_the_markdown_report_charts_each_gated_config_beside_its_recorded_runs(t
     (trend,) = trends_of(result, store.load())
     assert (trend.workload, trend.config, trend.labels) == ("w", "fp32", ["0000000", "1111111", "2222222", "this"])
     assert trend.values[-1] < 0.8 * trend.values[0]
-    text = format_markdown(result, trends=[trend])
+    text = format_markdown(judge(result, diagnosed=False, trends=[trend]))
     assert "#### Trend: w fp32\n\n```mermaid\nxychart-beta\n" in text
     assert '    x-axis ["0000000", "1111111", "2222222", "this"]\n' in text
     assert trends_of(result, HistoryStore(tmp_path / "none").load()) == []  # nothing recorded: no chart

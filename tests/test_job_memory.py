@@ -17,12 +17,12 @@ import torch
 
 from perfgate.judge.diagnosis import diagnose
 from perfgate.judge.memory import TrialMemory, compared_peaks, grown_parts
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import Status, compare_entries, compare_run
 from perfgate.measure.device import Device
 from perfgate.measure.sampler import SystemSampler, loader_worker_pids, workers_unique_bytes
 from perfgate.records.baselines import BaselineStore, entry_from_workload
 from perfgate.records.shapes import PeakMemory, ShapeError, peak_memory_from_dict
+from perfgate.records.verdicts import GateSettings
 from tests.helpers.baselines import STORE_FINGERPRINT, gate_entry, store_entry
 from tests.helpers.results import BASE_MS, phased_run, validate_results
 

@@ -129,6 +129,37 @@ def test_no_import_cycles() -> None:
     assert cycles(graph(PACKAGE)) == []
 
 
+def judge_imports_in_reports(edges: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of `perfgate.judge` (a function or a type) by a module under `perfgate.report`."""
+    return [
+        f"{module}:{line} imports {target}"
+        for module, targets in edges.items()
+        if module.startswith("perfgate.report")
+        for target, line in targets.items()
+        if target.startswith("perfgate.judge")
+    ]
+
+
+def test_no_renderer_imports_the_judge() -> None:
+    """Judge once, render many: every report reads the judged bundle (`records.judgement`), whose shapes live in
+    `records`, so no module under perfgate/report imports perfgate.judge, types included. A renderer that called a
+    judge function would judge a second time and could disagree with the verdict."""
+    assert judge_imports_in_reports(graph(PACKAGE)) == []
+
+
+def test_the_renderer_check_finds_a_judge_import(tmp_path: Path) -> None:
+    root = tmp_path / "perfgate"
+    for name in ["__init__", "judge/__init__", "judge/reading", "records/__init__", "records/reading"]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{name}.py").write_text("")
+    (root / "report").mkdir()
+    (root / "report/__init__.py").write_text("")
+    (root / "report/text.py").write_text("from perfgate.records.reading import LabReading\n")
+    assert judge_imports_in_reports(graph(root)) == []
+    (root / "report/text.py").write_text("def f():\n    from perfgate.judge.reading import read_lab\n")
+    assert judge_imports_in_reports(graph(root)) == ["perfgate.report.text:2 imports perfgate.judge.reading"]
+
+
 def test_only_the_plugin_imports_pytest() -> None:
     users = []
     for module, path in modules(PACKAGE).items():

@@ -25,8 +25,8 @@ import pytest
 
 from perfgate import _files, naming
 from perfgate.errors import UsageError
-from perfgate.judge.acceptance import AcceptanceError, parse_acceptance
 from perfgate.project import parse_count, parse_fraction
+from perfgate.records.acceptance import AcceptanceError, parse_acceptance
 from tests.helpers.cli import CliResult, run_in_process, run_main
 from tests.helpers.git import commit, git, new_repository
 from tests.helpers.workloads import PLAIN_SGD, TINY_FILE

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import ConfigVerdict, compare_results
+from perfgate.judge.verdict import compare_results
 from perfgate.records.results import load_results
+from perfgate.records.verdicts import ConfigVerdict, GateSettings
 from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
 from tests.helpers.workloads import PLAIN_SGD

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_entries, merge_results
+from perfgate.app.finish import write_report
+from perfgate.app.judging import judge
+from perfgate.app.request import Outputs
+from perfgate.judge.verdict import Status, compare_entries, merge_results
+from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
 from perfgate.report.markdown import MARKER, append_job_summary, format_markdown
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
@@ -24,7 +28,7 @@ def tables(text):
 
 
 def test_the_report_is_a_table_github_renders_with_the_verdict_first():
-    text = format_markdown(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
+    text = format_markdown(judge(result(gate_entry([430, 432, 428], [1000, 1002, 998])), diagnosed=False))
     assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32).")
     found, rows = tables(text)
     assert len(found) == 1 and len(rows) == 2  # header and one config
@@ -39,15 +43,15 @@ def test_the_report_is_a_table_github_renders_with_the_verdict_first():
 
 def test_text_from_outside_is_kept_on_one_line_and_its_pipes_escaped():
     problem = WorkloadVerdict("w", [], None, problem="no baseline | for\nw", problem_status=Status.NO_BASELINE)
-    text = format_markdown(GateResult([problem], SETTINGS))
+    text = format_markdown(judge(GateResult([problem], SETTINGS), diagnosed=False))
     assert "**no baseline**: no baseline \\| for w" in text
     assert "### perfgate: nothing to compare" in text
 
 
 def test_a_report_over_the_limit_is_shortened_with_a_note_and_whole_sections():
     many = result(*[gate_entry([430 + i, 432, 428], [1000, 1002, 998]) for i in range(40)])
-    full = format_markdown(many, limit=10**7)
-    short = format_markdown(many, limit=4000, details="results.json")
+    full = format_markdown(judge(many, diagnosed=False), limit=10**7)
+    short = format_markdown(judge(many, diagnosed=False), limit=4000, details="results.json")
     assert len(full) > 4000 >= len(short.encode())
     assert short.endswith("more section(s) left out; the full data is in results.json._\n")
     assert short.startswith(MARKER + "\n### perfgate: fail")
@@ -63,7 +67,11 @@ def test_the_chart_is_a_valid_png_with_a_row_per_config(tmp_path):
 
     path = tmp_path / "out" / "chart.png"
     write_chart(
-        result(gate_entry([430, 432, 428], [1000, 1002, 998]), gate_entry([500, 505, 498], [1000, 1004, 996])), path
+        judge(
+            result(gate_entry([430, 432, 428], [1000, 1002, 998]), gate_entry([500, 505, 498], [1000, 1004, 996])),
+            diagnosed=False,
+        ),
+        path,
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as image:
@@ -87,7 +95,7 @@ def test_the_checks_of_one_pytest_session_merge_into_one_report():
         ("v", []),
     ]
     assert merged.exit_code == 1 and merge_results([fp32]) is fp32
-    text = format_markdown(merged)
+    text = format_markdown(judge(merged, diagnosed=False))
     assert text.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (w fp32); 1 no change; 1 no baseline (v).")
     assert len(tables(text)[0]) == 1  # one table for w, whichever check measured its configs
 
@@ -95,7 +103,7 @@ def test_the_checks_of_one_pytest_session_merge_into_one_report():
 def test_the_job_summary_gets_the_report_appended_only_under_github_actions(tmp_path):
     summary = tmp_path / "step_summary.md"
     summary.write_text("earlier step\n")
-    text = format_markdown(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
+    text = format_markdown(judge(result(gate_entry([430, 432, 428], [1000, 1002, 998])), diagnosed=False))
     assert append_job_summary(text, {"GITHUB_STEP_SUMMARY": str(summary)}) == summary
     assert summary.read_text() == "earlier step\n" + text
     assert append_job_summary(text, {}) is None and append_job_summary(text, {"GITHUB_STEP_SUMMARY": ""}) is None
@@ -115,6 +123,25 @@ def test_what_changed_is_shown_even_when_the_verdict_is_no_change():
     result = compare_run(changed, {"w": entry_from_workload(base, workload)}, GateSettings(first_n=3, max_n=3))
     (verdict,) = result.verdicts
     assert verdict.status == Status.NO_CHANGE
-    text = format_gate(result, command="perfgate check")
+    text = format_gate(judge(result, diagnosed=False), command="perfgate check")
     assert "! fp32: " in text and "the model's numerics changed (first-step losses 1 -> 2)" in text
-    assert "the model's numerics changed (first-step losses 1 -> 2)" in format_markdown(result)
+    assert "the model's numerics changed (first-step losses 1 -> 2)" in format_markdown(judge(result, diagnosed=False))
+
+
+def test_one_judgement_goes_to_the_report_file_and_the_job_summary(tmp_path, monkeypatch):
+    """`app.finish.write_report`, the one way `perfgate check` and `pytest --perfgate` write the Markdown report: the
+    judgement's report, naming the results file, to its file and, asked, to the job summary; nothing asked,
+    nothing written."""
+    judgement = judge(result(gate_entry([430, 432, 428], [1000, 1002, 998])))
+    assert judgement.bounds == {0.05: 1 / 1.05} and judgement.diagnoses == ()  # no run: nothing to diagnose
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    outputs = Outputs(json=tmp_path / "results.json", markdown=tmp_path / "report.md")
+    written: list[Path] = []
+    write_report(judgement, outputs, written, job_summary=True)
+    text = format_markdown(judgement, details=str(tmp_path / "results.json"))
+    assert text.startswith(MARKER + "\n### perfgate: fail")
+    assert written == [outputs.markdown] and outputs.markdown.read_text() == text == summary.read_text()
+    summary.unlink()
+    write_report(judgement, Outputs(json=tmp_path / "results.json"), written)
+    assert written == [outputs.markdown] and not summary.exists()

@@ -10,17 +10,11 @@ import random
 import pytest
 
 from perfgate.judge.memory import TrialMemory, compared_peaks
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import (
-    MEMORY_SESSION_NOISE,
-    MIN_DECIDING,
-    LookLevels,
-    Verdict,
-    compare_memory,
-    compare_paired_memory,
-)
+from perfgate.judge.stats import MEMORY_SESSION_NOISE, LookLevels, compare_memory, compare_paired_memory
 from perfgate.judge.verdict import compare_entries
 from perfgate.judge.wording import memory_reason
+from perfgate.records.comparisons import MIN_DECIDING, Verdict
+from perfgate.records.verdicts import GateSettings
 from tests.helpers.baselines import gate_entry
 
 MIB = 1 << 20

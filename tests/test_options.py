@@ -24,12 +24,13 @@ from perfgate.app.options import (
     resolve,
     resolve_all,
 )
-from perfgate.app.request import HistoryRequest, _pairing, gate_settings, plugin_request
+from perfgate.app.request import HistoryRequest, _pairing, gate_settings, plugin_request, series_request
 from perfgate.errors import UsageError
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.measure.lab import Pairing
 from perfgate.naming import PYTEST
 from perfgate.project import ProjectConfig
+from perfgate.records.history import DEFAULT_HISTORY_DIR
+from perfgate.records.verdicts import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS
 from perfgate.variants import DEFAULT_CONFIGS
 from tests.helpers.cli import run_cli
 
@@ -138,6 +139,18 @@ class PytestConfig:
 
     def getini(self, key: str) -> object:
         return self.ini.get(key)
+
+
+def test_the_history_request_carries_the_threshold_and_alpha_its_trends_are_found_at(tmp_path):
+    """`perfgate history`'s request resolves them once: as given, else the gate's global threshold and the project's
+    alpha, else the defaults (5%, 0.01)."""
+    plain = series_request({"limit": 10}, ProjectConfig(base_dir=tmp_path))
+    assert (plain.limit, plain.html, plain.threshold, plain.alpha) == (10, None, 0.05, 0.01)
+    project = ProjectConfig(base_dir=tmp_path, threshold=0.1, alpha=0.05)
+    assert (series_request({"limit": 3}, project).threshold, series_request({"limit": 3}, project).alpha) == (0.1, 0.05)
+    given = series_request({"limit": 3, "threshold": 0.2, "alpha": 0.02, "html": tmp_path}, project)
+    assert (given.threshold, given.alpha, given.html) == (0.2, 0.02, tmp_path)
+    assert given.history == HistoryRequest(DEFAULT_HISTORY_DIR)
 
 
 def test_environment_is_a_check_option_from_the_command_line_or_the_environment_else_auto():

@@ -7,9 +7,9 @@ import datetime
 import pytest
 
 from perfgate.errors import UsageError
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import SLOW_RATE
 from perfgate.project import ProjectConfig, load_project_config, parse_fraction
+from perfgate.records.comparisons import SLOW_RATE
+from perfgate.records.verdicts import GateSettings
 
 
 @pytest.mark.parametrize(("value", "fraction"), [("5%", 0.05), ("12.5%", 0.125), (0.05, 0.05), ("0.1", 0.1)])

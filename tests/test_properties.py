@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import PerfgateError
-from perfgate.judge.stats import Verdict, compare_memory, compare_throughput
+from perfgate.judge.stats import compare_memory, compare_throughput
 from perfgate.records.baselines import parse_baseline
+from perfgate.records.comparisons import Verdict
 from perfgate.records.micro import parse_micro_baseline
 from perfgate.records.results import parse_results
 

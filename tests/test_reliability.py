@@ -316,9 +316,9 @@ def test_nothing_perfgate_loads_is_unpickled_or_loaded_unsafely():
 def test_failed_trials_are_named_in_the_verdict_and_a_config_with_none_left_fails():
     """Missing data is never a silent pass: the verdict rests on the trials that ran and says how many
     failed; a config that ran before and now has no trial left fails the check."""
-    from perfgate.judge.settings import GateSettings
     from perfgate.judge.verdict import Status, compare_run
     from perfgate.records.results import ConfigResult, TrialResult
+    from perfgate.records.verdicts import GateSettings
     from tests.helpers.results import BASE_MS, BASELINE, phased_run
 
     def with_failures(failed: int):

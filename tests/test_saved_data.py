@@ -14,16 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge, read_run
+from perfgate.check.stored import compare_saved
 from perfgate.errors import ResultsError
-from perfgate.judge.settings import GateSettings, Look
-from perfgate.judge.stats import SLOW_RATE
-from perfgate.judge.verdict import Status, compare_results
+from perfgate.judge.verdict import Status
 from perfgate.project import ProjectConfig
 from perfgate.records.baselines import BaselineStore, render_baseline
+from perfgate.records.comparisons import SLOW_RATE
 from perfgate.records.fingerprint import Fingerprint, fingerprint_key, machine_fingerprint
 from perfgate.records.results import SCHEMA_PATH as SCHEMA
 from perfgate.records.results import GateRecord, load_results, parse_results
 from perfgate.records.shapes import ShapeError
+from perfgate.records.verdicts import GateSettings, Look
 from perfgate.report.markdown import MARKER, format_markdown
 from perfgate.report.text import format_gate, format_run
 from tests.helpers.cli import run_main
@@ -109,7 +111,7 @@ def test_the_baseline_store_reads_the_saved_file():
 
 
 def judged():
-    return compare_results(load_results(RESULTS), SETTINGS, store=BaselineStore(BASELINES))
+    return compare_saved(load_results(RESULTS), SETTINGS, store=BaselineStore(BASELINES))
 
 
 def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone():
@@ -137,7 +139,7 @@ def test_the_saved_run_against_the_saved_baseline_is_a_regression_of_fp32_alone(
 
 def test_the_text_and_markdown_reports_of_the_saved_verdict():
     result = judged()
-    text = format_gate(result, command="perfgate check")
+    text = format_gate(judge(result, diagnosed=False), command="perfgate check")
     rows = [" ".join(line.split()) for line in text.splitlines() if line.split()[:1] in (["fp32"], ["bf16"])]
     assert rows == [  # config, baseline s/s, current s/s, ratio, CI, p, machine, peak mem, trials, verdict
         "fp32 1,000.0 801.0 0.800x 0.795-0.806 2.9e-10 1.00x +0.0% 5+4 REGRESSION",
@@ -145,7 +147,7 @@ def test_the_text_and_markdown_reports_of_the_saved_verdict():
     ]
     assert "(baseline measured 2026-11-20T09:00:00+00:00 at commit 1111111111; cpu Test CPU, 2 threads" in text
     assert text.rstrip().endswith("perfgate check: 1 regression (mlp fp32); 1 no change. Exit 1 (fail).")
-    markdown = format_markdown(result, details=RESULTS.name)
+    markdown = format_markdown(judge(result, diagnosed=False), details=RESULTS.name)
     assert markdown.startswith(MARKER + "\n### perfgate: fail\n\n1 regression (mlp fp32); 1 no change.\n")
     assert "Baseline measured 2026-11-20T09:00:00+00:00 at `1111111111`." in markdown
     table = [line for line in markdown.splitlines() if line.startswith("| fp32 ") or line.startswith("| bf16 ")]
@@ -154,7 +156,7 @@ def test_the_text_and_markdown_reports_of_the_saved_verdict():
         "| **regression** |",
         "| bf16 | 1,500.0 | 1,499.5 | 1.000x (0.996-1.004) | 0.5 | 1.00x | +0.0% | 0.5% | 1% | 5+4 | no change |",
     ]
-    lab = format_run(load_results(RESULTS))
+    lab = format_run(read_run(load_results(RESULTS)))
     assert lab.startswith("mlp  (perf/mlp.py:mlp; batch 8, 4 timed steps after 1 warm-up, 5 trials, 2 threads, cpu)")
     assert "! bf16 trial 5 failed: trial process was killed by SIGKILL" in lab
 
@@ -175,7 +177,7 @@ def test_report_shows_a_lab_run_as_the_labs_table_in_every_format(monkeypatch, c
     monkeypatch.chdir(DATA)
     text = run_main(capsys, "report", RESULTS.name)
     assert text.returncode == 0 and text.stderr == ""
-    assert text.stdout == format_run(load_results(RESULTS))
+    assert text.stdout == format_run(read_run(load_results(RESULTS)))
     markdown = run_main(
         capsys, "report", RESULTS.name, "--format", "markdown", "--report-json", str(tmp_path / "lab.json")
     )

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.app.judging import judge
 from perfgate.app.request import PluginRequest
 from perfgate.app.suite import GateSuite, configured_test
-from perfgate.judge.family import SessionRate, SessionShares
-from perfgate.judge.settings import GateSettings, Look
-from perfgate.judge.stats import DEFAULT_ALPHA
-from perfgate.judge.verdict import GateResult, compare_entries, holm_divisors, merge_results, one_error_rate
+from perfgate.judge.family import SessionShares
+from perfgate.judge.settings import levels_at
+from perfgate.judge.verdict import compare_entries, holm_divisors, merge_results, one_error_rate
 from perfgate.project import ProjectConfig
 from perfgate.records.baselines import BaselineEntry
+from perfgate.records.comparisons import DEFAULT_ALPHA
 from perfgate.records.results import GateRecord
+from perfgate.records.verdicts import GateResult, GateSettings, Look, SessionRate
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_gate
 from tests.helpers.baselines import GATE_BASE, gate_entry
@@ -56,7 +58,7 @@ def test_a_config_with_an_exact_memory_comparison_leaves_throughput_its_whole_al
     assert verdict.throughput is not None
     assert holm_divisors(result).get(("w", "fp32"), (1.0, 1.0))[0] == 1.0
     assert result.comparisons == 1  # throughput alone: the exact memory comparison cannot be a false alarm
-    assert verdict.throughput.alpha == pytest.approx(SETTINGS.levels(None).alpha)
+    assert verdict.throughput.alpha == pytest.approx(levels_at(SETTINGS, None).alpha)
 
 
 def test_a_memory_comparison_with_sampling_error_still_shares_alpha_with_throughput():
@@ -117,7 +119,7 @@ def test_a_session_of_one_check_judges_it_with_the_whole_alpha():
 
 def test_a_session_share_divides_each_looks_alpha_and_count_level_and_leaves_the_no_change_error():
     look = Look(4, 3, False)
-    alone, shared = SETTINGS.levels(look), replace(SETTINGS, session_divisor=4.0).levels(look)
+    alone, shared = levels_at(SETTINGS, look), levels_at(replace(SETTINGS, session_divisor=4.0), look)
     assert shared.alpha == pytest.approx(alone.alpha / 4)
     assert alone.count_alpha is not None and shared.count_alpha == pytest.approx(alone.count_alpha / 4)
     assert shared.pass_error == alone.pass_error
@@ -178,10 +180,14 @@ def test_the_sessions_report_states_its_one_false_alarm_rate():
         "(Holm within each check's share of alpha)"
     )
     assert SessionRate(0.01, 5, 3).line == line
-    text = format_gate(merged, command="pytest --perfgate")
+    text = format_gate(judge(merged, diagnosed=False), command="pytest --perfgate")
     assert "alpha 0.01 for the whole session, over 5 comparisons in 3 checks (Holm within each check's share" in text
     assert "for the whole check" not in text
-    assert "One false-alarm rate for the session: alpha 0.01 over 5 comparisons in 3 checks" in format_markdown(merged)
+    assert "One false-alarm rate for the session: alpha 0.01 over 5 comparisons in 3 checks" in format_markdown(
+        judge(merged, diagnosed=False)
+    )
     alone = _check(GATE_BASE, SLOWER)  # a CLI check: unchanged
-    assert "alpha 0.01 for the whole check (2 comparisons, Holm)" in format_gate(alone, command="perfgate check")
-    assert "false-alarm rate for the session" not in format_markdown(alone)
+    assert "alpha 0.01 for the whole check (2 comparisons, Holm)" in format_gate(
+        judge(alone, diagnosed=False), command="perfgate check"
+    )
+    assert "false-alarm rate for the session" not in format_markdown(judge(alone, diagnosed=False))

@@ -7,14 +7,8 @@ import random
 
 import pytest
 
-from perfgate.judge.stats import (
-    Verdict,
-    compare_memory,
-    compare_throughput,
-    looks,
-    slowdown_bound,
-    smallest_mann_whitney_p,
-)
+from perfgate.judge.stats import compare_memory, compare_throughput, looks, slowdown_bound, smallest_mann_whitney_p
+from perfgate.records.comparisons import Verdict
 
 MIB = 1 << 20
 

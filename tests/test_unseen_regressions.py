@@ -11,20 +11,13 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.judge.settings import GateSettings, Look, count_level
-from perfgate.judge.stats import (
-    COUNT_SHARE,
-    SLOW_CUT_FLOOR,
-    SLOW_RATE,
-    LookLevels,
-    Verdict,
-    compare_paired,
-    count_slow_pairs,
-    slow_cut,
-)
+from perfgate.judge.settings import count_level, levels_at
+from perfgate.judge.stats import COUNT_SHARE, SLOW_CUT_FLOOR, LookLevels, compare_paired, count_slow_pairs, slow_cut
 from perfgate.judge.verdict import Status, compare_pairs
 from perfgate.judge.wording import count_text
+from perfgate.records.comparisons import SLOW_RATE, Verdict
 from perfgate.records.results import Against, TrialResult
+from perfgate.records.verdicts import GateSettings, Look
 from tests.helpers.results import BASE_MS, phased_run
 
 
@@ -113,7 +106,7 @@ def test_the_count_spends_at_most_its_share_of_alpha_on_every_path(budget):
     # Not extended: the budget look, not held back, spends what is left.
     plain = [*looks[:-1], Look(budget, budget - 1, True)]
     assert sum(count_level(look, most, alpha) for look in plain) == pytest.approx(COUNT_SHARE * alpha)
-    levels = GateSettings(first_n=3, max_n=most).levels(looks[-1])
+    levels = levels_at(GateSettings(first_n=3, max_n=most), looks[-1])
     assert levels.count_alpha == pytest.approx(count_level(looks[-1], most, alpha))
 
 

@@ -11,13 +11,14 @@ import json
 
 import pytest
 
+from perfgate.app.judging import judge, read_run
 from perfgate.errors import UsageError
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.utilisation import GPU_PEAKS, gpu_peak, workload_utilisation
 from perfgate.judge.verdict import compare_results
 from perfgate.project import ProjectConfig, load_project_config
 from perfgate.records.results import Against, ConfigResult, RunResult
 from perfgate.records.shapes import Counts, Environment
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
 from perfgate.report.render import lab_to_dict
@@ -153,7 +154,7 @@ def test_an_h100_run_shows_each_configs_share_of_the_h100s_dense_peak_for_its_dt
     fp32, bf16 = use.configs["fp32"], use.configs["bf16"]
     assert fp32.achieved_flops_per_s == pytest.approx(6.7e12) and fp32.mfu == pytest.approx(0.10)
     assert bf16.achieved_flops_per_s == pytest.approx(3e14) and bf16.mfu == pytest.approx(300 / 989.5)
-    text = format_run(run)
+    text = format_run(read_run(run))
     assert "FLOP/s (MFU)" in text.splitlines()[1]
     assert table_row(text, "fp32")[1:3] == ["1,000.0 ±0.0%", "6.70 TFLOP/s (10%)"]
     assert table_row(text, "bf16")[1:3] == ["3,000.0 ±0.0%", "300 TFLOP/s (30%)"]
@@ -165,9 +166,9 @@ def test_the_lab_reading_says_each_configs_share_of_the_gpus_peak():
         "(6.70 TFLOP/s of 67 TFLOP/s); bf16: 30% (300 TFLOP/s of 989.5 TFLOP/s)."
     )
     run = lab_run()
-    assert f"  {line}" in format_run(run).splitlines()
-    assert f"- {line}" in format_lab_markdown(run)
-    assert line in lab_to_dict(run)["workloads"][0]["reading"]
+    assert f"  {line}" in format_run(read_run(run)).splitlines()
+    assert f"- {line}" in format_lab_markdown(read_run(run))
+    assert line in lab_to_dict(read_run(run))["workloads"][0]["reading"]
 
 
 def test_a_data_parallel_trial_is_measured_against_the_peak_of_all_its_gpus():
@@ -175,20 +176,20 @@ def test_a_data_parallel_trial_is_measured_against_the_peak_of_all_its_gpus():
     use = workload_utilisation(run.workloads[0], run.environment)
     assert use is not None and use.configs["bf16"].mfu == pytest.approx(300 / (2 * 989.5))
     assert "fp32: 5% of 2 H100 SXMs' peak (6.70 TFLOP/s of 134 TFLOP/s); bf16: 15% (300 TFLOP/s of 1979" in format_run(
-        run
+        read_run(run)
     )
 
 
 def test_an_fp32_config_above_the_fp32_peak_is_read_as_tf32_at_work():
     run = lab_run(fp32_sps=FP32_SPS * 12)  # 80.4 TFLOP/s: more than an H100's 67 without tensor cores
-    assert "fp32: 120% of the H100 SXM's peak" in format_run(run)
-    assert "fp32 is above the fp32 peak: TF32 tensor cores did part of the work" in format_run(run)
-    assert "TF32" not in format_run(lab_run())
+    assert "fp32: 120% of the H100 SXM's peak" in format_run(read_run(run))
+    assert "fp32 is above the fp32 peak: TF32 tensor cores did part of the work" in format_run(read_run(run))
+    assert "TF32" not in format_run(read_run(lab_run()))
 
 
 def test_a_gpu_without_bf16_tensor_cores_shows_bf16_as_achieved_flops_only():
     run = lab_run("Tesla T4", fp32=8.1e8)  # 0.81 TFLOP/s: 10% of the T4's 8.1
-    text = format_run(run)
+    text = format_run(read_run(run))
     assert table_row(text, "fp32")[2] == "810 GFLOP/s (10%)"
     assert table_row(text, "bf16")[2] == "300 TFLOP/s"
     assert (
@@ -204,13 +205,13 @@ def test_an_unknown_gpu_gets_its_achieved_flops_and_no_share():
     use = workload_utilisation(run.workloads[0], run.environment)
     assert use is not None and use.gpu is None
     assert use.configs["bf16"].achieved_flops_per_s == pytest.approx(3e14) and use.configs["bf16"].mfu is None
-    text = format_run(run)
+    text = format_run(read_run(run))
     assert table_row(text, "bf16")[2] == "300 TFLOP/s"
     assert (
         "  Achieved FLOP/s (counted FLOPs per sample x samples/s): fp32: 6.70 TFLOP/s; bf16: 300 TFLOP/s; perfgate "
         "knows no peak for the NVIDIA GeForce GTX 1080: peak_tflops in [tool.perfgate] gives it."
     ) in text.splitlines()
-    fp32 = lab_to_dict(run)["workloads"][0]["configs"][0]
+    fp32 = lab_to_dict(read_run(run))["workloads"][0]["configs"][0]
     assert fp32["achieved_flops_per_s"] == pytest.approx(6.7e12) and fp32["mfu"] is None
 
 
@@ -223,30 +224,30 @@ def test_the_projects_peak_tflops_wins_over_the_table_for_the_dtypes_it_gives(tm
     assert use is not None
     assert use.configs["bf16"].mfu == pytest.approx(0.6) and use.configs["bf16"].peak_from == "peak_tflops"
     assert use.configs["fp32"].mfu == pytest.approx(0.10)  # fp32 keeps the table's 67
-    text = format_run(run, peak_tflops=peaks)
+    text = format_run(read_run(run, peaks))
     assert table_row(text, "bf16")[2] == "300 TFLOP/s (60%)"
     assert "; bf16: 60% of the peak_tflops in [tool.perfgate] (300 TFLOP/s of 500 TFLOP/s)." in text
     unknown = lab_run("NVIDIA GeForce GTX 1080")  # the setting gives a peak the table lacks
-    assert table_row(format_run(unknown, peak_tflops=peaks), "bf16")[2] == "300 TFLOP/s (60%)"
+    assert table_row(format_run(read_run(unknown, peaks)), "bf16")[2] == "300 TFLOP/s (60%)"
 
 
 def test_a_cpu_run_shows_achieved_flops_alone_whatever_the_project_says():
     run = lab_run(None, fp32=1.23e7, bf16=None)  # 1.23e7 FLOPs a sample at 1,000 samples/s
-    text = format_run(run, peak_tflops={"fp32": 1.0})
+    text = format_run(read_run(run, {"fp32": 1.0}))
     assert table_row(text, "fp32")[2] == "12.3 GFLOP/s"
     assert table_row(text, "bf16")[2] == "-"  # its FLOPs were not counted
     assert "  Achieved FLOP/s (counted FLOPs per sample x samples/s): fp32: 12.3 GFLOP/s." in text.splitlines()
     assert "%)" not in table_row(text, "fp32")[2] and "utilisation" not in text
-    assert "| fp32 | 1,000.0 ±0.0% | 12.3 GFLOP/s |" in format_lab_markdown(run)
+    assert "| fp32 | 1,000.0 ±0.0% | 12.3 GFLOP/s |" in format_lab_markdown(read_run(run))
 
 
 def test_a_run_without_counts_has_no_flops_column_and_no_utilisation_line():
     run = lab_run(fp32=None, bf16=None)  # files written before perfgate counted
     assert workload_utilisation(run.workloads[0], run.environment) is None
-    text = format_run(run)
+    text = format_run(read_run(run))
     assert "FLOP/s" not in text
-    assert "FLOP/s" not in format_lab_markdown(run)
-    configs = lab_to_dict(run)["workloads"][0]["configs"]
+    assert "FLOP/s" not in format_lab_markdown(read_run(run))
+    configs = lab_to_dict(read_run(run))["workloads"][0]["configs"]
     assert [(c["achieved_flops_per_s"], c["mfu"]) for c in configs] == [(None, None), (None, None)]
 
 
@@ -265,8 +266,10 @@ def test_a_checks_markdown_and_json_carry_the_heads_utilisation_with_the_project
     paired = dataclasses.replace(head, against=Against("main", "0123456789abcdef", None, True, base))
     settings = GateSettings(project=ProjectConfig(peak_tflops={"fp32": 33.5}), first_n=3, max_n=3)
     result = compare_results(paired, settings)
-    assert "fp32: 20% of the peak_tflops in [tool.perfgate] (6.70 TFLOP/s of 33.5 TFLOP/s)" in format_markdown(result)
-    configs = json.loads(json.dumps(gate_to_dict(result)))["workloads"][0]["configs"]
+    assert "fp32: 20% of the peak_tflops in [tool.perfgate] (6.70 TFLOP/s of 33.5 TFLOP/s)" in format_markdown(
+        judge(result, diagnosed=False)
+    )
+    configs = json.loads(json.dumps(gate_to_dict(judge(result, diagnosed=False))))["workloads"][0]["configs"]
     by_name = {c["config"]: c for c in configs}
     assert by_name["fp32"]["mfu"] == pytest.approx(0.2)
     assert by_name["bf16"]["mfu"] == pytest.approx(300 / 989.5)

@@ -19,28 +19,25 @@ from unittest import mock
 import pytest
 
 from perfgate.check import sequential
-from perfgate.judge.settings import GateSettings, Look, LookTracker
+from perfgate.judge.settings import LookTracker, levels_at
 from perfgate.judge.stats import (
-    DEFAULT_ALPHA,
     EXTENSION_RESERVE,
-    MIN_DECIDING,
-    SLOW_RATE,
     LookLevels,
-    Verdict,
     boundary_level,
-    combined_verdict,
     compare_paired,
     compare_throughput,
     look_levels,
     slowdown_bound,
     spent,
 )
-from perfgate.judge.verdict import ConfigVerdict, GateResult, compare_entries, holm_divisors, one_error_rate
+from perfgate.judge.verdict import compare_entries, holm_divisors, one_error_rate
 from perfgate.judge.wording import throughput_reason
 from perfgate.outcome import Status
 from perfgate.records.baselines import BaselineEntry, ConfigEntry, TrialEntry
+from perfgate.records.comparisons import DEFAULT_ALPHA, MIN_DECIDING, SLOW_RATE, Verdict, combined_verdict
 from perfgate.records.fingerprint import Fingerprint
 from perfgate.records.results import WorkloadSettings
+from perfgate.records.verdicts import ConfigVerdict, GateResult, GateSettings, Look
 
 
 def pairs(n: int, *, slowdown: float = 0.0, noise: float = 0.01, slow: frozenset[int] = frozenset(), seed: int = 0):
@@ -277,7 +274,7 @@ def decide(base, head, budget_pairs: int, *, extensible: bool = True, slow_rate:
         look = tracker.look(dict(counts), final)[key]
         looks.append(look)
         n = counts[key]
-        comparison = compare_paired(base[:n], head[:n], levels=settings.levels(look), slow_rate=slow_rate)
+        comparison = compare_paired(base[:n], head[:n], levels=levels_at(settings, look), slow_rate=slow_rate)
         status = Status(comparison.verdict.value)
         verdict = ConfigVerdict(*key, status, "", settings.thresholds_for(*key), throughput=comparison)
         return SimpleNamespace(verdicts=[verdict])

@@ -7,12 +7,22 @@ through the sink, so untrusted text (a history record's fields) is printed safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from perfgate.app.gate import measured, report_gate, warn_open, write_json
-from perfgate.app.request import GateRequest, HistoryRequest, LabRequest, Outputs
+from perfgate.app.finish import write_results
+from perfgate.app.gate import measured, report_gate, warn_open
+from perfgate.app.request import (
+    BisectRequest,
+    CalibrationRequest,
+    CompareRequest,
+    ExportRequest,
+    HistoryRequest,
+    LabRequest,
+    Outputs,
+    SeriesRequest,
+)
 from perfgate.app.sink import Sink, lab_progress
 from perfgate.errors import EXIT_OK, EXIT_WORKLOAD_FAILED, NothingToCompareError, UsageError, WorkloadError
 from perfgate.outcome import measured_exit_code
@@ -26,20 +36,21 @@ __all__ = ["bisect", "calibrate", "compare", "export", "history", "report", "rep
 
 def run_lab(request: LabRequest, sink: Sink) -> int:
     """Run the lab and print its table (--json, --markdown: also to files); exit 4 when nothing was measured."""
+    from perfgate.app.judging import read_run
     from perfgate.measure.lab import run_lab as measure
     from perfgate.records.results import write_text_atomic
     from perfgate.report.markdown import format_lab_markdown
     from perfgate.report.text import format_run
 
-    peaks = request.peak_tflops
     failures: dict[str, WorkloadError] = {}
     progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
     result = measure(list(request.references), request.run, progress, failures=failures)
-    sink.info(format_run(result, peak_tflops=peaks))
-    write_json(result, request.outputs.json, sink)
+    reading = read_run(result, request.peak_tflops)
+    sink.info(format_run(reading))
+    write_results(result, request.outputs.json, sink)
     if request.outputs.markdown is not None:
         details = str(request.outputs.json) if request.outputs.json else None
-        write_text_atomic(request.outputs.markdown, format_lab_markdown(result, details=details, peak_tflops=peaks))
+        write_text_atomic(request.outputs.markdown, format_lab_markdown(reading, details=details))
     return _failed(failures, sink) or measured_exit_code(measured(result, sink)) or EXIT_OK
 
 
@@ -52,6 +63,7 @@ def _failed(failures: Mapping[str, WorkloadError], sink: Sink) -> int | None:
 
 def update(request: LabRequest, sink: Sink) -> int:
     """Measure and write this machine's baselines; the baseline folder was found writable before (the request)."""
+    from perfgate.app.judging import read_run
     from perfgate.measure.environment import require_clean_tree
     from perfgate.measure.lab import run_lab as measure
     from perfgate.records.baselines import BaselineStore
@@ -63,8 +75,8 @@ def update(request: LabRequest, sink: Sink) -> int:
     failures: dict[str, WorkloadError] = {}
     progress = lab_progress(request.run.trials, quiet=request.outputs.quiet)
     result = measure(list(request.references), request.run, progress, failures=failures)
-    sink.info(format_run(result, peak_tflops=request.peak_tflops) + "\n")
-    write_json(result, request.outputs.json, sink)
+    sink.info(format_run(read_run(result, request.peak_tflops)) + "\n")
+    write_results(result, request.outputs.json, sink)
     code = _failed(failures, sink) or measured_exit_code(measured(result, sink))  # no baseline of a failed run
     if code is not None:
         return code
@@ -72,39 +84,43 @@ def update(request: LabRequest, sink: Sink) -> int:
     return EXIT_OK
 
 
-def calibrate(request: GateRequest, sink: Sink, *, pairs: int, slowdown: float) -> int:
+def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
     """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
+    from perfgate.app.judging import judge
     from perfgate.check.calibrate import format_calibration, run_calibration
     from perfgate.report.text import format_gate
 
+    request = calibration_request.check
     calibration = run_calibration(
         list(request.references),
         request.run,
         request.gate,
-        pairs=pairs,
-        slowdown=slowdown,
+        pairs=calibration_request.pairs,
+        slowdown=calibration_request.slowdown,
         pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
     )
     if calibration.planted.run is not None:
-        write_json(calibration.planted.run, request.outputs.json, sink)
+        write_results(calibration.planted.run, request.outputs.json, sink)
     if not request.outputs.quiet:
-        sink.report("A/A " + format_gate(calibration.aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
+        aa = judge(calibration.aa, diagnosed=False)  # the runner's noise: nothing to diagnose
+        sink.report("A/A " + format_gate(aa, command="perfgate calibrate (A/A)", exits=False) + "\n")
     sink.info(format_calibration(calibration))
     return EXIT_OK
 
 
-def bisect(request: GateRequest, sink: Sink, *, good: str, bad: str) -> int:
+def bisect(bisect_request: BisectRequest, sink: Sink) -> int:
     """Bisect GOOD..BAD with paired checks; print each step and what it found; exit 0 once it ran."""
     from perfgate.check.bisect import format_bisect, run_bisect
 
+    request = bisect_request.check
     result = run_bisect(
         list(request.references),
         request.run,
         request.gate,
-        good,
-        bad,
+        bisect_request.good,
+        bisect_request.bad,
         pairing=request.pairing,
         progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
         notify=sink.notify,
@@ -124,43 +140,21 @@ def write_outputs(outputs: Outputs, render: Callable[[str], str], sink: Sink) ->
             write_text_atomic(path, render(form))
 
 
-def compare(
-    paths: Sequence[Path], values: Mapping[str, Any], sink: Sink, *, project: Callable[[], ProjectConfig], cwd: Path
-) -> int:
+def compare(compare_request: CompareRequest, sink: Sink) -> int:
     """Judge a results file against the baselines or another file; print the report (--format), write
     --report-json and --markdown; exit with the verdict's code."""
-    from perfgate.app.request import check_outputs, compare_request, outputs_of
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import compare_results
+    from perfgate.app.judging import judge
+    from perfgate.check.stored import compare_saved
     from perfgate.records.baselines import BaselineStore
-    from perfgate.records.results import load_results
     from perfgate.report.render import render_gate
 
-    check_outputs(outputs_of(values).files())
-    if len(paths) > 2:
-        raise UsageError(
-            "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
-        )
-    candidate = load_results(paths[-1])
-    baseline = load_results(paths[0]) if len(paths) == 2 else None
-    if baseline is not None:
-        from perfgate.report.text import machine_difference
-
-        differences = machine_difference(baseline, candidate)
-        if differences is not None:
-            sink.warn(
-                f"{paths[0]} and {paths[1]} come from different machines ({differences}): "
-                "this comparison mixes the machine with the code; to judge the code alone, run "
-                "perfgate check --against REF on one runner"
-            )
-    request = compare_request(values, project=project(), cwd=cwd)
-    result = compare_results(candidate, request.gate, store=BaselineStore(request.baseline_dir), baseline=baseline)
-    diagnoses = diagnose(result)
-    details = str(paths[-1])
+    request = compare_request.check
+    store = BaselineStore(request.baseline_dir)
+    result = compare_saved(compare_request.candidate, request.gate, store=store, baseline=compare_request.baseline)
+    judgement = judge(result)
+    details = str(compare_request.paths[-1])
     write_outputs(
-        request.outputs,
-        lambda form: render_gate(result, form, command="perfgate compare", diagnoses=diagnoses, details=details),
-        sink,
+        request.outputs, lambda form: render_gate(judgement, form, command="perfgate compare", details=details), sink
     )
     return warn_open(result, sink)
 
@@ -170,9 +164,8 @@ def report(
 ) -> int:
     """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exits 0 once
     written (the check's own exit code is its verdict's)."""
+    from perfgate.app.judging import judge_file, read_run
     from perfgate.app.request import check_outputs
-    from perfgate.judge.diagnosis import diagnose
-    from perfgate.judge.verdict import judge_saved
     from perfgate.records.results import load_results
     from perfgate.report.markdown import COMMENT_LIMIT
     from perfgate.report.render import is_lab_run, render_gate, render_lab
@@ -188,30 +181,19 @@ def report(
                 where=str(path),
                 hint="chart the results of perfgate check --json, or leave out --png",
             )
-        peaks = project().peak_tflops
-        write_outputs(
-            outputs, lambda form: render_lab(run, form, details=details, limit=limit, peak_tflops=peaks), sink
-        )
+        reading = read_run(run, project().peak_tflops)
+        write_outputs(outputs, lambda form: render_lab(reading, form, details=details, limit=limit), sink)
         return EXIT_OK
-    result = judge_saved(run, project(), baseline_dir)
-    diagnoses = diagnose(result)
+    # judged as the check decided it, with a pytest --perfgate session's pytest-benchmark verdicts as it decided them
+    judgement = judge_file(run, project(), baseline_dir)
     if outputs.png is not None:
         from perfgate.report.chart import write_chart
 
-        write_chart(result, outputs.png)
+        write_chart(judgement, outputs.png)
 
     def render(form: str) -> str:
-        text = render_gate(
-            result,
-            form,
-            command="perfgate report",
-            exits=False,
-            diagnoses=diagnoses,
-            micro=run.micro,  # a pytest --perfgate session's pytest-benchmark verdicts, as it decided them
-            details=details,
-            limit=limit,
-        )
-        lab = format_run(run, peak_tflops=result.settings.project.peak_tflops) + "\n"
+        text = render_gate(judgement, form, command="perfgate report", exits=False, details=details, limit=limit)
+        lab = "" if judgement.lab is None else format_run(judgement.lab) + "\n"
         return (lab if form == "text" and run.workloads else "") + text
 
     write_outputs(outputs, render, sink)
@@ -236,42 +218,31 @@ def load_history(store: HistoryRequest, sink: Sink, *, say_fetched: bool) -> tup
     return found, folder.directory
 
 
-def history(
-    store: HistoryRequest,
-    sink: Sink,
-    *,
-    limit: int,
-    html: Path | None,
-    threshold: float | None,
-    alpha: float | None,
-    project: ProjectConfig,
-) -> int:
+def history(request: SeriesRequest, sink: Sink) -> int:
     """Print the recorded runs, their change points and creep (--html: also the dashboard); exit 0, or 3 when
     nothing is recorded (it judges nothing)."""
-    from perfgate.judge.stats import DEFAULT_ALPHA
-    from perfgate.report.history import format_history, series_of
+    from perfgate.judge.trends import series_of
+    from perfgate.report.history import format_history
 
-    found, directory = load_history(store, sink, say_fetched=True)
+    found, directory = load_history(request.history, sink, say_fetched=True)
     if not found.records:
         raise NothingToCompareError(
             f"no recorded run in {directory}",
             hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
         )
-    threshold = project.thresholds_for("", "", threshold=threshold).throughput  # the gate's global threshold
-    alpha = next(v for v in (alpha, project.alpha, DEFAULT_ALPHA) if v is not None)
-    series = series_of(found, threshold=threshold, alpha=alpha)
-    sink.info(format_history(series, limit=limit))
-    if html is not None:
+    series = series_of(found, threshold=request.threshold, alpha=request.alpha)
+    sink.info(format_history(series, limit=request.limit))
+    if request.html is not None:
         from perfgate.records.results import write_text_atomic
         from perfgate.report.dashboard import render_dashboard
 
-        page = html / "index.html"
+        page = request.html / "index.html"
         write_text_atomic(page, render_dashboard(series, skipped=found.skipped))
         sink.info(f"dashboard written to {page}\n")
     return EXIT_OK
 
 
-def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, json_path: Path | None) -> int:
+def export(request: ExportRequest, sink: Sink) -> int:
     """Print one recorded run in another tool's JSON format (--output: also to a file); exit 0 once written, 3
     when no run is recorded."""
     import json
@@ -280,8 +251,9 @@ def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, 
     from perfgate.records.results import write_text_atomic
     from perfgate.report.history import export_run
 
+    commit, json_path = request.commit, request.output
     check_outputs([(json_path, "--output")])
-    found, directory = load_history(store, sink, say_fetched=False)
+    found, directory = load_history(request.history, sink, say_fetched=False)
     records = [r for r in found.records if commit is None or (r.commit or "").startswith(commit)]
     if not records:
         which = f" of commit {commit}" if commit else ""
@@ -289,7 +261,7 @@ def export(store: HistoryRequest, sink: Sink, *, form: str, commit: str | None, 
             f"no recorded run{which} in {directory}",
             hint="record runs with perfgate check --record, or give --history-dir or --history-branch",
         )
-    text = json.dumps(export_run(records[-1], form), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(export_run(records[-1], request.form), indent=2, allow_nan=False) + "\n"
     sink.info(text)
     if json_path is not None:
         write_text_atomic(json_path, text)

@@ -12,22 +12,24 @@ verdict already measured stands.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from perfgate.app.finish import write_report, write_results
 from perfgate.app.request import GateRequest, Mode
 from perfgate.app.sink import Sink, progress_for
 from perfgate.errors import EXIT_USAGE, PerfgateError
 from perfgate.outcome import Status, measured_exit_code, warned_exit_code
 
 if TYPE_CHECKING:
-    from perfgate.judge.diagnosis import Diagnosis
-    from perfgate.judge.verdict import GateResult
     from perfgate.measure.lab import ProgressCallback
     from perfgate.records.history import HistoryRecord, HistoryStore
+    from perfgate.records.judgement import Judgement
     from perfgate.records.results import RunResult
+    from perfgate.records.series import Trend
+    from perfgate.records.verdicts import GateResult
 
 T = TypeVar("T")
 
@@ -38,7 +40,7 @@ class Outcome:
 
     exit_code: int
     result: GateResult | None = None
-    diagnoses: tuple[Diagnosis, ...] = ()
+    judgement: Judgement | None = None  # the verdicts judged once, as every report read them
     written: tuple[Path, ...] = ()
     warnings: tuple[str, ...] = ()
 
@@ -73,18 +75,12 @@ def warn_passed(sink: Sink, what: str, code: int) -> None:
     sink.warn(f"warn-only mode: {what} would exit {code}; the build passes (exit 0)")
 
 
-def report_gate(result: GateResult, sink: Sink, diagnoses: Sequence[Diagnosis] = (), *, command: str) -> int:
+def report_gate(judgement: Judgement, sink: Sink, *, command: str) -> int:
     """Print the gate's report and any diagnosis, its summary line naming `command`; the gate's exit code."""
     from perfgate.report.text import format_gate
 
-    sink.report(format_gate(result, diagnoses, command=command))
-    return warn_open(result, sink)
-
-
-def write_json(run: RunResult, path: Path | None, sink: Sink) -> None:
-    if path is not None:
-        run.write_json(path)
-        sink.info(f"results written to {path}\n")
+    sink.report(format_gate(judgement, command=command))
+    return warn_open(judgement.result, sink)
 
 
 class GateSession:
@@ -170,7 +166,9 @@ class GateSession:
         return self._history
 
     def finish(self) -> Outcome:
-        """Everything after the measurement, in `perfgate check`'s order, and the exit code."""
+        """Everything after the measurement, in `perfgate check`'s order, and the exit code: the verdicts judged
+        once (`app.judging.judge`), and every report read from that judgement."""
+        from perfgate.app.judging import judge
         from perfgate.report.text import format_run
 
         request, sink = self.request, self.sink
@@ -179,8 +177,11 @@ class GateSession:
         if result.run is not None:
             run = replace(result.run, gate=result.to_record(request.baseline_dir))
             result = self.result = replace(result, run=run)
-            sink.info(format_run(run, peak_tflops=request.gate.project.peak_tflops) + "\n")
-            write_json(run, request.outputs.json, sink)
+        judgement = judge(result, every_config=request.diagnose_all)
+        if judgement.lab is not None:
+            run = judgement.lab.run
+            sink.info(format_run(judgement.lab) + "\n")
+            write_results(run, request.outputs.json, sink)
             if request.outputs.json is not None:
                 self.written.append(request.outputs.json)
             code = measured_exit_code(measured(run, sink) or bool(result.verdicts))
@@ -188,39 +189,28 @@ class GateSession:
                 if request.gate.warn_only:
                     warn_passed(sink, "the check", code)
                 code = warned_exit_code(code, warn_only=request.gate.warn_only)
-                return Outcome(code, result, written=tuple(self.written))
-        from perfgate.judge.diagnosis import diagnose
-
-        judged: GateResult = result  # (for the closures below)
-        diagnoses = diagnose(judged, every_config=request.diagnose_all)
-        trends: list[Any] = []
+                return Outcome(code, result, judgement, written=tuple(self.written))
         if request.outputs.markdown is not None:  # the recorded runs beside this one, charted in the report
-            trends = self._after("no trend in the report", self._trends) or []
+            judgement = replace(judgement, trends=tuple(self._after("no trend in the report", self._trends) or ()))
         if request.history is not None and request.history.record:
             self.record(result)
         failed_file = False
         if request.outputs.markdown is not None:
-            from perfgate.records.results import write_text_atomic
-            from perfgate.report.markdown import format_markdown
-
-            details = str(request.outputs.json) if request.outputs.json else None
-            path = request.outputs.markdown
+            judged: Judgement = judgement  # (for the closure below)
 
             def write() -> bool:
-                write_text_atomic(path, format_markdown(judged, details=details, diagnoses=diagnoses, trends=trends))
+                write_report(judged, request.outputs, self.written)
                 return True
 
             failed_file = not self._after("--markdown not written", write)
-            if not failed_file:
-                self.written.append(path)
-        code = report_gate(result, sink, diagnoses, command=request.command)
+        code = report_gate(judgement, sink, command=request.command)
         if failed_file and code == 0:  # a report asked for and missing: the job must not pass unnoticed
             code = EXIT_USAGE
-        return Outcome(code, result, tuple(diagnoses), tuple(self.written), tuple(self.warnings))
+        return Outcome(code, result, judgement, tuple(self.written), tuple(self.warnings))
 
-    def _trends(self) -> list[Any]:
+    def _trends(self) -> list[Trend]:
         from perfgate.records.history_branch import HistoryBranchError
-        from perfgate.report.history import trends_of
+        from perfgate.records.series import trends_of
 
         assert self.result is not None and self.request.history is not None
         store = self._store()

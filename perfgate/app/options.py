@@ -34,15 +34,15 @@ from perfgate.errors import (
     UsageError,
     exit_code_help,
 )
-from perfgate.judge.acceptance import Acceptance, parse_acceptance, parse_label
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S, PER_CONFIG_BUDGET_S
-from perfgate.judge.stats import DEFAULT_ALPHA
 from perfgate.measure.lab import DEFAULT_TIMEOUT_S
 from perfgate.measure.packages import MODES as ENVIRONMENT_MODES
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig, parse_count, parse_fraction, parse_seconds
+from perfgate.records.acceptance import Acceptance, parse_acceptance, parse_label
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, DEFAULT_UPDATE_TRIALS
+from perfgate.records.comparisons import DEFAULT_ALPHA
 from perfgate.records.history import EXPORT_FORMATS
+from perfgate.records.verdicts import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TRIALS, DEFAULT_TIME_BUDGET_S, PER_CONFIG_BUDGET_S
 from perfgate.report import FORMATS as REPORT_FORMATS
 from perfgate.report.markdown import COMMENT_LIMIT
 from perfgate.variants import CONFIG_NAMES, DEFAULT_CONFIGS

@@ -19,13 +19,14 @@ from typing import Any
 
 from perfgate.app.options import Resolved
 from perfgate.errors import UsageError
-from perfgate.judge.acceptance import Acceptance
-from perfgate.judge.settings import GateSettings
 from perfgate.measure.lab import Pairing, RunSettings
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
+from perfgate.records.acceptance import Acceptance
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR
+from perfgate.records.results import RunResult
+from perfgate.records.verdicts import GateSettings
 from perfgate.references import Reference
 from perfgate.variants import DEFAULT_CONFIGS, parse_configs
 
@@ -94,6 +95,59 @@ class GateRequest:
     def judged(self) -> int:
         """How many workload configs the check judges (its time budget grows with them)."""
         return len(self.references) * len(self.run.configs)
+
+
+@dataclass(frozen=True)
+class CalibrationRequest:
+    """`perfgate calibrate`: its paired check (the working tree against itself), the A/A pairs it measures and the
+    slowdown it plants."""
+
+    check: GateRequest
+    pairs: int
+    slowdown: float
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """`perfgate bisect`: the paired check each step runs, and the range's good and bad commits."""
+
+    check: GateRequest
+    good: str
+    bad: str
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """`perfgate compare`: the results files read (`candidate`, the last of `paths`, judged against `baseline`, the
+    first of two, or else the stored baselines), and how it judges and reports (`check`: one look, the whole alpha)."""
+
+    paths: tuple[Path, ...]
+    candidate: RunResult
+    baseline: RunResult | None
+    check: GateRequest
+
+
+@dataclass(frozen=True)
+class SeriesRequest:
+    """`perfgate history`: the history it reads, the runs a table shows, the dashboard's folder (None: no
+    dashboard), and the threshold and alpha its change points and creep are found at."""
+
+    history: HistoryRequest
+    limit: int
+    html: Path | None
+    threshold: float
+    alpha: float
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """`perfgate export`: the history it reads, the other tool's format, the commit whose run (None: the last) and
+    the file it also writes (None: printed only)."""
+
+    history: HistoryRequest
+    form: str
+    commit: str | None = None
+    output: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -361,15 +415,38 @@ def paired_request(
     )
 
 
-def compare_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: Path) -> GateRequest:
-    """`perfgate compare`'s request: it measures nothing, so it decides once (one look, the whole alpha)."""
+def compare_request(
+    values: Mapping[str, Any], *, project: Callable[[], ProjectConfig], cwd: Path, warn: Warn | None = None
+) -> CompareRequest:
+    """`perfgate compare`'s request, in the order its checks run: an output that cannot be written, more than two
+    results files, a file that cannot be read, a warning (`warn`) where the two files come from different machines,
+    then the project (read only now) and the settings. It measures nothing, so it decides once (one look, the whole
+    alpha)."""
+    from perfgate.records.fingerprint import machine_difference
+    from perfgate.records.results import load_results
+
     outputs = outputs_of(values)
     check_outputs(outputs.files())
+    paths = tuple(values["results"])
+    if len(paths) > 2:
+        raise UsageError(
+            "compare takes one or two results files", hint="perfgate compare [BASELINE.json] CANDIDATE.json"
+        )
+    candidate = load_results(paths[-1])
+    baseline = load_results(paths[0]) if len(paths) == 2 else None
+    if baseline is not None:
+        differences = machine_difference(baseline, candidate)
+        if differences is not None:
+            (warn or _stderr)(
+                f"{paths[0]} and {paths[1]} come from different machines ({differences}): "
+                "this comparison mixes the machine with the code; to judge the code alone, run "
+                "perfgate check --against REF on one runner"
+            )
     accepted, stray = acceptances(values, cwd, command="compare")
     for line in stray:
         _stderr(line)
-    gate = gate_settings(values, project, trials=1, paired=False, single_look=True, accepted=accepted)
-    return GateRequest(
+    gate = gate_settings(values, project(), trials=1, paired=False, single_look=True, accepted=accepted)
+    check = GateRequest(
         references=(),
         run=RunSettings(configs=DEFAULT_CONFIGS),
         gate=gate,
@@ -377,6 +454,29 @@ def compare_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: P
         outputs=outputs,
         command="perfgate compare",
     )
+    return CompareRequest(paths, candidate, baseline, check)
+
+
+def calibration_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: Path) -> CalibrationRequest:
+    """`perfgate calibrate`'s request: its paired check, the pairs (`pairs`) and the planted slowdown (`slowdown`)."""
+    check = paired_request(values, project=project, cwd=cwd, against="itself", command="perfgate calibrate")
+    return CalibrationRequest(check, values["pairs"], values["slowdown"])
+
+
+def series_request(values: Mapping[str, Any], project: ProjectConfig) -> SeriesRequest:
+    """`perfgate history`'s request: the history (`history_request`), the table's `limit`, the dashboard's folder
+    (`html`), and the trends' threshold and alpha: `threshold` and `alpha` where given, else the gate's global
+    threshold and the project's alpha, else the defaults."""
+    from perfgate.records.comparisons import DEFAULT_ALPHA
+
+    threshold = project.thresholds_for("", "", threshold=values.get("threshold")).throughput
+    alpha = next(v for v in (values.get("alpha"), project.alpha, DEFAULT_ALPHA) if v is not None)
+    return SeriesRequest(history_request(values, project), values["limit"], values.get("html"), threshold, alpha)
+
+
+def export_request(values: Mapping[str, Any], project: ProjectConfig) -> ExportRequest:
+    """`perfgate export`'s request: the history, the format (`to`), the commit (`commit`) and the file (`output`)."""
+    return ExportRequest(history_request(values, project), values["to"], values.get("commit"), values.get("output"))
 
 
 def lab_request(
@@ -410,12 +510,15 @@ def _stderr(line: str) -> None:
     sys.stderr.write(f"warning: {line}\n")
 
 
-def bisect_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: Path, good: str, bad: str) -> GateRequest:
-    """`perfgate bisect`'s request: bad refs fail at once, before torch loads; then paired against GOOD."""
+def bisect_request(values: Mapping[str, Any], *, project: ProjectConfig, cwd: Path) -> BisectRequest:
+    """`perfgate bisect`'s request: bad refs (`good`, `bad`) fail at once, before torch loads; then paired against
+    GOOD."""
     from perfgate.check.bisect import commits_between
 
+    good, bad = values["good"], values["bad"]
     commits_between(good, bad)
-    return paired_request(values, project=project, cwd=cwd, against=good, command="perfgate bisect")
+    check = paired_request(values, project=project, cwd=cwd, against=good, command="perfgate bisect")
+    return BisectRequest(check, good, bad)
 
 
 def plugin_mode(*, check: bool, update: bool, against_given: bool, inner: bool) -> str:

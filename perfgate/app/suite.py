@@ -15,21 +15,22 @@ from typing import TYPE_CHECKING, Any
 from perfgate.app.gate import GateSession
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError
-from perfgate.judge.family import COMPARISONS_PER_CONFIG, SessionRate, SessionShares
+from perfgate.judge.family import COMPARISONS_PER_CONFIG, SessionShares
 from perfgate.outcome import fails_build, micro_fails
+from perfgate.records.verdicts import SessionRate
 
 if TYPE_CHECKING:
     from perfgate.app.request import PluginRequest
     from perfgate.check.micro import PairedMicro
-    from perfgate.judge.diagnosis import Diagnosis
-    from perfgate.judge.micro import MicroVerdict
-    from perfgate.judge.verdict import ConfigVerdict, GateResult
     from perfgate.measure.lab import ProgressCallback
     from perfgate.records.baselines import StoredUpdate
+    from perfgate.records.diagnoses import Diagnosis
     from perfgate.records.fingerprint import Fingerprint
+    from perfgate.records.judgement import Judgement, RunReading
     from perfgate.records.micro import MicroBenchmark
     from perfgate.records.results import MicroSection, RunResult
     from perfgate.records.shapes import Environment
+    from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict
     from perfgate.references import Reference
 
 
@@ -65,6 +66,7 @@ class GateSuite:
         self.recorded: list[Path] = []  # --perfgate-record: the history records appended
         self.notes: list[str] = []  # warnings of steps after a measurement (not recorded, not pushed)
         self._diagnosed: tuple[int, list[Diagnosis]] | None = None  # (checks diagnosed, their diagnoses)
+        self._read: list[RunReading] = []  # the lab's reading of each run so far, in `runs`' order
         self.written: list[Path] = []  # the results file and the report, once written
         self._probes: list[float] = []
         self._environment: Environment | None = None  # this process's, once read for pytest-benchmark
@@ -295,33 +297,29 @@ class GateSuite:
 
     def _write_outputs(self) -> None:
         """The results file (--perfgate-json), the Markdown report (--perfgate-markdown) and, under GitHub
-        Actions, that report appended to the job summary: what `perfgate check --json --markdown` and the
-        Action write."""
-        from perfgate.records.results import write_text_atomic
-        from perfgate.report.markdown import append_job_summary
+        Actions, that report appended to the job summary (`app.finish`, as `perfgate check --json --markdown`
+        and the Action write them); a step that fails is a problem of the session."""
+        from perfgate.app.finish import write_report, write_results
 
         micro, outputs = self._micro_section(), self.request.outputs
         if outputs.json is not None and (self.runs or micro is not None):
             try:
-                self._results(micro).write_json(outputs.json)
+                write_results(self._results(micro), outputs.json)
                 self.written.append(outputs.json)
             except PerfgateError as error:
                 self.problems.append(error.one_line())
         if self.request.mode != "check":
             return
+        summary = bool(self.gates or micro is not None or self.problems)  # a session without perf tests adds nothing
         try:
-            text = self._markdown(micro)
-            if outputs.markdown is not None:
-                write_text_atomic(outputs.markdown, text)
-                self.written.append(outputs.markdown)
-            if self.gates or micro is not None or self.problems:  # a session without perf tests adds nothing
-                append_job_summary(text)
+            write_report(self.judgement(micro), outputs, self.written, job_summary=summary)
         except PerfgateError as error:
             self.problems.append(error.one_line())
 
     def _gate(self) -> GateResult:
         """Every check of this session as one result (an empty one when nothing was checked)."""
-        from perfgate.judge.verdict import GateResult, merge_results
+        from perfgate.judge.verdict import merge_results
+        from perfgate.records.verdicts import GateResult
 
         rate = self.rate()
         return merge_results(self.gates, rate) if self.gates else GateResult([], self.request.gate, session=rate)
@@ -341,7 +339,8 @@ class GateSuite:
         return replace(run, gate=gate, micro=micro)
 
     def diagnoses(self) -> list[Diagnosis]:
-        """Every check's diagnoses (every config's with --perfgate-diagnose), judged once for every report."""
+        """Every check's diagnoses (every config's with --perfgate-diagnose), each check diagnosed once for every
+        report."""
         from perfgate.judge.diagnosis import diagnose
 
         key = len(self.gates)
@@ -350,13 +349,28 @@ class GateSuite:
             self._diagnosed = (key, [d for g in self.gates for d in diagnose(g, every_config=every)])
         return self._diagnosed[1]
 
-    def _markdown(self, micro: MicroSection | None) -> str:
-        from perfgate.report.markdown import format_markdown
+    def judgement(self, micro: MicroSection | None = None) -> Judgement:
+        """The session judged once for its reports: every check merged (`_gate`), each check's diagnoses
+        (`diagnoses`), the lab's reading of the merged run and of each run, the pytest-benchmark tests' verdicts
+        (`micro`) and the problems so far."""
+        from perfgate.app.judging import judge
 
-        details = None if self.request.outputs.json is None else str(self.request.outputs.json)
-        return format_markdown(
-            self._gate(), details=details, diagnoses=self.diagnoses(), micro=micro, problems=self.problems
+        return judge(
+            self._gate(),
+            diagnoses=self.diagnoses(),
+            micro=micro,
+            problems=self.problems,
+            checks=self.gates,
+            runs=self._readings(),
         )
+
+    def _readings(self) -> list[RunReading]:
+        """Each run of the session read by the lab, once."""
+        from perfgate.app.judging import read_run
+
+        peaks = self.request.project.peak_tflops
+        self._read += [read_run(run, peaks) for run in self.runs[len(self._read) :]]
+        return list(self._read)
 
     def summary(self) -> str | None:
         """The session's summary for the terminal (None: nothing measured, nothing to say): the checks' modes,
@@ -365,16 +379,10 @@ class GateSuite:
         from perfgate.report.text import format_pytest_summary
 
         text = format_pytest_summary(
-            gates=self.gates,
-            runs=self.runs,
+            self.judgement(self._micro_section()),
             updates=self.updates,
             store_dir=self.request.baseline_dir,
-            micro=self.micro,
             micro_updates=self.micro_updates,
-            micro_paired=self.micro_paired is not None,
-            problems=self.problems,
-            peak_tflops=self.request.project.peak_tflops,
-            diagnoses=self.diagnoses(),
         )
         if not text:
             return None

@@ -17,10 +17,9 @@ from pathlib import Path
 
 from perfgate.check.paired import decide_paired
 from perfgate.errors import UsageError
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult
 from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, commit_checkouts, open_repository, resolve_ref
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.references import Reference
 
 

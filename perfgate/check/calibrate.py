@@ -24,24 +24,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from perfgate.check.paired import decide_paired, remove_leftovers
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.stats import (
     DETECTION_POWER,
-    MIN_DECIDING,
-    SLOW_RATE,
-    STAND_DOWN_P,
-    SlowPairCount,
     binomial_tail,
     boundary_level,
     look_levels,
     rate_upper_bound,
     student_t_ppf,
 )
-from perfgate.judge.verdict import GateResult, compare_pairs
+from perfgate.judge.verdict import compare_pairs
 from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.naming import CLI, FrontEnd
+from perfgate.records.comparisons import MIN_DECIDING, SLOW_RATE, STAND_DOWN_P, SlowPairCount
 from perfgate.records.results import pairing_text
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.references import Reference
 
 DEFAULT_CALIBRATION_PAIRS = 5

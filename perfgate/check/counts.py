@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from perfgate._files import OwnedTempDir
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.verdict import GateResult, find_baselines, judge_counts_only
+from perfgate.check.stored import find_baselines
+from perfgate.judge.verdict import judge_counts_only
 from perfgate.measure.lab import LabSession, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import PairedSession, base_checkout, changed_files
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.fingerprint import machine_fingerprint
+from perfgate.records.verdicts import GateResult, GateSettings
 from perfgate.references import Reference
 
 

@@ -32,24 +32,17 @@ from pathlib import Path
 
 from perfgate.check.sequential import measure_until_decided
 from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadError
-from perfgate.judge.micro import MicroVerdict
-from perfgate.judge.settings import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S
-from perfgate.judge.stats import (
-    DEFAULT_ALPHA,
-    LookLevels,
-    ThroughputComparison,
-    compare_paired,
-    holm_steps,
-    look_levels,
-)
+from perfgate.judge.stats import LookLevels, compare_paired, holm_steps, look_levels
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import SIDES, base_checkout, changed_files, source_folders
 from perfgate.naming import PYTEST
 from perfgate.outcome import Status
+from perfgate.records.comparisons import DEFAULT_ALPHA, ThroughputComparison
 from perfgate.records.micro import MicroBenchmark, parse_pytest_benchmark
 from perfgate.records.results import Environments
+from perfgate.records.verdicts import DEFAULT_MAX_PAIRS, DEFAULT_TIME_BUDGET_S, MicroVerdict
 
 INNER_SESSION_ENV = "PERFGATE_INNER_SESSION"  # set in the paired sessions: perfgate's plugin stays off there
 DEFAULT_MIN_PAIRS = 3

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from perfgate._files import OwnedTempDir
 from perfgate.check.sequential import decide_sequentially
-from perfgate.judge.settings import GateSettings, LookTracker
-from perfgate.judge.verdict import GateResult, Status, WorkloadVerdict, compare_pairs
+from perfgate.judge.settings import LookTracker
+from perfgate.judge.verdict import Status, compare_pairs
 from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
 from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.packages import base_environment
 from perfgate.measure.paired import PairedSession, base_checkout, changed_files, sweep_leftovers
 from perfgate.records.results import RunResult
+from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
 from perfgate.references import Reference
 
 

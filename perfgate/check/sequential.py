@@ -9,10 +9,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from perfgate.judge.settings import GateSettings
-from perfgate.judge.stats import Verdict
-from perfgate.judge.verdict import ConfigVerdict, GateResult
 from perfgate.outcome import Status
+from perfgate.records.comparisons import Verdict
+from perfgate.records.verdicts import ConfigVerdict, GateResult, GateSettings
 
 
 def _throughput_open(verdict: ConfigVerdict) -> bool:

@@ -35,31 +35,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from perfgate.judge.stats import DEFAULT_ALPHA
+from perfgate.records.comparisons import DEFAULT_ALPHA
 
 COMPARISONS_PER_CONFIG = 2  # a workload config's throughput ("slower") and peak memory ("larger")
-
-
-@dataclass(frozen=True)
-class SessionRate:
-    """The one false-alarm rate a session's checks share, as its reports state it: `alpha` over `comparisons`
-    (each with a p-value: exact ones and counts are decided outside the family) in `checks` checks."""
-
-    alpha: float
-    comparisons: int
-    checks: int
-
-    @property
-    def described(self) -> str:
-        """`5 comparisons in 3 checks (Holm within each check's share of alpha)`."""
-        checks = f"{self.checks} check{'s' if self.checks != 1 else ''}"
-        how = "Holm within each check's share of alpha" if self.checks > 1 else "Holm"
-        return f"{self.comparisons} comparison{'s' if self.comparisons != 1 else ''} in {checks} ({how})"
-
-    @property
-    def line(self) -> str:
-        """`one false-alarm rate for the session: alpha 0.01 over 5 comparisons in 3 checks (...)`."""
-        return f"one false-alarm rate for the session: alpha {self.alpha:g} over {self.described}"
 
 
 @dataclass(frozen=True)

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.judge.stats import ThroughputComparison, compare_probed, holm_steps
+from perfgate.judge.stats import compare_probed, holm_steps
 from perfgate.judge.wording import throughput_reason
 from perfgate.outcome import Status
 from perfgate.records.micro import DEFAULT_RUN_NOISE, MICRO_FILE, MIN_SESSIONS, UPDATE_COMMAND, MicroBenchmark
-
-
-@dataclass(frozen=True)
-class MicroVerdict:
-    name: str
-    status: Status
-    reason: str
-    baseline: MicroBenchmark | None = None
-    current: MicroBenchmark | None = None
-    throughput: ThroughputComparison | None = None
-    adjusted: ThroughputComparison | None = None
-    machine: ThroughputComparison | None = None
+from perfgate.records.verdicts import MicroVerdict
 
 
 def compare_micro(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from perfgate.judge.utilisation import WorkloadUtilisation
+from perfgate.records.reading import LabReading, WorkloadUtilisation
 from perfgate.records.summary import ConfigSummary
 
 # Below these the transition is "small" (the three-run lab's rule of thumb for bf16; compile's
@@ -13,15 +12,6 @@ from perfgate.records.summary import ConfigSummary
 BF16_SMALL = 1.20
 COMPILE_SMALL = 1.10
 DATA_WAIT_NOTABLE = 0.10
-
-
-@dataclass(frozen=True)
-class LabReading:
-    """The two speedups (None where a config is missing) and what they suggest, one line each."""
-
-    bf16_speedup: float | None
-    compile_speedup: float | None
-    lines: tuple[str, ...]
 
 
 def read_lab(

@@ -21,13 +21,23 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from functools import cache
 from typing import Any
 
 from perfgate.project import DEFAULT_MEMORY_TOLERANCE, DEFAULT_THRESHOLD
+from perfgate.records.comparisons import (
+    DEFAULT_ALPHA,
+    DEFAULT_SPENDING,
+    MIN_DECIDING,
+    SLOW_FACTOR,
+    SLOW_RATE,
+    MemoryComparison,
+    SlowPairCount,
+    ThroughputComparison,
+    Verdict,
+    combined_verdict,
+)
 
-DEFAULT_ALPHA = 0.01
 DEFAULT_MEMORY_FLOOR_BYTES = 2 << 20  # a CPU process's peak RSS jitters by pages
 # The standard deviation of one session's log peak memory about its usual level, for the CPU kinds (resident
 # memory): issue 30's audit saw it move 7-15% between sessions on the CI machine, about 10% typical, and that
@@ -37,8 +47,6 @@ DEFAULT_MEMORY_FLOOR_BYTES = 2 << 20  # a CPU process's peak RSS jitters by page
 MEMORY_SESSION_NOISE = 0.07
 PASS_ERROR = 0.025  # chance of calling "no change" on a regression exactly at the threshold, over all looks
 DETECTION_POWER = 0.8  # the power at which the minimum detectable effect is quoted
-MIN_DECIDING = 4  # pairs (or trials a side) before a regression or an improvement may be called
-SLOW_FACTOR = 1.5  # a trial this much slower than its pair (or the other side's median) is reported as slow
 # The one-sided level of each end of a verdict's interval at a look of n pairs: BOUNDARY_FIRST at MIN_DECIDING
 # pairs, rising evenly to BOUNDARY_LAST at BOUNDARY_PAIRS, and at a paired check's last look (its budget or its
 # most pairs spent) at least BOUNDARY_FINAL. benchmarks/operating_characteristic.py calibrates them so that, at 3%
@@ -48,11 +56,7 @@ BOUNDARY_FIRST, BOUNDARY_LAST, BOUNDARY_PAIRS, BOUNDARY_FINAL = 0.02, 0.20, 12, 
 
 SPENDING_SHAPES = ("even", "pocock", "obrien-fleming", "hwang-shih-decani")
 HSD_GAMMA = -4.0  # the Hwang-Shih-DeCani shape: convex, a little alpha early and most of it late
-# How alpha is spent over the looks: Hwang-Shih-DeCani (gamma -4) keeps most of it for the last looks, where a
-# slowdown on some trials only (a third of them 2x slower) shows, yet leaves enough early for a steady 10%
-# slowdown to be called in about 10 pairs (benchmarks/operating_characteristic.py; O'Brien-Fleming needed 13,
-# even spending caught 77% of the intermittent slowdowns against 89%). The no-change error is spent evenly.
-DEFAULT_SPENDING = "hwang-shih-decani"
+# How alpha is spent over the looks by default: `records.comparisons.DEFAULT_SPENDING`, which says why.
 # The share of what is left of the error rates that a paired check's budget look keeps back, for the pairs it may
 # add past the budget when the slow trials all fall on one side (an intermittent slowdown: `check.sequential`).
 EXTENSION_RESERVE = 0.3
@@ -65,50 +69,13 @@ EXTENSION_RESERVE = 0.3
 # against the larger of the rate and the base's own rate (its BASE_RATE_BOUND upper bound: the base side sees the
 # same runner), and stands down where the base's slow pairs alone are beyond the rate (a one-sided binomial p
 # below STAND_DOWN_P): interference then hits this runner more often than the test may assume.
-# benchmarks/count_test.py chose these values by simulation.
-SLOW_RATE = 0.05
+# benchmarks/count_test.py chose these values by simulation (SLOW_RATE and STAND_DOWN_P, which a check's settings
+# and the count's shape read, are in `records.comparisons`).
 SHORTH_NORMAL = 1.349  # the width of a normal sample's shortest half, in standard deviations (2 x 0.674)
 SLOW_CUT_SIGMAS = 6.0
 SLOW_CUT_FLOOR = 1.25
 COUNT_SHARE = 0.3
-STAND_DOWN_P = 0.05
 BASE_RATE_BOUND = 0.8  # the count tests head against the larger of the rate and this upper bound of the base's rate
-
-
-class Verdict(StrEnum):
-    REGRESSION = "regression"
-    IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
-    INCONCLUSIVE = "inconclusive"
-
-
-@dataclass(frozen=True)
-class SlowPairCount:
-    """A paired check's count test: in how many pairs head ran `cut` or more slower than its base trial, tested
-    against `rate`, the most a runner stalls one side of a pair on unchanged code (H0: head's rate <= `rate`), with
-    the base's own count as the check of that assumption (`count_slow_pairs`)."""
-
-    pairs: int
-    head_slow: int  # pairs in which head ran `cut` or more slower than its base trial
-    base_slow: int  # pairs in which base ran `cut` or more slower than its head trial
-    cut: float  # the factor "much slower" means here: SLOW_CUT_SIGMAS x the pairs' noise, at least SLOW_CUT_FLOOR
-    rate: float  # r0: the runner's rate of one-sided slow pairs on unchanged code
-    tested_rate: float  # what head's count was tested against: the larger of `rate` and the base's own (its bound)
-    p_value: float  # one-sided binomial: P(head_slow or more of `pairs` | tested_rate)
-    base_p: float  # the base's count against `rate`: below STAND_DOWN_P, the runner stalls more often than `rate`
-    alpha: float  # the level the count had at this look (`count_level`)
-    head_factor: float = math.nan  # how much slower head's slow pairs ran (their median ratio base/head)
-    rate_source: str = ""  # where `rate` came from: "" perfgate's default, else "measured by perfgate calibrate on ..."
-
-    @property
-    def stood_down(self) -> bool:
-        """The base's own count is more than `rate` allows: the assumption fails on this runner now."""
-        return self.base_p < STAND_DOWN_P
-
-    @property
-    def rejects(self) -> bool:
-        """Head ran much slower than its pair more often than the runner's rate explains, at this look's level."""
-        return not self.stood_down and self.pairs >= MIN_DECIDING and self.p_value <= self.alpha
 
 
 def slow_cut(differences: Sequence[float]) -> float:
@@ -172,36 +139,6 @@ def rate_upper_bound(k: int, n: int, confidence: float) -> float:
     if k == n:
         return 1.0
     return float(_beta().ppf(confidence, k + 1, n - k))
-
-
-@dataclass(frozen=True)
-class ThroughputComparison:
-    """Candidate against baseline samples/sec: ratio of geometric means, interval, tests and verdict."""
-
-    baseline_median: float  # samples/sec, median over trials
-    candidate_median: float
-    ratio: float  # candidate / baseline, of geometric means; below 1 is slower
-    ci_low: float  # the interval of the ratio the verdict uses (nan when noise cannot be estimated)
-    ci_high: float
-    confidence: float  # of that interval: 1 - 2 x the boundary's level (at least, where alpha widens it)
-    p_slower: float  # one-sided p-value of "the candidate is not slower"
-    p_faster: float  # one-sided p-value of "the candidate is not faster"
-    n_baseline: int
-    n_candidate: int
-    noise: float  # per-trial standard deviation of log throughput (about the relative noise); nan if unknown
-    detectable_slowdown: float  # slowdown (as a fraction of throughput) detectable at alpha with 80% power
-    threshold: float
-    alpha: float  # per look: the significance a change must also reach against no change at all
-    verdict: Verdict
-    slow: tuple[int, int] = (0, 0)  # (baseline, candidate) trials SLOW_FACTOR or more slower than their pair
-    boundary: float = math.nan  # the one-sided level of the interval's slow end at this look (`boundary_level`)
-    count: SlowPairCount | None = None  # a paired check's count test of head's much slower pairs
-    by_count: bool = False  # a regression whose significance the count test gave (the interval at `boundary`)
-
-    @property
-    def change(self) -> float:
-        """Relative change of samples/sec: -0.1 is 10% fewer samples per second."""
-        return self.ratio - 1.0
 
 
 @dataclass(frozen=True)
@@ -295,41 +232,6 @@ def look_levels(
         return max(value, 1e-300)  # a steep shape's first looks: nothing to spend, but a level all the same
 
     return LookLevels(alpha=level(alpha, shape), pass_error=level(pass_error, "even"), final=last)
-
-
-@dataclass(frozen=True)
-class MemoryComparison:
-    """Candidate against baseline peak memory with a relative tolerance and a floor in bytes: the medians over
-    trials (`baseline_bytes`, `candidate_bytes`, `change`), and the estimate and interval the verdict reads
-    (`compare_memory`, `compare_paired_memory`)."""
-
-    baseline_bytes: int
-    candidate_bytes: int
-    tolerance: float
-    floor_bytes: int
-    verdict: Verdict
-    p_value: float = math.nan  # one-sided, in the direction of the change (nan: no estimate of noise)
-    ratio: float = math.nan  # the estimate of candidate / baseline bytes; nan from a zero baseline
-    ci_low: float = math.nan  # the interval of that ratio the verdict reads (nan: no estimate of noise or zero base)
-    ci_high: float = math.nan
-    p_larger: float = math.nan  # one-sided p-value of "the candidate does not use more memory" (for Holm)
-    alpha: float = math.nan  # the level growth had to be significant at, against no change at all
-    n_baseline: int = 0  # trials (a paired check: pairs)
-    n_candidate: int = 0
-    session_noise: float = 0.0  # against a stored baseline: the session-to-session noise assumed (log scale)
-    paired: bool = False  # per-pair ratios of a paired check
-    exact: bool = False  # the figures repeated to the byte: the exact ratio decided
-
-    @property
-    def change_bytes(self) -> int:
-        return self.candidate_bytes - self.baseline_bytes
-
-    @property
-    def change(self) -> float | None:
-        """Relative change; None when the baseline is zero (the change is then only in bytes)."""
-        if self.baseline_bytes == 0:
-            return 0.0 if self.candidate_bytes == 0 else None
-        return self.change_bytes / self.baseline_bytes
 
 
 def slowdown_bound(threshold: float) -> float:
@@ -830,20 +732,6 @@ def _memory_ratio(log_difference: float, reference: float, shift: float) -> floa
     return max(0.0, 1.0 + math.expm1(min(log_difference, 700.0)) * (reference + shift) / reference)
 
 
-def combine_verdicts(raw: Verdict, adjusted: Verdict) -> Verdict:
-    """One verdict from the raw comparison and the machine-adjusted one: decisive only when they agree.
-
-    A regression must show in both (the machine being slower today is not the code's fault), and so
-    must "no change" (a real slowdown hidden by a faster machine is not a pass); an improvement in one
-    and no change in the other is no change.
-    """
-    if raw == adjusted:
-        return raw
-    if {raw, adjusted} == {Verdict.NO_CHANGE, Verdict.IMPROVEMENT}:
-        return Verdict.NO_CHANGE
-    return Verdict.INCONCLUSIVE
-
-
 def looks(trials: int, max_trials: int) -> int:
     """How often a power-aware check tests: after its first `trials`, then after each extra trial."""
     return max(1, max_trials - trials + 1)
@@ -978,27 +866,3 @@ def compare_probed(
         run_noise=run_noise,
     )
     return ProbedComparison(raw, adjusted, compare_throughput(base_probes, current_probes, threshold=threshold))
-
-
-def combined_verdict(
-    raw: ThroughputComparison, adjusted: ThroughputComparison | None, *, exception_trials: int | None = None
-) -> Verdict:
-    """The throughput verdict from the raw comparison and, with the machine probe, the adjusted one: both must
-    agree (`combine_verdicts`).
-
-    Until 2026-11-26 the adjusted comparison could decide alone when the raw one was inconclusive with its
-    estimate beyond the threshold (from `exception_trials` trials a side; benchmarks/probe_rule.py measures
-    that rule, and passing `exception_trials` applies it). The audit of issue 30 found that the adjusted test
-    alone calls regressions on unchanged code whenever workload and probe have session-level noise of their
-    own (1.4-2.7% of A/A checks at 2% residual session noise, 6-11% at 4%), so the two must now agree.
-    """
-    if adjusted is None:
-        return raw.verdict
-    exception = exception_trials is not None and min(raw.n_baseline, raw.n_candidate) >= exception_trials
-    if exception and raw.verdict == Verdict.INCONCLUSIVE:
-        bound = math.log1p(raw.threshold)
-        if adjusted.verdict == Verdict.REGRESSION and math.log(raw.ratio) < -bound:
-            return Verdict.REGRESSION
-        if adjusted.verdict == Verdict.IMPROVEMENT and math.log(raw.ratio) > bound:
-            return Verdict.IMPROVEMENT
-    return combine_verdicts(raw.verdict, adjusted.verdict)

@@ -49,32 +49,14 @@ from functools import cache
 from itertools import pairwise
 from typing import Any
 
+from perfgate.records.history import History
+from perfgate.records.series import ChangePoint, Creep, Series, runs_of
+
 PENALTY_FACTOR = 3.0  # penalty per change, in sigma^2 ln(n): MBIC-like, see the module docstring
 NOISE_FLOOR = 1e-3  # smallest run-to-run noise assumed (0.1%), so identical levels still have a penalty
 MIN_CREEP_RUNS = 4  # a line through fewer runs has under 2 degrees of freedom for its noise
 # median |a - b| of two independent normal draws, in standard deviations of one draw
 _MAD_OF_DIFFERENCES = statistics.NormalDist().inv_cdf(0.75) * math.sqrt(2)
-
-
-@dataclass(frozen=True)
-class ChangePoint:
-    """A change of level between two segments of a series of runs."""
-
-    index: int  # the first run of the new level (0-based index into the series as given)
-    before: float  # median of the trials of the runs in the segment before
-    after: float  # median of the trials of the runs in the segment after
-    change: float  # after / before - 1 (negative: slower for samples/s, less memory for peak memory)
-    p_value: float  # Welch's two-sided t-test of the run levels (median log trial) of the two segments
-
-
-@dataclass(frozen=True)
-class Creep:
-    """A drift over a window of runs that adds up to a change no single step makes."""
-
-    start: int  # index of the first run of the window
-    end: int  # index of the last run
-    change: float  # the fitted line's end over its start, minus 1; negative: slower for samples/s
-    p_value: float  # two-sided t-test of the least-squares slope of the run levels
 
 
 @dataclass(frozen=True)
@@ -245,3 +227,16 @@ def _check_fraction(value: float, name: str) -> None:
 def _check_alpha(alpha: float) -> None:
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+
+
+def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
+    """The history's series, each with its change points (samples/s and peak memory) and creep."""
+    found = []
+    for (workload, config, machine), runs in runs_of(history).items():
+        speed = [r.samples_per_sec for r in runs]
+        memory = [[float(b) for b in r.peak_bytes if b > 0] for r in runs]
+        points = change_points(speed, min_change=threshold, alpha=alpha)
+        memory_points = change_points(memory, min_change=threshold, alpha=alpha) if all(m for m in memory) else []
+        drift = creep(speed, threshold=threshold, alpha=alpha, change_points=points)
+        found.append(Series(workload, config, machine, runs, points, memory_points, drift))
+    return found

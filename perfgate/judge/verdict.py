@@ -12,20 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 
-from perfgate.judge.acceptance import Acceptance, unused
-from perfgate.judge.counts import CountsComparison, SideCounts, compare_sides, side_counts
-from perfgate.judge.family import SessionRate
+from perfgate.judge.counts import SideCounts, compare_sides, side_counts
 from perfgate.judge.memory import compared_peaks, grown_parts, of_entry
-from perfgate.judge.settings import GateSettings, Look, Looks
+from perfgate.judge.settings import levels_at
 from perfgate.judge.stats import (
     LookLevels,
-    MemoryComparison,
-    ThroughputComparison,
-    Verdict,
-    combined_verdict,
     compare_memory,
     compare_paired,
     compare_paired_memory,
@@ -39,188 +32,26 @@ from perfgate.outcome import FAILING as FAILING
 from perfgate.outcome import Status as Status
 from perfgate.outcome import build_exit_code as build_exit_code
 from perfgate.outcome import fails_build as fails_build
-from perfgate.outcome import warned_exit_code
-from perfgate.project import ProjectConfig, Thresholds
-from perfgate.records.baselines import BaselineEntry, BaselineStore, ConfigEntry, entry_from_workload
-from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
-from perfgate.records.results import Against, GateRecord, RunResult, TrialResult, WorkloadResult, merge_runs
+from perfgate.records.baselines import BaselineEntry, ConfigEntry, entry_from_workload
+from perfgate.records.comparisons import ThroughputComparison, Verdict, combined_verdict
+from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult, merge_runs
+from perfgate.records.verdicts import (
+    AcceptedSlowdown,
+    ConfigVerdict,
+    GateResult,
+    GateSettings,
+    Looks,
+    SessionRate,
+    WorkloadVerdict,
+)
 
 LOSS_TOLERANCE = 1e-3  # relative: first-step losses that differ by more mean the workload changed
 
 
-@dataclass(frozen=True)
-class AcceptedSlowdown:
-    """A slowdown accepted on purpose, and the throughput judged against its bound instead of the threshold
-    (raw and, against stored baselines, machine-adjusted)."""
-
-    acceptance: Acceptance
-    throughput: ThroughputComparison
-    adjusted: ThroughputComparison | None = None
-
-    @property
-    def verdict(self) -> Verdict:
-        return combined_verdict(self.throughput, self.adjusted)
-
-    @property
-    def within(self) -> bool:
-        """The data rule out a slowdown beyond the accepted one."""
-        return self.verdict in (Verdict.NO_CHANGE, Verdict.IMPROVEMENT)
-
-
-@dataclass(frozen=True)
-class ConfigVerdict:
-    workload: str
-    config: str
-    status: Status
-    reason: str  # one line that makes sense without the table
-    thresholds: Thresholds
-    throughput: ThroughputComparison | None = None
-    memory: MemoryComparison | None = None
-    trials_failed: int = 0
-    adjusted: ThroughputComparison | None = None  # samples/sec per machine-probe rate
-    machine: ThroughputComparison | None = None  # the machine probe itself: how fast the machine ran
-    evidence: tuple[str, ...] = ()  # what else changed: the model's numerics, the data pipeline's output
-    accepted: AcceptedSlowdown | None = None  # where a slowdown was accepted and the threshold alone did not pass
-    counts: CountsComparison | None = None  # the step's exact counts against the other side's (None: not counted)
-
-    @property
-    def throughput_verdict(self) -> Verdict | None:
-        """The throughput verdict that decides: against the accepted bound where one applied."""
-        if self.accepted is not None:
-            return self.accepted.verdict
-        return None if self.throughput is None else combined_verdict(self.throughput, self.adjusted)
-
-    @property
-    def slower(self) -> bool:
-        """Throughput regressed (raw and machine-adjusted agreeing), whatever peak memory did."""
-        if self.throughput is None:
-            return False
-        return combined_verdict(self.throughput, self.adjusted) == Verdict.REGRESSION
-
-
-@dataclass(frozen=True)
-class WorkloadVerdict:
-    workload: str
-    configs: list[ConfigVerdict]
-    baseline: BaselineEntry | None = None
-    problem: str | None = None  # why the workload as a whole could not be compared
-    problem_status: Status | None = None  # NO_BASELINE or NOT_COMPARABLE, with `problem`
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Every workload's verdicts; `exit_code` is the build's answer."""
-
-    workloads: list[WorkloadVerdict]
-    settings: GateSettings
-    run: RunResult | None = None
-    stopped_because: str | None = None  # why extra trials stopped while verdicts were still open
-    looks: Mapping[tuple[str, str], Look] = field(default_factory=dict)  # each config's last look
-    against: Against | None = None  # set in a paired check: the base it measured beside the working tree
-    comparisons: int = 0  # tests that share the check's one false-alarm rate (`one_error_rate`)
-    family: Mapping[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # alpha's divisors used
-    session: SessionRate | None = None  # a pytest session's checks: the one false-alarm rate they share
-
-    @property
-    def mode(self) -> str:
-        """What the check compared with, in words, for every report."""
-        if self.against is None:
-            return "stored baselines"
-        return self.against.describe()
-
-    @property
-    def caveat(self) -> str | None:
-        """What a check against stored baselines cannot promise, for every report of one."""
-        if self.against is not None or not self.verdicts or all(v.throughput is None for v in self.verdicts):
-            return None  # paired, nothing judged, or judged by exact counts alone (no session to differ)
-        return (
-            "stored baselines were measured in another session, and a whole session can run slower than another "
-            "with the same code: this check's error rates hold only for a machine as steady as the baseline's. "
-            "A paired check against the base commit measures both sides here and keeps the published rates "
-            "(docs/statistics.md)"
-        )
-
-    @property
-    def verdicts(self) -> list[ConfigVerdict]:
-        return [c for w in self.workloads for c in w.configs]
-
-    @property
-    def unused_acceptances(self) -> list[str]:
-        """A warning for each accepted slowdown whose target this check did not measure."""
-        return unused(self.settings.accepted, {w.workload: [v.config for v in w.configs] for w in self.workloads})
-
-    @property
-    def verdict_code(self) -> int:
-        """The verdicts' own answer (`outcome.build_exit_code`), before warn-only."""
-        return build_exit_code(
-            (v.status for v in self.verdicts),
-            problems=any(w.problem for w in self.workloads),
-            fail_on_inconclusive=self.settings.fail_on_inconclusive,
-        )
-
-    @property
-    def exit_code(self) -> int:
-        """The build's answer: the verdicts', passed under warn-only (`outcome.warned_exit_code`)."""
-        return warned_exit_code(self.verdict_code, warn_only=self.settings.warn_only)
-
-    def to_record(self, baseline_dir: Path) -> GateRecord:
-        """What a results file keeps of this check: its settings, its mode, each config's last look and the
-        divisors of alpha, so a later report judges the run exactly as the check did."""
-        record = self.settings.to_record(baseline_dir, mode=self.mode, looks=self.looks, divisors=self.family)
-        if self.session is None:
-            return record
-        return replace(record, session={"comparisons": self.session.comparisons, "checks": self.session.checks})
-
-
-def missing_baseline(
-    workload: str,
-    store: BaselineStore,
-    fingerprint: Fingerprint,
-    entries: Mapping[str, BaselineEntry],
-    update_command: str = "perfgate update",
-) -> str:
-    """The problem line for a workload with no entry for this machine (`entries`: the other machines')."""
-    command = f"{update_command} (writes {store.path_for(workload)}; commit it)"
-    machine = fingerprint_key(fingerprint)
-    if not entries:
-        return f"no baseline for {workload} on this machine ({machine}) in {store.directory}/; run {command}"
-    closest = min(entries.values(), key=lambda e: len(fingerprint_differences(fingerprint, e.fingerprint)))
-    gpus = [e.fingerprint.device_name for e in entries.values() if e.fingerprint.device_type == "cuda"]
-    if fingerprint.device_type == "cuda" and gpus and fingerprint.device_name not in gpus:
-        # Only baselines from other GPU models: say so plainly, no list of fields.
-        recorded = " and ".join(sorted({str(name) for name in gpus}))
-        return (
-            f"no baseline for {workload} on this GPU model: the stored baselines were recorded on {recorded}, "
-            f"this machine has {fingerprint.device_name}, and timings on one GPU model say nothing about "
-            f"another; record a baseline on this runner with {command}, or run the check where the baseline was taken"
-        )
-    differences = "; ".join(fingerprint_differences(fingerprint, closest.fingerprint))
-    return (
-        f"no baseline for {workload} on this machine ({machine}); the closest stored one "
-        f"differs in {differences}; run {command}"
-    )
-
-
-def find_baselines(
-    store: BaselineStore,
-    workloads: Sequence[str],
-    fingerprint: Fingerprint,
-    update_command: str = "perfgate update",
-) -> tuple[dict[str, BaselineEntry], dict[str, str]]:
-    """This machine's baseline entry for each workload, and the problem line for each that has none."""
-    baselines: dict[str, BaselineEntry] = {}
-    problems: dict[str, str] = {}
-    key = fingerprint_key(fingerprint)
-    for name in workloads:
-        entries = store.load(name)
-        if key in entries:
-            baselines[name] = entries[key]
-        else:
-            problems[name] = missing_baseline(name, store, fingerprint, entries, update_command)
-    return baselines, problems
-
-
 Family = Mapping[tuple[str, str], tuple[float, float]]  # (workload, config) -> alpha's divisors: throughput, memory
+# The stored baselines found for a machine, by workload, and the problem line of each workload without one
+# (`check.stored.find_baselines` reads them from the baseline store).
+Stored = tuple[Mapping[str, BaselineEntry], Mapping[str, str]]
 
 
 def one_error_rate(judge: Callable[[Family | None], GateResult]) -> GateResult:
@@ -270,15 +101,16 @@ def compare_results(
     candidate: RunResult,
     settings: GateSettings,
     *,
-    store: BaselineStore | None = None,
+    stored: Stored | None = None,
     baseline: RunResult | None = None,
     looks: Looks | None = None,
     family: Family | None = None,
 ) -> GateResult:
-    """Judge saved results against the stored baselines for their machine, or against other saved results;
-    a paired check's results against the base measured beside them. `family`: the divisors of alpha the check
-    used (its results file keeps them), else Holm's over these comparisons. Counting trials (`--counts-only`) are
-    judged by their counts alone (`judge_counts_only`)."""
+    """Judge saved results against the stored baselines found for their machine (`stored`: the check layer reads
+    them, `check.stored.compare_saved`), or against other saved results; a paired check's results against the base
+    measured beside them. `family`: the divisors of alpha the check used (its results file keeps them), else
+    Holm's over these comparisons. Counting trials (`--counts-only`) are judged by their counts alone
+    (`judge_counts_only`)."""
     counted = any(w.counted_only for w in candidate.workloads)
     if counted and candidate.against is not None and baseline is None:
         return judge_counts_only(candidate, settings)
@@ -289,9 +121,8 @@ def compare_results(
         return compare_pairs(candidate, against.base, settings, looks or {}, against)
     names = [w.name for w in candidate.workloads]
     if baseline is None:
-        assert store is not None, "compare_results needs a store or a baseline run"
-        fingerprint = machine_fingerprint(candidate.environment)
-        baselines, problems = find_baselines(store, names, fingerprint, settings.update_command)
+        assert stored is not None, "compare_results needs the stored baselines or a baseline run"
+        baselines, problems = stored
     else:
         baselines = {w.name: entry_from_workload(baseline, w) for w in baseline.workloads}
         problems = {name: "the baseline results have no such workload" for name in names if name not in baselines}
@@ -300,37 +131,6 @@ def compare_results(
     if family is not None:
         return _as_judged(_compare_run(candidate, baselines, settings, problems, looks, family), family)
     return compare_run(candidate, baselines, settings, problems, looks)
-
-
-def judge_saved(run: RunResult, project: ProjectConfig, baseline_dir: Path | None = None) -> GateResult:
-    """Judge a saved results file as the check that wrote it did (its settings are in the file); a file
-    from `perfgate run` is judged once with the project's settings."""
-    from perfgate.records.baselines import DEFAULT_BASELINE_DIR
-
-    gate = run.gate
-    if gate is None:
-        settings = GateSettings.from_options(project, trials=1, max_trials=1)
-        looks: dict[tuple[str, str], Look] = {}
-    else:
-        settings = GateSettings.from_record(project, gate)
-        if gate.looks is not None:
-            looks = {_config_key(key): Look.from_record(look) for key, look in gate.looks.items()}
-        else:  # written before spending plans: every config judged as after the check's last look
-            looks = {(w.name, c): Look(1, None, True) for w in run.workloads for c in w.configs}
-    directory = baseline_dir or Path((gate.baseline_dir if gate is not None else "") or DEFAULT_BASELINE_DIR)
-    family = (
-        {_config_key(key): (float(pair[0]), float(pair[1])) for key, pair in gate.divisors.items()}
-        if gate is not None and gate.divisors is not None
-        else None  # written before one error rate per check, or by `perfgate run`: Holm's over this file
-    )
-    result = compare_results(run, settings, store=BaselineStore(directory), looks=looks, family=family)
-    session = None if gate is None or gate.session is None else SessionRate(settings.alpha, **gate.session)
-    return replace(result, looks=looks, session=session)
-
-
-def _config_key(text: str) -> tuple[str, str]:
-    workload, _, config = text.rpartition("/")
-    return workload, config
 
 
 def compare_entries(
@@ -385,7 +185,7 @@ def compare_entries(
             baseline.configs.get(config),
             candidate,
             settings,
-            settings.levels((looks or {}).get((name, config))),
+            levels_at(settings, (looks or {}).get((name, config))),
             paired=paired,
             divisors=(family or {}).get((name, config), (1.0, 1.0)),
             counts=((base_counts or {}).get(config), (head_counts or {}).get(config)),
@@ -826,8 +626,8 @@ def merge_results(gates: Sequence[GateResult], session: SessionRate | None = Non
 
     `session`: the one false-alarm rate the session's checks shared (`judge.family`). Each check judged at its
     share of alpha (`GateSettings.session_divisor`); the merged result keeps the session's alpha and, for each
-    config, Holm's divisors times its check's, so a later report (`judge_saved`) judges every config at the level
-    its check did."""
+    config, Holm's divisors times its check's, so a later report (`check.stored.judge_saved`) judges every config at
+    the level its check did."""
     if not gates:
         raise ValueError("merge_results needs at least one result")
     settings = replace(gates[0].settings, session_divisor=1.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
-from perfgate.judge.stats import (
+from perfgate.judge.stats import slowdown_bound
+from perfgate.records.comparisons import (
     MIN_DECIDING,
     SLOW_FACTOR,
     MemoryComparison,
@@ -13,7 +14,6 @@ from perfgate.judge.stats import (
     ThroughputComparison,
     Verdict,
     combined_verdict,
-    slowdown_bound,
 )
 
 

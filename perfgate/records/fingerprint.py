@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.records.shapes import Environment, ShapeError
+
+if TYPE_CHECKING:
+    from perfgate.records.results import RunResult
 
 
 @dataclass(frozen=True)
@@ -95,3 +98,11 @@ def fingerprint_differences(wanted: Fingerprint, stored: Fingerprint) -> list[st
         for name in FINGERPRINT_FIELDS
         if getattr(stored, name) != getattr(wanted, name)
     ]
+
+
+def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
+    """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
+    None when they come from the same machine type."""
+    old, new = (machine_fingerprint(run.environment).to_dict() for run in (baseline, candidate))
+    differences = [f"{name} {old[name]!r} -> {new[name]!r}" for name in FINGERPRINT_FIELDS if old[name] != new[name]]
+    return "; ".join(differences) or None

@@ -14,7 +14,7 @@ session to the next, which on a shared machine is the larger part. Hence two way
   assumed session-to-session noise (`benchmark_noise`, DEFAULT_RUN_NOISE) is added to the variance.
 
 Either way the comparison is made raw and divided by the machine probe's rate in the same session,
-and a verdict needs both to agree (`judge.stats.combine_verdicts`). `benchmarks/microbench.py` measures
+and a verdict needs both to agree (`records.comparisons.combine_verdicts`). `benchmarks/microbench.py` measures
 false alarms and detection on a shared machine. Baselines live in one file,
 `baselines/pytest-benchmark.yaml`: per machine type, per benchmark.
 """

@@ -456,7 +456,7 @@ class Environments:
 
 @dataclass(frozen=True)
 class MicroResult:
-    """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`judge.micro.MicroVerdict`),
+    """One pytest-benchmark test's verdict as `pytest --perfgate` decided it (`records.verdicts.MicroVerdict`),
     kept in the results file: calls/s are of the median round; the ratio and interval are current/baseline
     (head/base when paired); None where there was nothing to compare."""
 
@@ -520,7 +520,7 @@ class GateRecord:
     # a pytest session's checks sharing one alpha (`judge.family`): {"comparisons": N, "checks": K}
     session: Mapping[str, int] | None = None
     # a paired check's count test: the runner's rate of one-sided slow pairs it assumed, and where that came from
-    # ("measured by perfgate calibrate on DATE"); None: perfgate's default, `stats.SLOW_RATE`
+    # ("measured by perfgate calibrate on DATE"); None: perfgate's default, `records.comparisons.SLOW_RATE`
     slow_rate: float | None = None
     slow_rate_source: str | None = None
     warn_only: bool | None = None  # the check reported its verdicts and passed the build (None: it did not)

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, UsageError
-from perfgate.judge.stats import slowdown_bound
-from perfgate.judge.verdict import GateResult, Status
+from perfgate.outcome import Status
+from perfgate.records.judgement import Judgement
 
 COLOURS = {
     Status.REGRESSION: "#c62828",
@@ -24,8 +24,8 @@ COLOURS = {
 }
 
 
-def write_chart(result: GateResult, path: Path) -> None:
-    """Save the chart as a PNG at `path`; UsageError when matplotlib is not installed."""
+def write_chart(judgement: Judgement, path: Path) -> None:
+    """Save the chart of a judged check as a PNG at `path`; UsageError when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -35,6 +35,7 @@ def write_chart(result: GateResult, path: Path) -> None:
         raise UsageError(
             "the chart needs matplotlib, which is not installed", hint="pip install 'perfgate[chart]'"
         ) from None
+    result = judgement.result
     rows = [v for v in result.verdicts if v.throughput is not None]
     height = 1.2 + 0.5 * max(1, len(rows))
     figure, axes = pyplot.subplots(figsize=(9, height), dpi=110)
@@ -57,13 +58,13 @@ def write_chart(result: GateResult, path: Path) -> None:
             )
         thresholds = sorted({v.thresholds.throughput for v in rows})
         for threshold in thresholds:
-            axes.axvline(slowdown_bound(threshold), color="#c62828", linestyle="--", linewidth=1)
+            axes.axvline(judgement.bound(threshold), color="#c62828", linestyle="--", linewidth=1)
         axes.axvline(1.0, color="#424242", linewidth=1)
         axes.set_yticks(range(len(rows)), [f"{v.workload} {v.config}" for v in reversed(rows)])
         axes.set_ylim(-0.7, len(rows) - 0.3)
         axes.set_xlabel("current / baseline samples/s (dot: ratio of geometric means; bar: its interval)")
         threshold_text = (
-            ", ".join(f"{slowdown_bound(t):.3f}x: {100 * t:g}% more time per sample" for t in thresholds) or "-"
+            ", ".join(f"{judgement.bound(t):.3f}x: {100 * t:g}% more time per sample" for t in thresholds) or "-"
         )
         outcome = EXIT_MEANINGS.get(result.exit_code, "error")
         axes.set_title(f"perfgate: {outcome}; dashed line: the regression threshold ({threshold_text})")

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from html import escape
 
 from perfgate.formatting import format_bytes, format_signed_pct
-from perfgate.judge.trends import ChangePoint
-from perfgate.report.history import Run, Series
+from perfgate.records.series import ChangePoint, Run, Series
 
 WIDTH, HEIGHT = 640, 220
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 14, 34  # the plot's margins inside the chart, for the axis labels
@@ -36,7 +35,7 @@ p.creep { color: #bc4c00; }
 
 
 def render_dashboard(series: Sequence[Series], *, skipped: Sequence[str] = (), now: datetime | None = None) -> str:
-    """The dashboard page for these series (`report.history.series_of`); `skipped`: history files left out."""
+    """The dashboard page for these series (`judge.trends.series_of`); `skipped`: history files left out."""
     stamp = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     parts = [
         "<!DOCTYPE html>",

@@ -1,9 +1,9 @@
 """History: a check's record for the history store, and the history read back as series, change points and creep.
 
 `record_of_check` turns a judged check into the record `check --record` appends
-(`perfgate.records.history`). `series_of` groups the records by workload, config and machine, oldest
-first; `format_history` prints a table per series with its recent runs, the change points where the level
-moved (`perfgate.judge.trends`) and slow creep that adds up past the threshold while no single step does.
+(`perfgate.records.history`). `format_history` prints a table per series (`records.series`: the records by
+workload, config and machine, oldest first) with its recent runs, the change points where the level moved and
+slow creep that adds up past the threshold while no single step does (`judge.trends.series_of` found them).
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from perfgate.formatting import format_bytes, format_signed_pct
-from perfgate.judge.trends import ChangePoint, Creep, change_points, creep
-from perfgate.judge.verdict import GateResult
 from perfgate.outcome import Status
 from perfgate.records.baselines import entries_from_results
-from perfgate.records.history import EXPORT_FORMATS, History, HistoryRecord, RecordedVerdict
+from perfgate.records.history import EXPORT_FORMATS, HistoryRecord, RecordedVerdict
+from perfgate.records.series import ChangePoint, Series, Trend
+from perfgate.records.verdicts import GateResult
 
 NO_STORED_BASELINE = "no stored baseline"  # the mode of a record measured with nothing to judge it against
 
@@ -64,72 +63,6 @@ def unjudged_note(result: GateResult, record: HistoryRecord) -> str | None:
     if not record.verdicts:
         return f"{NO_STORED_BASELINE}: recorded without a verdict"
     return f"{NO_STORED_BASELINE} for {', '.join(missing)}: recorded without a verdict"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of a series: the commit measured, when, its trials and how it was judged."""
-
-    commit: str | None
-    recorded_at: str
-    samples_per_sec: list[float]
-    peak_bytes: list[int]
-    verdict: str | None
-    source: str
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples_per_sec)
-
-
-@dataclass(frozen=True)
-class Series:
-    """One workload and config on one machine, oldest run first, with what the trends found in it."""
-
-    workload: str
-    config: str
-    machine: str
-    runs: list[Run]
-    change_points: list[ChangePoint] = field(default_factory=list)
-    memory_change_points: list[ChangePoint] = field(default_factory=list)
-    creep: Creep | None = None
-
-
-def runs_of(history: History) -> dict[tuple[str, str, str], list[Run]]:
-    """The history's runs by (workload, config, machine), oldest first, in that order of keys."""
-    grouped: dict[tuple[str, str, str], list[Run]] = {}
-    for record in history.records:
-        for entry in record.entries:
-            for config, measured in entry.configs.items():
-                run = Run(
-                    commit=entry.commit,
-                    recorded_at=record.recorded_at,
-                    samples_per_sec=measured.samples_per_sec,
-                    peak_bytes=measured.peak_bytes,
-                    verdict=_status_of(record, f"{entry.workload}/{config}"),
-                    source=record.source,
-                )
-                grouped.setdefault((entry.workload, config, entry.key), []).append(run)
-    return dict(sorted(grouped.items()))
-
-
-def _status_of(record: HistoryRecord, key: str) -> str | None:
-    """The recorded verdict's status of one config ("workload/config"), in words; None where none was recorded."""
-    verdict = record.verdicts.get(key)
-    return None if verdict is None else verdict.status.value
-
-
-def series_of(history: History, *, threshold: float = 0.05, alpha: float = 0.01) -> list[Series]:
-    """The history's series, each with its change points (samples/s and peak memory) and creep."""
-    found = []
-    for (workload, config, machine), runs in runs_of(history).items():
-        speed = [r.samples_per_sec for r in runs]
-        memory = [[float(b) for b in r.peak_bytes if b > 0] for r in runs]
-        points = change_points(speed, min_change=threshold, alpha=alpha)
-        memory_points = change_points(memory, min_change=threshold, alpha=alpha) if all(m for m in memory) else []
-        drift = creep(speed, threshold=threshold, alpha=alpha, change_points=points)
-        found.append(Series(workload, config, machine, runs, points, memory_points, drift))
-    return found
 
 
 def format_history(series: Sequence[Series], *, limit: int = 10) -> str:
@@ -214,46 +147,6 @@ def export_run(record: HistoryRecord, form: str) -> Any:
             for name, config in rows
         ]
     raise ValueError(f"unknown export format {form!r}; choose from {', '.join(EXPORT_FORMATS)}")
-
-
-@dataclass(frozen=True)
-class Trend:
-    """One gated config's recent history and this run: what the pull-request comment charts."""
-
-    workload: str
-    config: str
-    labels: list[str]  # the recorded runs' commits (7 characters), then "this"
-    values: list[float]  # their median samples/s, then this run's
-
-
-def trends_of(result: GateResult, history: History, *, limit: int = 10) -> list[Trend]:
-    """For each config this check judged, the last `limit` recorded runs of it on this machine and this run's
-    median samples/s; configs without a recorded run get none."""
-    if result.run is None:
-        return []
-    from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-
-    machine = fingerprint_key(machine_fingerprint(result.run.environment))
-    recorded = {(w, c): runs for (w, c, m), runs in runs_of(history).items() if m == machine}
-    measured = {w.name: w for w in result.run.workloads}
-    trends = []
-    for verdict in result.verdicts:
-        past = recorded.get((verdict.workload, verdict.config))
-        workload = measured.get(verdict.workload)
-        config = workload.configs.get(verdict.config) if workload else None
-        now = [t.samples_per_sec for t in config.trials if t.ok] if config else []
-        if past is None or not now:
-            continue
-        runs = past[-limit:]
-        trends.append(
-            Trend(
-                verdict.workload,
-                verdict.config,
-                [(r.commit or "none")[:7] for r in runs] + ["this"],
-                [r.median for r in runs] + [statistics.median(now)],
-            )
-        )
-    return trends
 
 
 def mermaid_trend(trend: Trend) -> str:

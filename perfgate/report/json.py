@@ -1,4 +1,5 @@
-"""The verdicts as JSON, and what a results file keeps of the check that judged them."""
+"""The verdicts as JSON (read from a judged check, `records.judgement.Judgement`), and what a results file keeps of
+the check that judged them."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from perfgate.judge.micro import MicroVerdict
-from perfgate.judge.stats import ThroughputComparison
-from perfgate.judge.utilisation import Utilisation, workload_utilisation
-from perfgate.judge.verdict import GateResult
 from perfgate.outcome import Status, session_exit_code, warned_exit_code
+from perfgate.records.comparisons import ThroughputComparison
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.judgement import Judgement
+from perfgate.records.reading import Utilisation
 from perfgate.records.results import ConfigResult, MicroResult, MicroSection, RunResult
+from perfgate.records.verdicts import GateResult, MicroVerdict
 
 
 def micro_section(verdicts: Sequence[MicroVerdict], *, paired: bool = False, mode: str | None = None) -> MicroSection:
@@ -93,14 +94,14 @@ def _gate_throttled(result: GateResult, workload: str, config: str) -> list[dict
     ]
 
 
-def _utilisations(result: GateResult) -> dict[tuple[str, str], Utilisation]:
-    """Each (workload, config)'s utilisation in the run a check judged (`judge.utilisation`)."""
-    if result.run is None:
+def _utilisations(judgement: Judgement) -> dict[tuple[str, str], Utilisation]:
+    """Each (workload, config)'s utilisation in the run a check judged (`Judgement.lab`)."""
+    if judgement.lab is None:
         return {}
     found = {}
-    for measured in result.run.workloads:
-        use = workload_utilisation(measured, result.run.environment, result.settings.project.peak_tflops)
-        found.update({(measured.name, name): u for name, u in (use.configs if use is not None else {}).items()})
+    for name, read in judgement.lab.workloads.items():
+        use = read.utilisation
+        found.update({(name, config): u for config, u in (use.configs if use is not None else {}).items()})
     return found
 
 
@@ -116,9 +117,10 @@ def _environments(result: GateResult) -> dict[str, Any] | None:
     return {**recorded, "changed": changed, "described": environments.describe()}
 
 
-def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[str, Any]:
-    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; `micro`, the
-    pytest-benchmark tests' verdicts of a `pytest --perfgate` session, counts in the exit code."""
+def gate_to_dict(judgement: Judgement) -> dict[str, Any]:
+    """The verdicts as plain JSON values (NaN as null): for `perfgate report --format json`; the pytest-benchmark
+    tests' verdicts of a `pytest --perfgate` session (`Judgement.micro`) count in the exit code."""
+    result, micro = judgement.result, judgement.micro
 
     def comparison(c: ThroughputComparison | None) -> dict[str, Any] | None:
         if c is None:
@@ -153,7 +155,7 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
             }
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
 
-    uses = _utilisations(result)
+    uses = _utilisations(judgement)
     workloads = []
     for w in result.workloads:
         configs = []
@@ -192,7 +194,7 @@ def gate_to_dict(result: GateResult, micro: MicroSection | None = None) -> dict[
                     "achieved_flops_per_s": None if use is None else use.achieved_flops_per_s,
                     "mfu": None if use is None else use.mfu,
                     "throttled_trials": _gate_throttled(result, w.workload, v.config),
-                    # the exact counts, a row per count (`judge.counts.CountsComparison.to_dict`); null: not counted
+                    # the exact counts, a row per count (`records.counts.CountsComparison.to_dict`); null: not counted
                     "counts": None if v.counts is None else v.counts.to_dict(),
                 }
             )

@@ -14,17 +14,18 @@ from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS, ResultsError
 from perfgate.formatting import format_bytes, format_p_value, format_pct, format_signed_pct
-from perfgate.judge.diagnosis import Diagnosis, compile_line
-from perfgate.judge.reading import read_lab
-from perfgate.judge.utilisation import WorkloadUtilisation, workload_utilisation
-from perfgate.judge.verdict import ConfigVerdict, GateResult, Status, WorkloadVerdict
+from perfgate.outcome import Status
+from perfgate.records.counts import COUNT_HEADERS
+from perfgate.records.diagnoses import Diagnosis
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.judgement import Judgement, RunReading, WorkloadReading
 from perfgate.records.results import MicroSection, RunResult, WorkloadResult
 from perfgate.records.summary import PHASES
-from perfgate.report.history import Trend, mermaid_trend
+from perfgate.records.verdicts import ConfigVerdict, GateResult, WorkloadVerdict
+from perfgate.report.history import mermaid_trend
 from perfgate.report.json import overall_exit_code, overall_verdict_code
 from perfgate.report.text import (
-    COUNT_HEADERS,
+    compile_line,
     confidence_text,
     count_cell,
     count_columns,
@@ -64,61 +65,46 @@ _LABELS = {
 }
 
 
-def format_markdown(
-    result: GateResult,
-    *,
-    limit: int = COMMENT_LIMIT,
-    details: str | None = None,
-    diagnoses: Sequence[Diagnosis] = (),
-    trends: Sequence[Trend] = (),
-    micro: MicroSection | None = None,
-    problems: Sequence[str] = (),
-) -> str:
-    """The report, at most `limit` characters (and bytes); `details` names where the full data is; `trends`:
-    each gated config's recorded runs and this one, charted (`report.history.trends_of`); `micro`: the
-    pytest-benchmark tests' verdicts (`pytest --perfgate`); `problems`: what failed outside any verdict."""
+def format_markdown(judgement: Judgement, *, limit: int = COMMENT_LIMIT, details: str | None = None) -> str:
+    """The report of a judged check, at most `limit` characters (and bytes); `details` names where the full data
+    is. Beside the verdicts and the diagnoses it shows the judgement's trends (each gated config's recorded runs and
+    this one, charted), the pytest-benchmark tests' verdicts (`pytest --perfgate`) and the problems (what failed
+    outside any verdict)."""
+    result, micro, problems = judgement.result, judgement.micro, judgement.problems
     sections = [_headline(result, micro, problems)]
-    sections += [_workload_table(w, result) for w in result.workloads]
+    sections += [_workload_table(w, judgement) for w in result.workloads]
     sections += [_micro_table(micro)] if micro is not None and micro.benchmarks else []
-    sections += [_diagnosis(d) for d in diagnoses]
-    sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in trends]
+    sections += [_diagnosis(d) for d in judgement.diagnoses]
+    sections += [f"#### Trend: {t.workload} {t.config}\n\n{mermaid_trend(t)}" for t in judgement.trends]
     sections += [_reasons(w) for w in result.workloads]
-    sections += [_ranks(result), _lab_reading(result), _machine(result)]
+    sections += [_ranks(result), _lab_reading(judgement), _machine(result)]
     return _fit(sections, limit, details)
 
 
-def format_lab_markdown(
-    run: RunResult,
-    *,
-    limit: int = COMMENT_LIMIT,
-    details: str | None = None,
-    peak_tflops: Mapping[str, float] | None = None,
-) -> str:
-    """A lab run's report (`perfgate run`: measured, judged by nothing): per workload the lab's table, its
-    footnote, failures and reading, then the machine; at most `limit` characters, as `format_markdown`;
-    `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
+def format_lab_markdown(reading: RunReading, *, limit: int = COMMENT_LIMIT, details: str | None = None) -> str:
+    """A lab run's report (`perfgate run`: measured, judged by nothing, read by the lab): per workload the lab's
+    table, its footnote, failures and reading, then the machine; at most `limit` characters, as `format_markdown`."""
+    run = reading.run
     measured = f"{len(run.workloads)} workload{'s' * (len(run.workloads) != 1)} measured"
     sections = [
         f"### perfgate run: the lab's table\n\n{measured}; no verdict (`perfgate compare` judges a lab run "
         "against the baselines)."
     ]
-    sections += [
-        _lab_table(workload, workload_utilisation(workload, run.environment, peak_tflops)) for workload in run.workloads
-    ]
+    sections += [_lab_table(workload, reading.of(workload.name)) for workload in run.workloads]
     sections.append(_ranks_of(run))
     sections.append(f"Machine: `{fingerprint_key(machine_fingerprint(run.environment))}`.")
     return _fit(sections, limit, details)
 
 
-def _lab_table(workload: WorkloadResult, use: WorkloadUtilisation | None = None) -> str:
+def _lab_table(workload: WorkloadResult, read: WorkloadReading) -> str:
+    use = read.utilisation
     header = lab_header(use)
     rows = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
     for name, config in workload.configs.items():
         cells = lab_cells(config, use)
         shown = ["**failed**", *["-"] * (len(header) - 2)] if cells is None else cells
         rows.append("| " + " | ".join([name, *shown]) + " |")
-    reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
-    notes = [f"- {_cell(line)}" for line in reading.lines]
+    notes = [f"- {_cell(line)}" for line in read.reading.lines]
     notes += [f"- **{_cell(message)}**" for message in lab_failures(workload) + workload.warnings]
     notes += [f"- {_cell(note)}" for note in throttled_trials(workload)]
     text = f"#### {workload.name}\n\n{_cell(lab_settings_text(workload))}.\n\n" + "\n".join(rows)
@@ -177,7 +163,8 @@ def _headline(result: GateResult, micro: MicroSection | None = None, problems: S
     return line + "\n\n" + " ".join(compared)
 
 
-def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
+def _workload_table(workload: WorkloadVerdict, judgement: Judgement) -> str:
+    result = judgement.result
     head = f"#### {workload.workload}\n\n"
     paired = result.against is not None
     baseline = None if paired else workload.baseline
@@ -209,7 +196,7 @@ def _workload_table(workload: WorkloadVerdict, result: GateResult) -> str:
         )
     thresholds = sorted({v.thresholds.throughput for v in workload.configs})
     if thresholds:
-        foot += f" Threshold: {', '.join(limits_text(t) for t in thresholds)}."
+        foot += f" Threshold: {', '.join(limits_text(t, judgement.bound(t)) for t in thresholds)}."
     throttled = gate_throttled_trials(workload.workload, result)
     if throttled:  # kept in the figures, as the runner's noise; said beside the table
         foot += "\n\n" + "\n".join(f"- {_cell(note)}" for note in throttled)
@@ -345,14 +332,13 @@ def _ranks_of(run: RunResult) -> str:
     return "\n\n".join(blocks)
 
 
-def _lab_reading(result: GateResult) -> str:
-    if result.run is None:
+def _lab_reading(judgement: Judgement) -> str:
+    lab = judgement.lab
+    if lab is None:
         return ""
     lines = []
-    for workload in result.run.workloads:
-        use = workload_utilisation(workload, result.run.environment, result.settings.project.peak_tflops)
-        reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
-        lines += [f"- {workload.name}: {line}" for line in reading.lines]
+    for workload in lab.run.workloads:
+        lines += [f"- {workload.name}: {line}" for line in lab.of(workload.name).reading.lines]
     return "#### The lab's reading\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -1,20 +1,17 @@
 """A results file in the form a command asks for (`perfgate report`, `perfgate compare --format`): a check's
-verdicts as a check's report, a lab run (`perfgate run --json`, judged by nothing) as the lab's table."""
+verdicts (judged once, `records.judgement.Judgement`) as a check's report, a lab run (`perfgate run --json`,
+judged by nothing, read by the lab) as the lab's table."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from perfgate.judge.diagnosis import Diagnosis
-from perfgate.judge.reading import read_lab
-from perfgate.judge.utilisation import workload_utilisation
-from perfgate.judge.verdict import GateResult
 from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
-from perfgate.records.results import MicroSection, RunResult
+from perfgate.records.judgement import Judgement, RunReading
+from perfgate.records.results import RunResult
 from perfgate.report import FORMATS
 from perfgate.report.json import gate_to_dict, throttled_trial_records
 from perfgate.report.markdown import COMMENT_LIMIT, format_lab_markdown, format_markdown
@@ -29,49 +26,40 @@ def is_lab_run(run: RunResult) -> bool:
 
 
 def render_gate(
-    result: GateResult,
+    judgement: Judgement,
     form: str,
     *,
     command: str,
     exits: bool = True,
-    diagnoses: Sequence[Diagnosis] = (),
-    micro: MicroSection | None = None,
     details: str | None = None,
     limit: int = COMMENT_LIMIT,
 ) -> str:
-    """The verdicts as text (the gate's tables, the summary line naming `command`, with the exit code when
+    """A judged check as text (the gate's tables, the summary line naming `command`, with the exit code when
     the command `exits` with it), Markdown (the job summary's report, at most `limit` characters; `details`
-    names the full data) or JSON (the verdicts, the diagnoses, `micro` when given)."""
+    names the full data) or JSON (the verdicts, the diagnoses, the pytest-benchmark tests' verdicts if any)."""
     if form == "markdown":
-        return format_markdown(result, limit=limit, details=details, diagnoses=diagnoses, micro=micro)
+        return format_markdown(judgement, limit=limit, details=details)
     if form == "json":
-        document = {**gate_to_dict(result, micro), "diagnoses": [d.to_dict() for d in diagnoses]}
+        document = {**gate_to_dict(judgement), "diagnoses": [d.to_dict() for d in judgement.diagnoses]}
         return json.dumps(document, indent=2, allow_nan=False) + "\n"
     if form == "text":
-        return format_gate(result, diagnoses, micro, command=command, exits=exits)
+        return format_gate(judgement, command=command, exits=exits)
     raise ValueError(f"unknown report format {form!r}; one of {', '.join(FORMATS)}")
 
 
-def render_lab(
-    run: RunResult,
-    form: str,
-    *,
-    details: str | None = None,
-    limit: int = COMMENT_LIMIT,
-    peak_tflops: Mapping[str, float] | None = None,
-) -> str:
-    """A lab run as the lab's table: text (as `perfgate run` prints it), Markdown (at most `limit` characters)
-    or JSON (`lab_to_dict`); `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
+def render_lab(reading: RunReading, form: str, *, details: str | None = None, limit: int = COMMENT_LIMIT) -> str:
+    """A lab run, read by the lab, as the lab's table: text (as `perfgate run` prints it), Markdown (at most `limit`
+    characters) or JSON (`lab_to_dict`)."""
     if form == "markdown":
-        return format_lab_markdown(run, limit=limit, details=details, peak_tflops=peak_tflops)
+        return format_lab_markdown(reading, limit=limit, details=details)
     if form == "json":
-        return json.dumps(lab_to_dict(run, peak_tflops), indent=2, allow_nan=False) + "\n"
+        return json.dumps(lab_to_dict(reading), indent=2, allow_nan=False) + "\n"
     if form == "text":
-        return format_run(run, peak_tflops=peak_tflops)
+        return format_run(reading)
     raise ValueError(f"unknown report format {form!r}; one of {', '.join(FORMATS)}")
 
 
-def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) -> dict[str, Any]:
+def lab_to_dict(reading: RunReading) -> dict[str, Any]:
     """A lab run's table as plain JSON values (NaN as null): per workload its settings and per config the
     summary the table shows (null where no trial produced a measurement, with the reason) with its achieved
     FLOP/s and MFU (null where not counted, or no peak is known), the failures, the warnings and the lab's
@@ -84,10 +72,11 @@ def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) 
             return {k: finite(v) for k, v in value.items()}
         return value
 
+    run = reading.run
     workloads = []
     for w in run.workloads:
         configs = []
-        use = workload_utilisation(w, run.environment, peak_tflops)
+        use = reading.of(w.name).utilisation
         for name, config in w.configs.items():
             summary = config.summary
             counted = None if use is None else use.configs.get(name)
@@ -101,7 +90,6 @@ def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) 
                     "mfu": None if counted is None else counted.mfu,
                 }
             )
-        reading = read_lab({name: config.summary for name, config in w.configs.items()}, use)
         workloads.append(
             {
                 "workload": w.name,
@@ -110,7 +98,7 @@ def lab_to_dict(run: RunResult, peak_tflops: Mapping[str, float] | None = None) 
                 "configs": configs,
                 "failures": lab_failures(w),
                 "warnings": list(w.warnings),
-                "reading": list(reading.lines),
+                "reading": list(reading.of(w.name).reading.lines),
             }
         )
     return {"kind": "lab", "machine": fingerprint_key(machine_fingerprint(run.environment)), "workloads": workloads}

@@ -1,37 +1,37 @@
-"""The terminal report: a table per workload, the lab reading, and warnings."""
+"""The terminal report: a table per workload, the lab reading, and warnings; it reads a judged check
+(`records.judgement.Judgement`) or a lab run's reading, and judges nothing itself."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.errors import EXIT_MEANINGS
 from perfgate.formatting import (
     format_bytes,
+    format_count,
     format_names,
     format_p_value,
     format_pct,
     format_signed,
     format_signed_pct,
 )
-from perfgate.judge.counts import COUNT_HEADERS as COUNT_HEADERS  # the one table (report.markdown reads it here)
-from perfgate.judge.counts import COUNTED, REPORT, CountRow, Outcome, format_count
-from perfgate.judge.diagnosis import Diagnosis, PhaseChange, compile_line
-from perfgate.judge.micro import MicroVerdict
-from perfgate.judge.reading import read_lab
-from perfgate.judge.stats import SLOW_FACTOR, ThroughputComparison, slowdown_bound
-from perfgate.judge.utilisation import WorkloadUtilisation, flops_cell, workload_utilisation
-from perfgate.judge.verdict import ConfigVerdict, GateResult, WorkloadVerdict
 from perfgate.outcome import Status
+from perfgate.project import REPORT
 from perfgate.records.baselines import BaselineEntry, BaselineStore, StoredUpdate
-from perfgate.records.fingerprint import FINGERPRINT_FIELDS, machine_fingerprint
+from perfgate.records.comparisons import SLOW_FACTOR, ThroughputComparison
+from perfgate.records.counts import COUNT_HEADERS, COUNTED, CountRow, Outcome
+from perfgate.records.diagnoses import Diagnosis, PhaseChange
+from perfgate.records.judgement import Judgement, RunReading, WorkloadReading
 from perfgate.records.micro import MICRO_FILE, MicroBenchmark
+from perfgate.records.reading import Utilisation, WorkloadUtilisation, format_flops, format_share
 from perfgate.records.results import ConfigResult, MicroSection, RunResult, TrialResult, WorkloadResult
-from perfgate.records.shapes import Distributed, Environment, GpuFacts
+from perfgate.records.shapes import Distributed, GpuFacts
 from perfgate.records.summary import PHASES, RankSummary, summarize_ranks
-from perfgate.report.json import micro_section, overall_exit_code, overall_verdict_code
+from perfgate.records.verdicts import ConfigVerdict, GateResult, WorkloadVerdict
+from perfgate.report.json import overall_exit_code, overall_verdict_code
 
 PHASE_HEADERS = {"data_wait": "data", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 MEMORY_NOTES = {
@@ -51,22 +51,17 @@ MEMORY_NOTES = {
 }
 
 
-def format_run(result: RunResult, *, peak_tflops: Mapping[str, float] | None = None) -> str:
-    """The whole report: one block per workload; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
-    return "\n\n".join(format_workload(w, result.environment, peak_tflops) for w in result.workloads) + "\n"
+def format_run(reading: RunReading) -> str:
+    """The whole report of a measured run: one block per workload, with the lab's reading of it."""
+    return "\n\n".join(format_workload(w, reading.of(w.name)) for w in reading.run.workloads) + "\n"
 
 
-def format_workload(
-    workload: WorkloadResult,
-    environment: Environment | None = None,
-    peak_tflops: Mapping[str, float] | None = None,
-) -> str:
-    """One workload's table, the lab reading and any warnings; `environment` (the run's) names the GPU whose peak
-    the utilisation is of."""
+def format_workload(workload: WorkloadResult, read: WorkloadReading) -> str:
+    """One workload's table, the lab reading and any warnings."""
     if workload.counted_only:
         return format_counted_workload(workload)
     lines = [f"{workload.name}  ({lab_settings_text(workload)})"]
-    use = workload_utilisation(workload, environment, peak_tflops)
+    use = read.utilisation
     rows = [lab_header(use)]
     for name, config in workload.configs.items():
         cells = lab_cells(config, use)
@@ -75,8 +70,7 @@ def format_workload(
     lines.append(f"  {lab_footnote(workload)}")
     for name, config in workload.configs.items():
         lines.extend(format_ranks(name, config.trials))
-    reading = read_lab({name: config.summary for name, config in workload.configs.items()}, use)
-    lines.extend(f"  {line}" for line in reading.lines)
+    lines.extend(f"  {line}" for line in read.reading.lines)
     lines.extend(f"  ! {message}" for message in lab_failures(workload) + workload.warnings)
     lines.extend(f"  ! {note}" for note in throttled_trials(workload))
     return "\n".join(lines)
@@ -112,6 +106,14 @@ def format_counted_workload(workload: WorkloadResult) -> str:
         lines.extend(f"  ! {name} graph break at {place}" for place in (counts.break_places if counts else []))
     lines.extend(f"  ! {message}" for message in lab_failures(workload, each_trial=True) + workload.warnings)
     return "\n".join(lines)
+
+
+def flops_cell(use: Utilisation | None) -> str:
+    """The lab table's FLOP/s cell: `376 TFLOP/s (38%)`, `12.3 GFLOP/s` without a peak, `-` where not counted."""
+    if use is None:
+        return "-"
+    mfu = use.mfu
+    return format_flops(use.achieved_flops_per_s) + ("" if mfu is None else f" ({format_share(mfu)})")
 
 
 LAB_HEADER = ["config", "samples/s", "step p50/p95/p99 ms", *(PHASE_HEADERS[p] for p in PHASES)]
@@ -321,23 +323,17 @@ _STATUS_LABELS = {
 }
 
 
-def format_gate(
-    result: GateResult,
-    diagnoses: Sequence[Diagnosis] = (),
-    micro: MicroSection | None = None,
-    *,
-    command: str,
-    exits: bool = True,
-) -> str:
+def format_gate(judgement: Judgement, *, command: str, exits: bool = True) -> str:
     """The gate's report: per workload a table of baseline against current, any diagnosis, the
-    pytest-benchmark tests' verdicts (`micro`, from `pytest --perfgate`), the verdict line, which names
+    pytest-benchmark tests' verdicts (from `pytest --perfgate`), the verdict line, which names
     `command` (`perfgate compare`) and, when the command `exits` with the verdict's code, that code."""
+    result, diagnoses, micro = judgement.result, judgement.diagnoses, judgement.micro
     blocks = [f"compared with: {result.mode}" + (f"\n! {result.caveat}" if result.caveat else "")]
     if (environment := environments_text(result)) is not None:
         blocks[0] += f"\nenvironment: {environment}"
     if result.settings.accepted:
         blocks[0] += f"\nslowdowns accepted: {'; '.join(a.shown for a in result.settings.accepted)}"
-    blocks += [_format_gate_workload(w, result) for w in result.workloads]
+    blocks += [_format_gate_workload(w, judgement) for w in result.workloads]
     if diagnoses:
         blocks.append(format_diagnoses(diagnoses).rstrip("\n"))
     if micro is not None and micro.benchmarks:
@@ -392,7 +388,8 @@ def format_gate_summary(
     return line
 
 
-def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
+def _format_gate_workload(workload: WorkloadVerdict, judgement: Judgement) -> str:
+    result = judgement.result
     paired = result.against is not None
     lines = [f"gate: {workload.workload}" + ("" if paired else _baseline_note(workload))]
     if workload.problem:
@@ -428,7 +425,7 @@ def _format_gate_workload(workload: WorkloadVerdict, result: GateResult) -> str:
         )
     lines.extend(_table(rows))
     limits = sorted({(v.thresholds.throughput, v.thresholds.memory) for v in workload.configs})
-    limit_text = ", ".join(f"{limits_text(a)}, peak memory {100 * b:g}%" for a, b in limits)
+    limit_text = ", ".join(f"{limits_text(a, judgement.bound(a))}, peak memory {100 * b:g}%" for a, b in limits)
     if paired:
         explained = (
             "samples/s: medians over each side's trials; ratio: geometric mean of the per-pair ratios head/base "
@@ -462,7 +459,7 @@ def family_text(result: GateResult) -> str:
 
 
 def count_columns(workload: WorkloadVerdict) -> list[str]:
-    """The counts any config of the workload has, in `judge.counts.COUNTED` order (the counts table's columns)."""
+    """The counts any config of the workload has, in `records.counts.COUNTED` order (the counts table's columns)."""
     present = {row.name for v in workload.configs if v.counts is not None for row in v.counts.rows}
     return [name for name in COUNTED if name in present]
 
@@ -587,23 +584,16 @@ def format_update(entry: BaselineEntry, previous: BaselineEntry | None, stored: 
 
 
 def format_pytest_summary(
+    judgement: Judgement,
     *,
-    gates: Sequence[GateResult],
-    runs: Sequence[RunResult],
     updates: Sequence[StoredUpdate],
     store_dir: Path,
-    micro: Sequence[MicroVerdict] = (),
     micro_updates: Sequence[tuple[MicroBenchmark, MicroBenchmark | None]] = (),
-    micro_paired: bool = False,
-    problems: Sequence[str] = (),
-    peak_tflops: Mapping[str, float] | None = None,
-    diagnoses: Sequence[Diagnosis] = (),
 ) -> str:
-    """One summary for a pytest session: every verdict in one table, the lab reading, the checks' `diagnoses`
-    (judged once, by the session), what was written.
-
-    `micro_paired`: the pytest-benchmark verdicts come from session pairs against a git ref (base and
-    head), not from stored baselines; `peak_tflops` (`[tool.perfgate]`) replaces the GPU's peaks."""
+    """One summary for a pytest session, judged once by the session (`judgement`): every check's verdicts in one
+    table, the lab reading of each run, the checks' diagnoses, the pytest-benchmark tests' verdicts (paired: from
+    session pairs against a git ref, base and head, not from stored baselines); and what was written."""
+    gates, diagnoses, micro, problems = judgement.checks, judgement.diagnoses, judgement.micro, judgement.problems
     lines = [f"environment: {text}" for text in dict.fromkeys(filter(None, map(environments_text, gates)))]
     paired = bool(gates) and all(g.against is not None for g in gates)
     sides = ["base s/s", "head s/s"] if paired else ["baseline s/s", "current s/s"]
@@ -635,17 +625,15 @@ def format_pytest_summary(
     if len(rows) > 1:
         lines.extend(_table(rows))
         lines.extend(f"  {note}" for note in notes)
-    for run in runs:
-        for measured in run.workloads:
-            use = workload_utilisation(measured, run.environment, peak_tflops)
-            reading = read_lab({name: config.summary for name, config in measured.configs.items()}, use)
-            lines.extend(f"  lab, {measured.name}: {line}" for line in reading.lines)
+    for run in judgement.runs:
+        for measured in run.run.workloads:
+            lines.extend(f"  lab, {measured.name}: {line}" for line in run.of(measured.name).reading.lines)
     if diagnoses:
         lines.append(format_diagnoses(diagnoses).rstrip("\n"))
     if updates:
         lines.append(format_updates(list(updates), BaselineStore(store_dir)).rstrip("\n"))
-    if micro:
-        lines.extend(format_micro(micro_section(micro, paired=micro_paired)))
+    if micro is not None and micro.benchmarks:
+        lines.extend(format_micro(micro))
     for timed, previous in micro_updates:
         new = statistics.median(timed.block_calls_per_sec)
         change = ""
@@ -681,18 +669,10 @@ def format_micro(section: MicroSection) -> list[str]:
     return lines
 
 
-def limits_text(threshold: float) -> str:
-    """A throughput threshold in its one unit, with the samples/s bound it sets: `5% on time per sample
-    (samples/s -4.8%)`."""
-    return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(slowdown_bound(threshold) - 1)})"
-
-
-def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
-    """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
-    None when they come from the same machine type."""
-    old, new = (machine_fingerprint(run.environment).to_dict() for run in (baseline, candidate))
-    differences = [f"{name} {old[name]!r} -> {new[name]!r}" for name in FINGERPRINT_FIELDS if old[name] != new[name]]
-    return "; ".join(differences) or None
+def limits_text(threshold: float, bound: float) -> str:
+    """A throughput threshold in its one unit, with the samples/s `bound` it sets (`Judgement.bound`): `5% on time
+    per sample (samples/s -4.8%)`."""
+    return f"{100 * threshold:g}% on time per sample (samples/s {format_signed_pct(bound - 1)})"
 
 
 def _interval_cell(ratio: float, low: float | None, high: float | None) -> str:
@@ -718,6 +698,13 @@ def phase_cells(d: Diagnosis, p: PhaseChange) -> list[str]:
         "-" if p.baseline_s is None else format_signed(1000 * p.change_s, 2),
         "-" if share is None else format_pct(share),
     ]
+
+
+def compile_line(times: tuple[float | None, float]) -> str:
+    """`compile: 21.0 -> 24.5 s (once per process, outside the step times)`."""
+    before, now = times
+    was = "" if before is None else f"{before:.1f} -> "
+    return f"compile: {was}{now:.1f} s (once per process, outside the step times)"
 
 
 def format_diagnoses(diagnoses: Sequence[Diagnosis]) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from perfgate.judge.settings import GateSettings
 from perfgate.judge.verdict import compare_run
 from perfgate.records.history import HistoryRecord
 from perfgate.records.shapes import GitState
+from perfgate.records.verdicts import GateSettings
 from perfgate.report.history import record_of_check
 from tests.helpers.results import BASE_MS, BASELINE, phased_run
 
