@@ -11,13 +11,14 @@ Nothing is downloaded and no baseline is needed: the base side of each pair is m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -25,6 +26,7 @@ from typing import TextIO
 import perfgate
 from perfgate.app.options import DEMO_BUDGET_S
 from perfgate.errors import EXIT_INTERRUPTED, PerfgateError, UsageError
+from perfgate.gitrepo import GitFailed, GitNotRun, Throwaway
 
 # Both checks together stay within 3 minutes of trials on a 2-core CPU: the first check may take about half
 # of DEFAULT_BUDGET_S, the second what the first left (a check's budget stops it adding pairs to a verdict
@@ -39,7 +41,7 @@ CONFIGS = "fp32"  # the bf16 configs need a GPU or a CPU with bfloat16 instructi
 WIDTH = 512
 BASE_DEPTH = 3
 DEEPER = 4  # one more hidden layer: measured on a 2-core CPU, about 20% less samples/s (docs/performance.md)
-GIT_IDENTITY = ("-c", "user.name=perfgate demo", "-c", "user.email=demo@perfgate.invalid")
+GIT_IDENTITY = ("perfgate demo", "demo@perfgate.invalid")  # the throwaway repository commits as
 
 PYPROJECT = """\
 [project]
@@ -157,37 +159,49 @@ class Outcome:
         return (self.exit_code == 1) if self.pull_request.expected == "fail" else (self.status == "no change")
 
 
-def _git(repo: Path, *args: str) -> str:
-    command = ["git", *GIT_IDENTITY, "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", *args]
+@contextlib.contextmanager
+def _git_errors(repo: Path) -> Iterator[None]:
+    """git that is missing or fails, as a one-line error."""
     try:
-        done = subprocess.run(command, cwd=repo, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
+        yield
+    except GitNotRun as exc:
+        if not isinstance(exc.error, FileNotFoundError):
+            raise exc.error from None
         raise UsageError(
             "perfgate demo needs git, which is not installed", hint="install git and run it again"
         ) from None
-    if done.returncode != 0:
-        raise UsageError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}", hint="run it again")
-    return done.stdout.strip()
+    except GitFailed as exc:
+        done = exc.done
+        raise UsageError(
+            f"git {' '.join(done.args)} failed in {repo}: {done.error_text}", hint="run it again"
+        ) from None
 
 
 def make_repository(repo: Path) -> None:
     """The demo's repository: `main` with the classifier, and one branch per pull request."""
     (repo / "perf").mkdir(parents=True)
-    _git(repo, "init", "--quiet")
-    _git(repo, "symbolic-ref", "HEAD", "refs/heads/main")  # whatever git's default branch name
-    (repo / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
-    workload = repo / "perf" / "workloads.py"
-    workload.write_text(WORKLOAD.replace("@WIDTH@", str(WIDTH)).replace("@DEPTH@", str(BASE_DEPTH)), encoding="utf-8")
-    (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "--quiet", "-m", "A small image classifier, measured by perfgate")
-    base = workload.read_text(encoding="utf-8")
-    for pull_request in PULL_REQUESTS:
-        _git(repo, "checkout", "--quiet", "-b", pull_request.branch, "main")
-        assert pull_request.old in base, pull_request.old  # the templates and the edits agree
-        workload.write_text(base.replace(pull_request.old, pull_request.new), encoding="utf-8")
-        _git(repo, "commit", "--quiet", "-am", pull_request.title)
-    _git(repo, "checkout", "--quiet", "main")
+    git = Throwaway(repo, *GIT_IDENTITY)
+    with _git_errors(repo):
+        git.create("main")
+        (repo / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
+        workload = repo / "perf" / "workloads.py"
+        workload.write_text(
+            WORKLOAD.replace("@WIDTH@", str(WIDTH)).replace("@DEPTH@", str(BASE_DEPTH)), encoding="utf-8"
+        )
+        (repo / ".gitignore").write_text("__pycache__/\n", encoding="utf-8")
+        git.commit_all("A small image classifier, measured by perfgate")
+        base = workload.read_text(encoding="utf-8")
+        for pull_request in PULL_REQUESTS:
+            git.checkout(pull_request.branch, new_from="main")
+            assert pull_request.old in base, pull_request.old  # the templates and the edits agree
+            workload.write_text(base.replace(pull_request.old, pull_request.new), encoding="utf-8")
+            git.commit_all(pull_request.title, tracked_only=True)
+        git.checkout("main")
+
+
+def _checkout(repo: Path, branch: str) -> None:
+    with _git_errors(repo):
+        Throwaway(repo, *GIT_IDENTITY).checkout(branch)
 
 
 def _environment() -> dict[str, str]:
@@ -223,7 +237,7 @@ def check_command(results: Path, markdown: Path, budget_s: float) -> list[str]:
 
 def run_check(repo: Path, pull_request: PullRequest, folder: Path, budget_s: float, out: TextIO) -> Outcome:
     """Check out the pull request's branch and check it against main in a process of its own."""
-    _git(repo, "checkout", "--quiet", pull_request.branch)
+    _checkout(repo, pull_request.branch)
     results = folder / f"{pull_request.branch}.json"
     markdown = folder / f"{pull_request.branch}.md"
     command = check_command(results, markdown, budget_s)
@@ -340,7 +354,7 @@ def run_demo(folder: Path | None = None, *, budget_s: float = DEFAULT_BUDGET_S, 
             error.exit_code = outcome.exit_code if outcome.exit_code > 0 else EXIT_INTERRUPTED
             raise error
         outcomes.append(outcome)
-    _git(repo, "checkout", "--quiet", "main")
+    _checkout(repo, "main")
     out.write(summary(outcomes, repo))
     out.flush()
     return 0

@@ -35,7 +35,6 @@ DEPENDENCIES = {
         "torch",
         f"install the torch build for your machine, e.g. the CPU build: {_pip('torch')} --index-url {TORCH_CPU_INDEX}",
     ),
-    "git": Dependency("GitPython", _pip("GitPython")),
     "scipy": Dependency("scipy", _pip("scipy")),
     "yaml": Dependency("PyYAML", _pip("PyYAML")),
     "psutil": Dependency("psutil", _pip("psutil")),

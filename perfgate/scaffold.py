@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 import perfgate
 from perfgate._files import write_atomic
 from perfgate.errors import UsageError
+from perfgate.gitrepo import Repository, find_repository
 
 DEFAULT_WORKLOAD_FILE = Path("perf/workloads.py")
 WORKLOAD_FUNCTION = "workload"
@@ -72,27 +72,16 @@ class Plan:
 # --- Detection -------------------------------------------------------------------------------------------
 
 
-def _git(folder: Path, *args: str) -> str | None:
-    """git's output in `folder`, stripped; None when git fails or is not installed."""
-    try:
-        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=False, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def project_root(cwd: Path) -> tuple[Path, bool]:
     """The git repository's top level, else `cwd`; and whether it is a git repository."""
-    top = _git(cwd, "rev-parse", "--show-toplevel")
-    return (Path(top).resolve(), True) if top else (cwd.resolve(), False)
+    repo = find_repository(cwd)
+    return (repo.root, True) if repo else (cwd.resolve(), False)
 
 
 def default_branch(root: Path) -> str:
     """The branch pull requests go into: origin's HEAD when set, else the current branch, else main."""
-    remote_head = _git(root, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD")
-    if remote_head and "/" in remote_head:
-        return remote_head.split("/", 1)[1]
-    return _git(root, "symbolic-ref", "--quiet", "--short", "HEAD") or DEFAULT_BRANCH
+    repo = Repository(root)
+    return repo.remote_default_branch("origin") or repo.branch() or DEFAULT_BRANCH
 
 
 def action_pin(direct_url: dict[str, Any] | None) -> tuple[str, str]:

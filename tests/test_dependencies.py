@@ -10,12 +10,9 @@ import pytest
 
 from perfgate.dependencies import DEPENDENCIES, MissingDependencyError, missing_dependency
 from tests.helpers.cli import UNUSED_PYTEST_PLUGINS, run_cli
+from tests.helpers.git import commit, new_repository
 from tests.helpers.workloads import WORKLOADS
 
-GIT_MISSING = (
-    "error: perfgate needs the package GitPython (import name 'git'), which is not installed; "
-    "python -m pip install GitPython\n"
-)
 TORCH_MISSING = (
     "error: perfgate needs the package torch, which is not installed; install the torch build for your machine, "
     "e.g. the CPU build: python -m pip install torch --index-url https://download.pytorch.org/whl/cpu\n"
@@ -42,11 +39,6 @@ def without(module: str, folder: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("module", "message"),
     [
-        (
-            "git",
-            "perfgate needs the package GitPython (import name 'git'), which is not installed; "
-            "python -m pip install GitPython",
-        ),
         (
             "yaml",
             "perfgate needs the package PyYAML (import name 'yaml'), which is not installed; "
@@ -98,7 +90,7 @@ def test_a_missing_module_of_an_installed_dependency_asks_for_a_reinstall():
 
 
 def test_a_missing_module_that_perfgate_does_not_list_points_to_pip_check():
-    error = missing_dependency(not_found("gitdb"))  # GitPython's own dependency
+    error = missing_dependency(not_found("gitdb"))  # a package perfgate does not depend on
     assert error is not None
     assert error.one_line() == (
         "perfgate could not import the module 'gitdb', which is not installed; install the package that "
@@ -109,7 +101,7 @@ def test_a_missing_module_that_perfgate_does_not_list_points_to_pip_check():
 def test_a_missing_module_of_perfgate_itself_stays_an_internal_error():
     assert missing_dependency(not_found("perfgate.no_such_module")) is None
     assert missing_dependency(ModuleNotFoundError("no name given")) is None
-    assert missing_dependency(ImportError("cannot import name 'x'", name="git")) is None
+    assert missing_dependency(ImportError("cannot import name 'x'", name="yaml")) is None
     assert missing_dependency(ValueError("not an import")) is None
 
 
@@ -117,7 +109,6 @@ def test_a_missing_module_of_perfgate_itself_stays_an_internal_error():
 @pytest.mark.parametrize(
     ("module", "args", "expected"),
     [
-        ("git", ("check", "--against", "HEAD"), GIT_MISSING),  # the paired check opens the repository first
         ("torch", ("run", "lm", "--configs", "fp32"), TORCH_MISSING),
         ("scipy", ("compare", str(SAVED_RESULTS), str(SAVED_RESULTS)), SCIPY_MISSING),  # the statistics
     ],
@@ -131,9 +122,12 @@ def test_the_cli_says_which_package_is_missing_in_one_line_and_exits_2(tmp_path,
 
 
 @pytest.mark.e2e
-def test_the_pytest_plugin_stops_with_the_same_line_before_any_test_runs(pytester, monkeypatch, tmp_path_factory):
+def test_the_pytest_plugin_fails_a_check_that_needs_a_missing_package_with_the_clis_line(
+    pytester, monkeypatch, tmp_path_factory
+):
+    """The statistics import scipy when a check judges its pairs: the test fails with the line the CLI prints."""
     monkeypatch.setenv("PYTEST_ADDOPTS", UNUSED_PYTEST_PLUGINS)  # after pytester's setup, which clears it
-    for name, value in without("git", tmp_path_factory.mktemp("hide")).items():
+    for name, value in without("scipy", tmp_path_factory.mktemp("hide")).items():
         monkeypatch.setenv(name, value)
     shutil.copy(WORKLOADS / "tiny.py", pytester.path / "tiny.py")
     pytester.makepyfile(
@@ -145,6 +139,8 @@ def test_the_pytest_plugin_stops_with_the_same_line_before_any_test_runs(pyteste
             perfgate.check(tiny, configs="fp32")
         """
     )
-    result = pytester.runpytest_subprocess("--perfgate", "--perfgate-against", "HEAD", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR  # the ref is resolved before any test runs
-    assert result.stderr.str().strip() == f"ERROR: perfgate: {GIT_MISSING.removeprefix('error: ').rstrip()}"
+    commit(new_repository(pytester.path), {}, "the workload")  # the base the paired check measures
+    quick = ("--perfgate-trials", "2", "--perfgate-max-trials", "2")
+    result = pytester.runpytest_subprocess("--perfgate", "--perfgate-against", "HEAD", *quick, "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([SCIPY_MISSING.removeprefix("error: ").rstrip()])

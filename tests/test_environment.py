@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import git
 import pytest
 
 from perfgate.measure.environment import collect_environment, git_state
 from perfgate.records.shapes import GitState
+from tests.helpers.git import commit, git, new_repository
 
 pytestmark = pytest.mark.e2e  # real git repositories: git runs in subprocesses
 
 
 @pytest.fixture
 def repo(tmp_path):
-    repository = git.Repo.init(tmp_path, initial_branch="main")
-    (tmp_path / "train.py").write_text("print('v1')\n")
-    repository.index.add(["train.py"])
-    repository.index.commit("first", author=git.Actor("t", "t@example.com"), committer=git.Actor("t", "t@example.com"))
-    return repository
+    """The repository at tmp_path, one commit on main; the commit's sha."""
+    new_repository(tmp_path)
+    return commit(tmp_path, {"train.py": "print('v1')\n"}, "first")
 
 
 def test_clean_checkout_records_sha_and_branch(repo, tmp_path):
     state = git_state(tmp_path)
-    assert state == GitState(sha=repo.head.commit.hexsha, branch="main", dirty=False, shallow=False)
-    assert state.to_dict() == {"sha": repo.head.commit.hexsha, "branch": "main", "dirty": False, "shallow": False}
+    assert state == GitState(sha=repo, branch="main", dirty=False, shallow=False)
+    assert state.to_dict() == {"sha": repo, "branch": "main", "dirty": False, "shallow": False}
 
 
 def test_edits_make_the_tree_dirty_and_subfolders_find_the_repository(repo, tmp_path):
@@ -33,14 +31,14 @@ def test_edits_make_the_tree_dirty_and_subfolders_find_the_repository(repo, tmp_
 
 
 def test_detached_head_has_no_branch(repo, tmp_path):
-    repo.git.checkout(repo.head.commit.hexsha)
+    git(tmp_path, "checkout", "--quiet", repo)
     state = git_state(tmp_path)
     assert state.branch is None
-    assert state.sha == repo.head.commit.hexsha
+    assert state.sha == repo
 
 
 def test_repository_without_commits(tmp_path):
-    git.Repo.init(tmp_path)
+    new_repository(tmp_path)
     assert git_state(tmp_path).sha is None
 
 
@@ -56,7 +54,7 @@ def test_fingerprint_names_versions_device_and_threads(repo, tmp_path):
     assert environment.device.type == "cpu"
     assert environment.cpu.available_cores >= 1
     assert environment.threads == 2
-    assert environment.git.sha == repo.head.commit.hexsha
+    assert environment.git.sha == repo
     assert list(environment.to_dict()) == [  # the keys the files keep, in their order
         "python",
         "platform",

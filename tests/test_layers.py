@@ -30,6 +30,7 @@ BASE = {
     "frameworks",
     "outcome",
     "_files",
+    "gitrepo",
 }
 FRONT_ENDS = {"cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold", "demo"}
 LAYERS = {"records": 1, "measure": 2, "judge": 2, "report": 3, "check": 4, "app": 5}
@@ -169,6 +170,50 @@ def test_only_the_plugin_imports_pytest() -> None:
             if any(n == "pytest" or n.startswith(("pytest.", "_pytest")) for n in names):
                 users.append(module)
     assert sorted(set(users)) == ["perfgate.pytest_plugin"]
+
+
+GIT_ADAPTER = "perfgate.gitrepo"  # the one door to git (STYLE.md: each outside system behind one door)
+
+
+def runs_git(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    """Each place in `path` that imports GitPython (`import git`, `from git import ...`) or builds a command whose
+    first element is the literal "git" (a list or tuple, as `subprocess.run(["git", ...])` takes it)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(n == "git" or n.startswith("git.") for n in names):
+            found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} imports git")
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value == "git":
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} runs git")
+    return found
+
+
+def test_only_the_git_adapter_runs_git() -> None:
+    """Every git command goes through `perfgate.gitrepo`: no other module imports GitPython or runs `git`."""
+    found = [hit for module, path in modules(PACKAGE).items() if module != GIT_ADAPTER for hit in runs_git(path)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("import git\n", "imports git"),
+        ("from git import Repo\n", "imports git"),
+        ("def f():\n    import git.exc\n", "imports git"),
+        ('import subprocess\nsubprocess.run(["git", "status"], check=False)\n', "runs git"),
+        ('import subprocess\nargs = ()\nsubprocess.run(("git", *args))\n', "runs git"),
+    ],
+)
+def test_the_git_check_finds_one(tmp_path: Path, source: str, found: str) -> None:
+    module = tmp_path / "perfgate" / "x.py"
+    module.parent.mkdir()
+    module.write_text(source)
+    assert [hit.partition(" ")[2] for hit in runs_git(module, tmp_path)] == [found]
+    module.write_text('import subprocess\nsubprocess.run(["python", "-c", "print(\'git\')"])\nWORD = "git"\n')
+    assert runs_git(module, tmp_path) == []
 
 
 @pytest.mark.parametrize(

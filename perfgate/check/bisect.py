@@ -59,13 +59,12 @@ def commits_between(good: str, bad: str, directory: Path | None = None) -> tuple
     good_commit, bad_commit = resolve_ref(repo, good), resolve_ref(repo, bad)
     if good_commit == bad_commit:
         raise UsageError(f"{good} and {bad} are the same commit", hint="give an older good ref and a newer bad one")
-    if repo.git.merge_base(good_commit, bad_commit) != good_commit:
+    if repo.merge_base(good_commit, bad_commit) != good_commit:
         raise UsageError(
             f"{good} is not an ancestor of {bad}: there is no line of commits from one to the other",
             hint="give the good (older) ref first, then the bad (newer) one",
         )
-    listing = repo.git.rev_list("--first-parent", "--reverse", "--ancestry-path", f"{good_commit}..{bad_commit}")
-    return good_commit, bad_commit, listing.split()
+    return good_commit, bad_commit, repo.first_parent_path(good_commit, bad_commit)
 
 
 def bisect(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from perfgate.gitrepo import find_repository
 from perfgate.records.acceptance import ACCEPT_FROM, TRAILER, Acceptance, AcceptanceError, parse_acceptance
 
 TRAILER_LINE = re.compile(rf"{TRAILER}\s*:", re.IGNORECASE)  # what a trailer line would start with
@@ -15,40 +16,34 @@ def commit_acceptances(commit: str, directory: Path, where: str = ACCEPT_FROM) -
     does not read as a trailer (not in the message's last paragraph, so ignored).
 
     A commit that is not in the repository, or a folder outside git, is a one-line error."""
-    import git
-
-    try:
-        repo = git.Repo(directory, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+    repo = find_repository(directory)
+    if repo is None:
         raise AcceptanceError(
             f"{directory} is not inside a git repository", where=where, hint="run perfgate in your project's checkout"
-        ) from None
+        )
     if not commit.strip() or commit.startswith("-"):
         raise AcceptanceError(f"{commit!r} is not a commit", where=where, hint="give a commit id, e.g. HEAD")
-    try:
-        sha = str(repo.git.rev_parse("--verify", "-q", f"{commit}^{{commit}}")).strip()
-    except git.GitCommandError:
+    sha = repo.commit_of(commit)
+    if not sha:
         raise AcceptanceError(
             f"unknown commit {commit}",
             where=where,
             hint=f"fetch it first (git fetch --depth=1 origin {commit}); in GitHub Actions give actions/checkout "
             "fetch-depth: 0",
-        ) from None
-    found = repo.commit(sha)
+        )
+    message = repo.commit_message(sha)
     acceptances = [
-        parse_acceptance(value, "trailer", sha) for key, value in found.trailers_list if key.lower() == TRAILER.lower()
+        parse_acceptance(value, "trailer", sha)
+        for key, value in repo.trailers(message)
+        if key.lower() == TRAILER.lower()
     ]
-    return acceptances, _stray_lines(str(found.message), len(acceptances), sha)
+    return acceptances, _stray_lines(message, len(acceptances), sha)
 
 
 def head_acceptances(directory: Path) -> tuple[list[Acceptance], list[str]]:
     """The trailers of HEAD, the commit the working tree is on; none outside git or before the first commit."""
-    import git
-
-    try:
-        repo = git.Repo(directory, search_parent_directories=True)
-        _ = repo.head.commit  # an unborn branch raises ValueError
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+    repo = find_repository(directory)
+    if repo is None or repo.head_commit() is None:
         return [], []
     return commit_acceptances("HEAD", directory, where="HEAD")
 

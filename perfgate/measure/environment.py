@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any
 
 from perfgate.errors import UsageError
+from perfgate.gitrepo import find_repository
 from perfgate.naming import CLI, FrontEnd
 from perfgate.records.shapes import CpuInfo, Environment, GitState
 
@@ -67,48 +67,16 @@ def collect_environment(device_type: str, threads: int, cwd: Path | None = None)
     )
 
 
-def _open_repo(path: Path) -> Any:
-    """The git repository holding `path` (a gitpython Repo, to be closed), or None outside one."""
-    try:
-        import git
-    except ImportError:  # gitpython is installed, but raises ImportError when no git binary exists
-        return None
-    try:
-        return git.Repo(path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-
-
 def git_state(path: Path) -> GitState | None:
-    """Commit sha, branch, dirty and shallow flags of the repository holding `path`, or None outside one.
+    """Commit sha, branch, dirty and shallow flags of the repository holding `path`, or None outside one (or
+    in one git refuses to read: another user's, without safe.directory).
 
     Whatever git cannot say is None: a repository without commits has no sha, a detached HEAD (a
-    GitHub Actions pull-request checkout) no branch, and a repository git refuses to read (another
-    user's, without safe.directory) no dirty flag. None of these stops a run."""
-    repo = _open_repo(path)
+    GitHub Actions pull-request checkout) no branch. None of these stops a run."""
+    repo = find_repository(path)
     if repo is None:
         return None
-    import git
-
-    failures = (ValueError, TypeError, git.GitError, OSError)
-    with repo:
-        try:
-            sha: str | None = repo.head.commit.hexsha
-        except failures:  # no commits yet
-            sha = None
-        try:
-            branch: str | None = repo.active_branch.name
-        except failures:  # detached HEAD
-            branch = None
-        try:
-            dirty: bool | None = repo.is_dirty(untracked_files=False)
-        except failures:
-            dirty = None
-        try:  # the usual actions/checkout clone has depth 1
-            shallow: bool | None = repo.git.rev_parse("--is-shallow-repository") == "true"
-        except failures:
-            shallow = None
-        return GitState(sha=sha, branch=branch, dirty=dirty, shallow=shallow)
+    return GitState(sha=repo.head_commit(), branch=repo.branch(), dirty=repo.dirty(), shallow=repo.shallow())
 
 
 def _cpu_model() -> str:
@@ -132,22 +100,15 @@ def dirty_paths(path: Path, ignore: Path | None = None) -> list[str] | None:
     Changes under `ignore` (the baseline folder) do not count: an earlier update's uncommitted
     baselines must not block the next.
     """
-    repo = _open_repo(path)
-    if repo is None:
+    repo = find_repository(path)
+    paths = None if repo is None else repo.status_paths()
+    if repo is None or paths is None:
         return None
-    import git
-
-    with repo:
-        try:
-            status = repo.git.status("--porcelain", "--untracked-files=no", "-z")
-        except git.GitCommandError:
-            return None
-        root = Path(repo.working_tree_dir or path).resolve()
+    root = repo.root
     skip = None
     if ignore is not None:
         resolved = (path / ignore).resolve() if not ignore.is_absolute() else ignore.resolve()
         skip = resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
-    paths = [entry[3:] for entry in status.split("\0") if len(entry) > 3]
     return [p for p in paths if not (skip and (p == skip or p.startswith(skip + "/")))]
 
 

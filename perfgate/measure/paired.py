@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from typing import Any
 import perfgate
 from perfgate._files import OwnedTempDir, owner_alive, sweep_tempdirs
 from perfgate.errors import UsageError, WorkloadError
+from perfgate.gitrepo import GitFailed, Repository, find_repository
 from perfgate.measure.lab import (
     DEFAULT_PAIRING,
     Pairing,
@@ -121,15 +121,10 @@ def base_checkout(
     """Check `ref` out into a temporary git worktree; yield (base, head); remove the worktree on any exit.
     `where`: the option that named the ref, as the front end spells it, for the errors."""
     repo = open_repository(directory or Path.cwd(), where=where)
-    root = Path(repo.working_tree_dir or ".").resolve()
     base_commit = resolve_ref(repo, ref, where=where)
-    try:
-        head_commit: str | None = repo.head.commit.hexsha
-    except ValueError:
-        head_commit = None
-    dirty = repo.is_dirty(untracked_files=False)
+    head = Checkout("head", repo.root, repo.head_commit(), repo.dirty() is True)
     with worktree(repo, base_commit, ref, "base", where=where) as path:
-        yield Checkout("base", path, base_commit), Checkout("head", root, head_commit, dirty)
+        yield Checkout("base", path, base_commit), head
 
 
 @contextlib.contextmanager
@@ -139,35 +134,31 @@ def commit_checkouts(
     """Both sides as commits, each in a temporary worktree (bisect measures one commit against another);
     yield (base, head, the repository's top folder); remove both worktrees on any exit."""
     repo = open_repository(directory or Path.cwd(), where=where)
-    root = Path(repo.working_tree_dir or ".").resolve()
     with (
         worktree(repo, base_commit, base_commit, "base", where=where) as base,
         worktree(repo, head_commit, head_commit, "head", where=where) as head,
     ):
-        yield Checkout("base", base, base_commit), Checkout("head", head, head_commit), root
+        yield Checkout("base", base, base_commit), Checkout("head", head, head_commit), repo.root
 
 
 @contextlib.contextmanager
-def worktree(repo: Any, commit: str, ref: str, side: str, *, where: str = AGAINST) -> Iterator[Path]:
+def worktree(repo: Repository, commit: str, ref: str, side: str, *, where: str = AGAINST) -> Iterator[Path]:
     """`commit` checked out, detached, in a temporary git worktree named like the repository's folder."""
-    root = Path(repo.working_tree_dir or ".").resolve()
     # Marked as this process's: a check killed before the cleanup below leaves it to `sweep_leftovers`.
     scratch = Path(OwnedTempDir(f"{WORKTREE_PREFIX}{side}-").name)
-    path = scratch / root.name
+    path = scratch / repo.root.name
     # One cleanup for everything from `worktree add` on: git registers the worktree before it checks
     # the files out, so a failing post-checkout hook or a Ctrl-C during the checkout leaves one too.
     try:
         try:
-            repo.git.worktree("add", "--detach", str(path), commit)
-        except Exception as exc:
-            raise GitError(f"cannot check out {ref} into a worktree: {_git_message(exc)}", where=where) from exc
+            repo.add_worktree(path, commit)
+        except GitFailed as exc:
+            raise GitError(f"cannot check out {ref} into a worktree: {exc.reason}", where=where) from exc
         yield path
     finally:
-        with contextlib.suppress(Exception):
-            repo.git.worktree("remove", "--force", str(path))
+        repo.remove_worktree(path)
         shutil.rmtree(scratch, ignore_errors=True)
-        with contextlib.suppress(Exception):
-            repo.git.worktree("prune")
+        repo.prune_worktrees()
 
 
 def sweep_leftovers(repo_dir: Path | None = None) -> list[str]:
@@ -180,12 +171,10 @@ def sweep_leftovers(repo_dir: Path | None = None) -> list[str]:
     Outside a git repository, or without git, only the temporary folders are swept."""
     removed: list[str] = []
     temporary = Path(tempfile.gettempdir()).resolve()
-    listing = _git_text(repo_dir or Path.cwd(), "worktree", "list", "--porcelain")
-    if listing is not None:
-        top = _git_text(repo_dir or Path.cwd(), "rev-parse", "--show-toplevel")
-        registered = [Path(line[len("worktree ") :]) for line in listing.splitlines() if line.startswith("worktree ")]
+    repo = find_repository(repo_dir or Path.cwd())
+    if repo is not None:
         prune = False
-        for path in registered:
+        for path in repo.worktrees():
             folder = path.parent.resolve()
             if folder.parent != temporary or not folder.name.startswith(_WORKTREE_FOLDERS):
                 continue
@@ -194,14 +183,12 @@ def sweep_leftovers(repo_dir: Path | None = None) -> list[str]:
                 continue
             if owner_alive(folder) is not False:
                 continue  # a running check's, or not marked by perfgate
-            if top is not None:  # killed inside `git worktree add`, it is still locked ("initializing")
-                _git_text(Path(top), "worktree", "unlock", str(path))
-                _git_text(Path(top), "worktree", "remove", "--force", "--force", str(path))
+            repo.remove_worktree(path, locked=True)  # killed inside `git worktree add`, it is still locked
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(f"the worktree {path}")
             prune = True
-        if prune and top is not None:
-            _git_text(Path(top), "worktree", "prune")
+        if prune:
+            repo.prune_worktrees()
     removed.extend(f"the folder {folder}" for folder in sweep_tempdirs(WORKTREE_PREFIX))
     return removed
 
@@ -211,73 +198,38 @@ def changed_files(head: Checkout, base: Checkout) -> list[str] | None:
     relative to the repository's top); None where git cannot say."""
     if not base.commit:
         return None
-    diff = _git_text(head.root, "diff", "--name-only", base.commit, "--")
-    untracked = _git_text(head.root, "ls-files", "--others", "--exclude-standard")
-    if diff is None or untracked is None:
-        return None
-    return sorted({*diff.splitlines(), *untracked.splitlines()} - {""})
-
-
-def _git_text(cwd: Path, *args: str) -> str | None:
-    """git's output, or None when git fails here (not a repository, no git)."""
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"},
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return Repository(head.root).changed_since(base.commit)
 
 
 def working_tree() -> Checkout:
     """The working tree as a side of its own: the repository's top folder, or the current folder outside git."""
-    import git
-
-    try:
-        repo = git.Repo(Path.cwd(), search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+    repo = find_repository(Path.cwd())
+    if repo is None:
         return Checkout("head", Path.cwd().resolve(), None)
-    try:
-        commit: str | None = repo.head.commit.hexsha
-    except ValueError:
-        commit = None
-    return Checkout("head", Path(repo.working_tree_dir or ".").resolve(), commit, repo.is_dirty(untracked_files=False))
+    return Checkout("head", repo.root, repo.head_commit(), repo.dirty() is True)
 
 
-def open_repository(directory: Path, *, where: str = AGAINST) -> Any:
-    import git
-
-    try:
-        return git.Repo(directory, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+def open_repository(directory: Path, *, where: str = AGAINST) -> Repository:
+    repo = find_repository(directory)
+    if repo is None:
         raise GitError(
             f"{directory} is not inside a git repository",
             where=where,
             hint="run the paired check from your project's git checkout, or give no ref to compare with the "
             "stored baselines",
-        ) from None
+        )
+    return repo
 
 
-def resolve_ref(repo: Any, ref: str, *, where: str = AGAINST) -> str:
+def resolve_ref(repo: Repository, ref: str, *, where: str = AGAINST) -> str:
     """The commit `ref` names, or a one-line error that says how to get it (a shallow clone lacks history).
     `where`: the option that named it, as the front end spells it."""
-    import git
-
     if not ref.strip() or ref.startswith("-"):
         raise GitError(f"{ref!r} is not a git ref", where=where, hint="give a branch, tag or commit, e.g. main")
-    # git itself, not GitPython's parser: in a shallow clone GitPython resolves HEAD~1 to the parent's id
-    # from the commit object, a commit that is not there (git rev-parse honours the shallow boundary).
-    try:
-        return str(repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}")).strip()
-    except git.GitCommandError:
-        pass
-    shallow = Path(repo.git_dir, "shallow").is_file()
-    if shallow:
+    commit = repo.commit_of(ref)
+    if commit:
+        return commit
+    if repo.shallow():
         raise GitError(
             f"{ref} is not in this shallow clone (it holds only the most recent commits)",
             where=where,
@@ -734,8 +686,3 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def _relative(path: Path, folder: Path) -> Path:
     return path.resolve().relative_to(folder.resolve())
-
-
-def _git_message(exc: BaseException) -> str:
-    text = str(getattr(exc, "stderr", "") or exc).strip().splitlines()
-    return text[-1].strip().removeprefix("stderr: ").strip("'") if text else type(exc).__name__
