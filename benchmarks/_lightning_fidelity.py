@@ -120,7 +120,7 @@ def lightning_source(settings: Any) -> str:
     return LIGHTNING_SOURCE.format(settings=asdict(settings), clip=CLIP)
 
 
-def lightning_framework(module: ModuleType) -> dict[str, float]:
+def lightning_framework(module: ModuleType, clock: Any = None) -> dict[str, float]:
     """(a) `Trainer.fit` over the workload file's module for warm-up + timed optimizer steps; the timed steps
     clocked by a callback at each batch's two ends, CUDA synchronised at the timed steps' two edges only."""
     import lightning as L
@@ -146,9 +146,11 @@ def lightning_framework(module: ModuleType) -> dict[str, float]:
             if cuda and batch_idx in (first_edge, last_edge):
                 torch.cuda.synchronize()
             self.ends[batch_idx] = time.perf_counter()
+            if clock is not None and (batch_idx + 1) % accumulation == 0 and batch_idx >= first_edge:
+                clock.step_end("first" if batch_idx == first_edge else "last" if batch_idx == last_edge else None)
 
     lightning_module = module.build_module()
-    clock = StepClock()
+    step_clock = StepClock()
     with tempfile.TemporaryDirectory(prefix="fidelity-lightning-") as root:
         trainer = L.Trainer(
             max_steps=warmup + steps,
@@ -163,17 +165,18 @@ def lightning_framework(module: ModuleType) -> dict[str, float]:
             num_sanity_val_steps=0,
             accelerator="gpu" if cuda else "cpu",
             devices=1,
-            callbacks=[clock],
+            callbacks=[step_clock],
             default_root_dir=root,
         )
         trainer.fit(lightning_module)
-    if trainer.global_step != warmup + steps or last_edge not in clock.ends:
+    ends = step_clock.ends
+    if trainer.global_step != warmup + steps or last_edge not in ends:
         raise SystemExit(f"Lightning ran {trainer.global_step} optimizer steps, not {warmup + steps}")
     samples = steps * module.BATCH * accumulation
     inside_s = 0.0
     for step in range(warmup, warmup + steps):  # each timed step: its first micro-batch's start to its last's end
-        inside_s += clock.ends[(step + 1) * accumulation - 1] - clock.starts[step * accumulation]
+        inside_s += ends[(step + 1) * accumulation - 1] - step_clock.starts[step * accumulation]
     return {
-        "samples_per_sec": samples / (clock.ends[last_edge] - clock.ends[first_edge]),
+        "samples_per_sec": samples / (clock.own_s if clock is not None else ends[last_edge] - ends[first_edge]),
         "inside_steps_samples_per_sec": samples / inside_s,
     }

@@ -14,7 +14,15 @@ paired ratios perfgate / framework with its bootstrap interval. Target: within 3
 
     python benchmarks/framework_fidelity.py [--mode trainer] [--repeats 7] [--config fp32|bf16]
                                             [--device auto|cpu|cuda] [--threads N] [--steps 20] [--warmup 5]
-                                            [--accumulation 2] [--workers 0] [--small]
+                                            [--accumulation 2] [--workers 0] [--small] [--turns]
+
+`--turns`: the two processes of a repeat run at once and take turns at their steps, as a paired check's
+interleaved pair does (`perfgate.measure.turns`: one runs about half a second of steps while the other is
+stopped, its DataLoader workers too), so the machine's drift hits both sides alike within the repeat. perfgate's
+side is then one trial process started as a paired check starts it (the same `TrialSpec`, one round); the
+framework's side hands the turn over at its optimizer steps' ends and counts only its own turns' time from the
+end of the last warm-up step to the end of the last step (the waits left out, as perfgate's step clock leaves
+them out).
 
 `--mode lightning`: a small Transformer-encoder LM as a `LightningModule`, `Trainer.fit` against `from_lightning`
 (benchmarks/_lightning_fidelity.py). `--small` takes a smaller model (a quick look on a slow CPU). Needs
@@ -67,8 +75,42 @@ class Mode:
     """A framework: `framework(module)` trains with the framework's own loop, built by the workload file's
     module, and returns its samples/sec (and any other figures); `source(settings)` is that workload file."""
 
-    framework: Callable[[ModuleType], dict[str, float]]
+    framework: Callable[[ModuleType, TurnClock | None], dict[str, float]]
     source: Callable[[Settings], str]
+
+
+class TurnClock:
+    """The framework side's end of `--turns`: hands the turn over at optimizer-step ends
+    (`perfgate.measure.turns.TurnTaker`) and sums its own turns' time over the timed steps, the waits left out."""
+
+    def __init__(self, prefix: str) -> None:
+        from perfgate.measure.turns import TurnTaker
+
+        self.taker = TurnTaker(prefix)
+        self.own_s = 0.0
+        self.since: float | None = None  # start of the timed span's current own turn
+
+    def step_end(self, edge: str | None) -> None:
+        """At an optimizer step's end: `edge` "first" (the last warm-up step: the clock starts), "last" (the
+        last timed step: the clock stops, the turn kept until `finish`), else None."""
+        now = time.perf_counter()
+        if edge == "first":
+            self.since = now
+        elif edge == "last" and self.since is not None:
+            self.own_s += now - self.since
+            self.since = None
+            return
+        turn = self.taker._turn_started  # when this turn began: it moves only when the turn is handed over
+        self.taker.step_done()
+        if self.taker._turn_started != turn and self.since is not None:  # handed over: the wait is not the step's
+            self.own_s += now - self.since
+            self.since = self.taker._turn_started
+
+    def begin(self) -> None:
+        self.taker.begin()
+
+    def finish(self) -> None:
+        self.taker.finish()
 
 
 # --- trainer: Hugging Face transformers' Trainer ----------------------------------------------------
@@ -131,7 +173,7 @@ def trainer_source(settings: Settings) -> str:
     return TRAINER_SOURCE.format(settings=asdict(settings))
 
 
-def trainer_framework(module: ModuleType) -> dict[str, float]:
+def trainer_framework(module: ModuleType, clock: TurnClock | None = None) -> dict[str, float]:
     """`Trainer.train()` for warm-up + timed steps; the timed steps clocked by a callback at each step's ends. On
     CUDA the callback synchronises at the two edges of the timed steps only (the Trainer itself synchronises in
     every micro-batch, checking its loss for NaN)."""
@@ -157,6 +199,9 @@ def trainer_framework(module: ModuleType) -> dict[str, float]:
             step_ends.append(now)
             if state.global_step > warmup:
                 step_spans.append(now - self.began)
+            if clock is not None:
+                edge = state.global_step - warmup
+                clock.step_end("first" if edge == 0 else "last" if edge == steps else None)
 
     trainer.add_callback(Clock())
     trainer.train()
@@ -164,7 +209,7 @@ def trainer_framework(module: ModuleType) -> dict[str, float]:
         raise SystemExit(f"the Trainer ran {len(step_ends) - 1} timed steps, not {steps}")
     samples = steps * module.BATCH * trainer.args.gradient_accumulation_steps
     return {
-        "samples_per_sec": samples / (step_ends[-1] - step_ends[0]),
+        "samples_per_sec": samples / (clock.own_s if clock else step_ends[-1] - step_ends[0]),
         "inside_steps_samples_per_sec": samples / sum(step_spans),
     }
 
@@ -213,13 +258,80 @@ def perfgate_process(file: Path, settings: Settings) -> float:
     return float(trial["samples_per_sec"])
 
 
-def run_framework_here(mode: str, file: str) -> None:
-    """The framework side's process: import the workload file, train with the framework's own loop."""
+def run_framework_here(mode: str, file: str, turns: str | None = None) -> None:
+    """The framework side's process: import the workload file, train with the framework's own loop (taking turns
+    through the pipes at `turns` under `--turns`, its imports done before its first turn)."""
     spec = importlib.util.spec_from_file_location("fidelity_workload", file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    print(json.dumps(MODES[mode].framework(module)))
+    clock = TurnClock(turns) if turns else None
+    if clock is not None:
+        clock.begin()
+    figures = MODES[mode].framework(module, clock)
+    if clock is not None:
+        clock.finish()
+    print(json.dumps(figures))
+
+
+def turned_repeat(
+    mode: str, file: Path, settings: Settings, repeat: int, framework_first: bool
+) -> tuple[dict[str, float], float]:
+    """`--turns`: both sides at once, taking turns at their steps (`perfgate.measure.turns.TurnCoordinator`);
+    perfgate's side one trial process as a paired check starts it. The framework's figures and perfgate's
+    samples/sec."""
+    from perfgate.measure.lab import RunningTrial, TrialPlace, trial_environment
+    from perfgate.measure.trial import TrialSpec
+    from perfgate.measure.turns import TurnCoordinator
+    from perfgate.references import parse_reference
+
+    sides = ["framework", "perfgate"] if framework_first else ["perfgate", "framework"]
+    scratch = file.parent / f"repeat-{repeat}"
+    scratch.mkdir()
+    turns = TurnCoordinator(scratch / "turns", sides)
+    reference = parse_reference(f"{file.name}:workload", base_dir=file.parent)
+    trial_spec = TrialSpec(
+        reference_text=reference.text,
+        reference_target=reference.target,
+        config=settings.config,
+        trial=repeat,
+        device=settings.device,
+        threads=settings.threads,
+        turns=turns.prefix("perfgate"),
+        probe=False,
+    )
+    log = open(scratch / "framework.log", "w+b")  # noqa: SIM115 - read after the process ends
+    command = [sys.executable, __file__, "--framework", mode, str(file), "--turns-prefix", turns.prefix("framework")]
+    started: dict[str, Any] = {}
+    try:
+        for side in sides:  # the first side starts first, as a paired check's pair does
+            if side == "framework":
+                started[side] = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=trial_environment(settings.threads),
+                    start_new_session=True,
+                )
+            else:
+                started[side] = RunningTrial(trial_spec, scratch, 1800.0, TrialPlace(cwd=file.parent))
+        processes = {side: started[side] if side == "framework" else started[side].process for side in sides}
+        turns.run(processes, sides[0], time.perf_counter() + 1800.0)
+        record = started["perfgate"].wait()
+        returncode = started["framework"].wait(timeout=600)
+    finally:
+        turns.close()
+        for side, process in started.items():
+            if side == "framework" and process.poll() is None:
+                process.kill()
+    log.seek(0)
+    output = log.read().decode("utf-8", "replace")
+    log.close()
+    if returncode != 0:
+        raise SystemExit(f"the framework's own training failed:\n{output}")
+    if not record.result.ok:
+        raise SystemExit(f"perfgate's trial failed: {record.result.failure}")
+    return json.loads(output.strip().splitlines()[-1]), float(record.result.samples_per_sec)
 
 
 def main() -> None:
@@ -234,12 +346,14 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=2, help="micro-batches an optimizer step")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--small", action="store_true", help="a smaller model")
+    parser.add_argument("--turns", action="store_true", help="the two sides at once, taking turns at their steps")
     parser.add_argument("--framework", nargs=2, metavar=("MODE", "FILE"), help=argparse.SUPPRESS)
+    parser.add_argument("--turns-prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warmup < 1:
         parser.error("--warmup must be at least 1: the timed steps start at the end of a warm-up step")
     if args.framework:
-        run_framework_here(*args.framework)
+        run_framework_here(*args.framework, args.turns_prefix)
         return
 
     from perfgate.measure.device import select_device
@@ -253,7 +367,7 @@ def main() -> None:
     print(
         f"framework fidelity benchmark: {args.mode}, perfgate's trial against the framework's own training on "
         f"{device}, config {args.config}, {threads} thread(s), {args.repeats} repeat(s) a side, a fresh process "
-        f"each; {time.strftime('%Y-%m-%d')}",
+        f"each{', taking turns' if args.turns else ''}; {time.strftime('%Y-%m-%d %H:%M')}",
         flush=True,
     )
     framework_figures: list[float] = []
@@ -264,10 +378,13 @@ def main() -> None:
         file.write_text(MODES[args.mode].source(settings), encoding="utf-8")
         for repeat in range(args.repeats):
             framework_first = repeat % 2 == 0
-            framework = framework_process(args.mode, file, threads) if framework_first else {}
-            measured = perfgate_process(file, settings)
-            if not framework_first:
-                framework = framework_process(args.mode, file, threads)
+            if args.turns:
+                framework, measured = turned_repeat(args.mode, file, settings, repeat, framework_first)
+            else:
+                framework = framework_process(args.mode, file, threads) if framework_first else {}
+                measured = perfgate_process(file, settings)
+                if not framework_first:
+                    framework = framework_process(args.mode, file, threads)
             framework_figures.append(framework["samples_per_sec"])
             perfgate_figures.append(measured)
             ratios.append(measured / framework["samples_per_sec"])

@@ -99,7 +99,8 @@ def instrumentation_cost(name: str, repeats: int = 5000) -> tuple[float, float]:
 
     from perfgate import builtin
     from perfgate.measure.device import Device
-    from perfgate.measure.trial import _check_loss_type, _hash_batch
+    from perfgate.measure.step import check_loss
+    from perfgate.measure.trial import _hash_batch
 
     workload = builtin.load(name, "small")
     batch = next(iter(torch.utils.data.DataLoader(workload.dataset(), batch_size=workload.batch_size)))
@@ -111,7 +112,7 @@ def instrumentation_cost(name: str, repeats: int = 5000) -> tuple[float, float]:
         clock.begin_step()
         clock.mark()
         clock.mark()
-        _check_loss_type(loss, 1)
+        check_loss(loss, 1, "loss(model, batch)")
         clock.mark()
         clock.mark()
         clock.mark()
