@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfgate.measure.lab import RunSettings  # noqa: E402
-from perfgate.measure.paired import Checkout, PairedSession, worktree  # noqa: E402
+from perfgate.measure.paired import Checkout, PairedSession, open_repository, worktree  # noqa: E402
 from perfgate.references import parse_reference  # noqa: E402
 from tests.helpers.git import commit, new_repository  # noqa: E402
 
@@ -63,9 +63,7 @@ def main() -> int:
         base_commit = commit(repo, {"perf/bench.py": SOURCE.format(comment="base", **source)}, "base")
         commit(repo, {"perf/bench.py": SOURCE.format(comment="unchanged code", **source)}, "head")
         os.chdir(repo)
-        import git
-
-        handle = git.Repo(repo)
+        handle = open_repository(repo)
         first = stack.enter_context(worktree(handle, base_commit, "HEAD~1", "base"))
         second = stack.enter_context(worktree(handle, base_commit, "HEAD~1", "head"))
         here = Checkout("head", repo.resolve(), None)
