@@ -321,8 +321,10 @@ def turned_repeat(
         returncode = started["framework"].wait(timeout=600)
     finally:
         turns.close()
-        for side, process in started.items():
-            if side == "framework" and process.poll() is None:
+        for side, process in started.items():  # an error before both ended: neither side outlives the repeat
+            if side == "perfgate":
+                process.kill()  # the trial and its DataLoader workers, where still running
+            elif process.poll() is None:
                 process.kill()
     log.seek(0)
     output = log.read().decode("utf-8", "replace")
