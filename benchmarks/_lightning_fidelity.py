@@ -31,6 +31,8 @@ and, in its docstring, the mode: `lightning`, needs `pip install lightning`. The
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import tempfile
 import time
 from dataclasses import asdict
@@ -176,7 +178,10 @@ def lightning_framework(module: ModuleType, clock: Any = None) -> dict[str, floa
     inside_s = 0.0
     for step in range(warmup, warmup + steps):  # each timed step: its first micro-batch's start to its last's end
         inside_s += ends[(step + 1) * accumulation - 1] - step_clock.starts[step * accumulation]
+    boundaries = [ends[(step + 1) * accumulation - 1] for step in range(warmup - 1, warmup + steps)]
+    step_s = clock.steps if clock is not None else [b - a for a, b in itertools.pairwise(boundaries)]
     return {
         "samples_per_sec": samples / (clock.own_s if clock is not None else ends[last_edge] - ends[first_edge]),
         "inside_steps_samples_per_sec": samples / inside_s,
+        "median_step_s": statistics.median(step_s),
     }
