@@ -91,16 +91,8 @@ def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
     from perfgate.report.text import format_gate
 
     request = calibration_request.check
-    calibration = run_calibration(
-        list(request.references),
-        request.run,
-        request.gate,
-        pairs=calibration_request.pairs,
-        slowdown=calibration_request.slowdown,
-        pairing=request.pairing,
-        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
-        notify=sink.notify,
-    )
+    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    calibration = run_calibration(plan, pairs=calibration_request.pairs, slowdown=calibration_request.slowdown)
     if calibration.planted.run is not None:
         write_results(calibration.planted.run, request.outputs.json, sink)
     if not request.outputs.quiet:
@@ -115,16 +107,8 @@ def bisect(bisect_request: BisectRequest, sink: Sink) -> int:
     from perfgate.check.bisect import format_bisect, run_bisect
 
     request = bisect_request.check
-    result = run_bisect(
-        list(request.references),
-        request.run,
-        request.gate,
-        bisect_request.good,
-        bisect_request.bad,
-        pairing=request.pairing,
-        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
-        notify=sink.notify,
-    )
+    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    result = run_bisect(plan, bisect_request.good, bisect_request.bad)
     sink.info(format_bisect(result))
     return EXIT_OK
 
@@ -144,13 +128,17 @@ def compare(compare_request: CompareRequest, sink: Sink) -> int:
     """Judge a results file against the baselines or another file; print the report (--format), write
     --report-json and --markdown; exit with the verdict's code."""
     from perfgate.app.judging import judge
-    from perfgate.check.stored import compare_saved
+    from perfgate.check.stored import stored_baselines
+    from perfgate.judge.verdict import compare_results
     from perfgate.records.baselines import BaselineStore
     from perfgate.report.render import render_gate
 
     request = compare_request.check
-    store = BaselineStore(request.baseline_dir)
-    result = compare_saved(compare_request.candidate, request.gate, store=store, baseline=compare_request.baseline)
+    candidate, baseline = compare_request.candidate, compare_request.baseline
+    stored = (
+        None if baseline is not None else stored_baselines(candidate, request.gate, BaselineStore(request.baseline_dir))
+    )
+    result = compare_results(candidate, request.gate, stored=stored, baseline=baseline)
     judgement = judge(result)
     details = str(compare_request.paths[-1])
     write_outputs(

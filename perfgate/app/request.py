@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.app.options import Resolved
 from perfgate.errors import UsageError
-from perfgate.measure.lab import Pairing, RunSettings
+from perfgate.measure.lab import Pairing, ProgressCallback, RunSettings
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
@@ -29,6 +29,9 @@ from perfgate.records.results import RunResult
 from perfgate.records.verdicts import GateSettings
 from perfgate.references import Reference
 from perfgate.variants import DEFAULT_CONFIGS, parse_configs
+
+if TYPE_CHECKING:
+    from perfgate.check.plan import CheckPlan
 
 Warn = Callable[[str], None]  # one warning line, without its "warning: " prefix
 
@@ -95,6 +98,12 @@ class GateRequest:
     def judged(self) -> int:
         """How many workload configs the check judges (its time budget grows with them)."""
         return len(self.references) * len(self.run.configs)
+
+    def plan(self, progress: ProgressCallback | None, notify: Callable[[str], None] | None) -> CheckPlan:
+        """What the check layer is given (`check.plan.CheckPlan`), its progress and notes going where given."""
+        from perfgate.check.plan import CheckPlan
+
+        return CheckPlan(self.references, self.run, self.gate, self.pairing, progress, notify)
 
 
 @dataclass(frozen=True)

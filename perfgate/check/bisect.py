@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.check.paired import decide_paired
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.errors import UsageError
-from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
-from perfgate.measure.paired import PairedSession, commit_checkouts, open_repository, resolve_ref
-from perfgate.records.verdicts import GateResult, GateSettings
-from perfgate.references import Reference
+from perfgate.measure.paired import commit_checkouts, open_repository, resolve_ref
+from perfgate.records.verdicts import GateResult
 
 
 @dataclass(frozen=True)
@@ -98,39 +97,20 @@ def bisect(
     return BisectResult(good, bad, list(commits), steps, first, monotonic)
 
 
-def run_bisect(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    good: str,
-    bad: str,
-    *,
-    pairing: Pairing = DEFAULT_PAIRING,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> BisectResult:
-    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (`pairing`:
-    `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
+def run_bisect(plan: CheckPlan, good: str, bad: str) -> BisectResult:
+    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (the plan's
+    `pairing`: `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
     good_commit, bad_commit, commits = commits_between(good, bad)
 
     def check(head: str, base: str) -> GateResult:
         started = time.monotonic()
         with (
             commit_checkouts(base, head) as (base_side, head_side, root),
-            PairedSession(
-                references,
-                run_settings,
-                base_side,
-                head_side,
-                base[:12],
-                pairing=pairing,
-                progress=progress,
-                repo_root=root,
-            ) as session,
+            paired_session(plan, base_side, head_side, base[:12], repo_root=root) as session,
         ):
-            return decide_paired(session, settings, started, None)
+            return decide_paired(session, plan.gate, started, None)
 
-    return bisect(good_commit, bad_commit, commits, check, notify)
+    return bisect(good_commit, bad_commit, commits, check, plan.notify)
 
 
 def format_bisect(result: BisectResult) -> str:

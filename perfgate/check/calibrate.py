@@ -20,10 +20,11 @@ from __future__ import annotations
 import datetime
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from perfgate.check.paired import decide_paired, remove_leftovers
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.judge.stats import (
     DETECTION_POWER,
     binomial_tail,
@@ -33,13 +34,11 @@ from perfgate.judge.stats import (
     student_t_ppf,
 )
 from perfgate.judge.verdict import compare_pairs
-from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
 from perfgate.naming import CLI, FrontEnd
 from perfgate.records.comparisons import MIN_DECIDING, SLOW_RATE, STAND_DOWN_P, SlowPairCount
 from perfgate.records.results import pairing_text
 from perfgate.records.verdicts import GateResult, GateSettings
-from perfgate.references import Reference
 
 DEFAULT_CALIBRATION_PAIRS = 5
 DEFAULT_PLANTED_SLOWDOWN = 0.10
@@ -127,32 +126,16 @@ def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, thresh
 
 
 def run_calibration(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    *,
-    pairs: int = DEFAULT_CALIBRATION_PAIRS,
-    slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
-    pairing: Pairing = DEFAULT_PAIRING,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
+    plan: CheckPlan, *, pairs: int = DEFAULT_CALIBRATION_PAIRS, slowdown: float = DEFAULT_PLANTED_SLOWDOWN
 ) -> Calibration:
     """Measure the runner's paired A/A noise, then check a planted slowdown as a paired check would."""
+    settings, run_settings, notify = plan.gate, plan.run, plan.notify
     remove_leftovers(notify)
     tree = working_tree()
 
     def session(planted: float = 0.0) -> PairedSession:
         """The working tree against itself, measured as the user asked; head `planted` slower."""
-        return PairedSession(
-            references,
-            run_settings,
-            tree,
-            tree,
-            "itself",
-            pairing=pairing,
-            progress=progress,
-            planted_slowdown=planted,
-        )
+        return paired_session(plan, tree, tree, "itself", planted_slowdown=planted)
 
     if notify:
         notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
@@ -195,7 +178,7 @@ def run_calibration(
             )
         )
     aa_comparisons = [v.throughput for v in aa_result.verdicts if v.throughput is not None]
-    how = pairing_text(pairing.parallel, aa_interleaved)
+    how = pairing_text(plan.pairing.parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     threads = f"{run_settings.torch_threads} torch thread(s) per trial"
     threads += "" if run_settings.threads else " (torch's default)"
