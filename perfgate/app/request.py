@@ -137,6 +137,19 @@ class CompareRequest:
 
 
 @dataclass(frozen=True)
+class ReportRequest:
+    """`perfgate report`: the results file read (`run`, from `path`), the outputs, and what judging a check's file
+    again needs: its baseline folder where given, and the project's settings (`project`, read only for a check's
+    file or a lab run's reading)."""
+
+    path: Path
+    run: RunResult
+    outputs: Outputs
+    baseline_dir: Path | None
+    project: Callable[[], ProjectConfig]
+
+
+@dataclass(frozen=True)
 class SeriesRequest:
     """`perfgate history`: the history it reads, the runs a table shows, the dashboard's folder (None: no
     dashboard), and the threshold and alpha its change points and creep are found at."""
@@ -422,6 +435,16 @@ def paired_request(
         front_end=front_end,
         command=command,
     )
+
+
+def report_request(values: Mapping[str, Any], *, project: Callable[[], ProjectConfig]) -> ReportRequest:
+    """`perfgate report`'s request: an output that cannot be written fails first, then a file that cannot be read."""
+    from perfgate.records.results import load_results
+
+    outputs = outputs_of(values)
+    check_outputs(outputs.files())
+    path = Path(values["results"])
+    return ReportRequest(path, load_results(path), outputs, values.get("baseline_dir"), project)
 
 
 def compare_request(
