@@ -39,6 +39,7 @@ earlier comment of the same leg is updated whatever it prints, so it never goes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -207,7 +208,14 @@ _KINDS = {"inconclusive": "warning", "accepted": "notice"}  # the annotation of 
 
 def judge_results(results: Path) -> tuple[RunResult, GateResult]:
     """A check's results file and its verdicts, judged by the application layer as the check judged them
-    (`app.judging.judge_file`, with the project's `[tool.perfgate]`); what the annotations and outputs read."""
+    (`app.judging.judge_file`, with the project's `[tool.perfgate]`); what the annotations and outputs read.
+    Judged once a process while the file is unchanged: the gate step's annotations and its verdict code read the
+    same judgement."""
+    return _judged(results.resolve(), results.stat().st_mtime_ns if results.is_file() else None)
+
+
+@functools.cache
+def _judged(results: Path, modified_ns: int | None) -> tuple[RunResult, GateResult]:
     from perfgate.app.judging import judge_file
     from perfgate.project import load_project_config
     from perfgate.records.results import load_results

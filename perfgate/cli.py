@@ -78,10 +78,7 @@ def command_compare(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exit 0."""
     values = _values(args)
-    outputs = request.outputs_of(values)
-    return commands.report(
-        values["results"], outputs, _sink(values), baseline_dir=values.get("baseline_dir"), project=_project
-    )
+    return commands.report(request.report_request(values, project=_project), _sink(values))
 
 
 def command_history(args: argparse.Namespace) -> int:

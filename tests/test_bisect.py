@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.check.bisect import bisect, format_bisect
+from perfgate.check.bisect import bisect
 from perfgate.judge.verdict import compare_run
 from perfgate.records.verdicts import GateSettings
+from perfgate.report.bisection import format_bisect
 from tests.helpers.cli import run_in_process, run_main
 from tests.helpers.git import git
 from tests.helpers.results import BASE_MS, BASELINE, phased_run

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.check.calibrate import detectable_slowdown, runner_slow_rate, slow_pair_lines
+from perfgate.check.calibrate import detectable_slowdown, runner_slow_rate
 from perfgate.judge.stats import binomial_tail, count_slow_pairs, rate_upper_bound
 from perfgate.judge.verdict import compare_pairs
 from perfgate.judge.wording import count_text
@@ -21,6 +21,7 @@ from perfgate.project import ProjectConfig
 from perfgate.records.comparisons import SLOW_RATE
 from perfgate.records.results import Against
 from perfgate.records.verdicts import GateSettings, Look
+from perfgate.report.calibration import slow_pair_lines
 from tests.helpers.cli import run_in_process
 from tests.helpers.results import BASE_MS, phased_run, validate_results
 from tests.helpers.workloads import TINY_FILE

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from perfgate.check.micro import INNER_SESSION_ENV, decide_pairs, pair_sides
+from perfgate.check.micro import INNER_SESSION_ENV, PairLimits, decide_pairs, pair_sides
 from perfgate.judge.verdict import Status
 from perfgate.records.micro import MicroBenchmark
 from tests.helpers.cli import UNUSED_PYTEST_PLUGINS
@@ -53,10 +53,12 @@ class Sessions:
         }
 
 
-def decide(sessions, names, **options):
-    settings = {"ref": "main", "threshold": 0.05, "max_pairs": 10, "min_pairs": 3, "time_budget_s": 600.0}
-    settings.update(options)
-    return decide_pairs(sessions.measure, names, clock=sessions.clock, **settings)
+def decide(sessions, names, notify=None, **options):
+    limits = {"threshold": 0.05, "max_pairs": 10, "min_pairs": 3, "time_budget_s": 600.0}
+    limits.update(options)
+    return decide_pairs(
+        sessions.measure, names, ref="main", limits=PairLimits(**limits), notify=notify, clock=sessions.clock
+    )
 
 
 def test_pairs_alternate_which_side_runs_first():

@@ -78,6 +78,30 @@ def test_a_warn_only_check_is_rendered_and_judged_as_it_ran(tmp_path, monkeypatc
     assert (job.read_text(), verdict.read_text()) == ("0\n", "1\n")
 
 
+def test_the_actions_gate_step_judges_the_results_file_once(tmp_path, monkeypatch, capsys):
+    """The annotations and the verdict code of a warn-only check read one judgement of its results file."""
+    import perfgate.app.judging
+    from perfgate.action import main
+
+    monkeypatch.chdir(tmp_path)
+    results = saved_check(tmp_path / "slower", 1.5, warn_only=True)
+    calls = []
+    judge_file = perfgate.app.judging.judge_file
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return judge_file(*args, **kwargs)
+
+    monkeypatch.setattr(perfgate.app.judging, "judge_file", counted)
+    log, job, verdict = tmp_path / "perfgate.log", tmp_path / "job-exit-code", tmp_path / "verdict-code"
+    log.write_text("")
+    argv = ["check", "0", str(results), str(log), "--job-exit-code", str(job), "--verdict-code", str(verdict)]
+    assert main([*argv, "--warn-only"]) == 0
+    assert (job.read_text(), verdict.read_text()) == ("0\n", "1\n")
+    assert len(calls) == 1
+    assert "::warning title=perfgate%3A w fp32 regression::" in capsys.readouterr().out
+
+
 @pytest.mark.e2e
 def test_the_action_with_fail_false_reports_a_regression_and_passes(gated_project, tmp_path):
     """`fail: false`: perfgate check --warn-only; the job summary and comment say warn-only, the regression is

@@ -21,6 +21,7 @@ from perfgate.app.request import (
     HistoryRequest,
     LabRequest,
     Outputs,
+    ReportRequest,
     SeriesRequest,
 )
 from perfgate.app.sink import Sink, lab_progress
@@ -28,7 +29,6 @@ from perfgate.errors import EXIT_OK, EXIT_WORKLOAD_FAILED, NothingToCompareError
 from perfgate.outcome import measured_exit_code
 
 if TYPE_CHECKING:
-    from perfgate.project import ProjectConfig
     from perfgate.records.history import History
 
 __all__ = ["bisect", "calibrate", "compare", "export", "history", "report", "report_gate", "run_lab", "update"]
@@ -87,20 +87,13 @@ def update(request: LabRequest, sink: Sink) -> int:
 def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
     """Measure the runner's A/A noise and a planted slowdown; exit 0 once measured (it judges no code)."""
     from perfgate.app.judging import judge
-    from perfgate.check.calibrate import format_calibration, run_calibration
+    from perfgate.check.calibrate import run_calibration
+    from perfgate.report.calibration import format_calibration
     from perfgate.report.text import format_gate
 
     request = calibration_request.check
-    calibration = run_calibration(
-        list(request.references),
-        request.run,
-        request.gate,
-        pairs=calibration_request.pairs,
-        slowdown=calibration_request.slowdown,
-        pairing=request.pairing,
-        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
-        notify=sink.notify,
-    )
+    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    calibration = run_calibration(plan, pairs=calibration_request.pairs, slowdown=calibration_request.slowdown)
     if calibration.planted.run is not None:
         write_results(calibration.planted.run, request.outputs.json, sink)
     if not request.outputs.quiet:
@@ -112,19 +105,12 @@ def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
 
 def bisect(bisect_request: BisectRequest, sink: Sink) -> int:
     """Bisect GOOD..BAD with paired checks; print each step and what it found; exit 0 once it ran."""
-    from perfgate.check.bisect import format_bisect, run_bisect
+    from perfgate.check.bisect import run_bisect
+    from perfgate.report.bisection import format_bisect
 
     request = bisect_request.check
-    result = run_bisect(
-        list(request.references),
-        request.run,
-        request.gate,
-        bisect_request.good,
-        bisect_request.bad,
-        pairing=request.pairing,
-        progress=lab_progress(request.run.trials, quiet=request.outputs.quiet),
-        notify=sink.notify,
-    )
+    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    result = run_bisect(plan, bisect_request.good, bisect_request.bad)
     sink.info(format_bisect(result))
     return EXIT_OK
 
@@ -144,13 +130,17 @@ def compare(compare_request: CompareRequest, sink: Sink) -> int:
     """Judge a results file against the baselines or another file; print the report (--format), write
     --report-json and --markdown; exit with the verdict's code."""
     from perfgate.app.judging import judge
-    from perfgate.check.stored import compare_saved
+    from perfgate.check.stored import stored_baselines
+    from perfgate.judge.verdict import compare_results
     from perfgate.records.baselines import BaselineStore
     from perfgate.report.render import render_gate
 
     request = compare_request.check
-    store = BaselineStore(request.baseline_dir)
-    result = compare_saved(compare_request.candidate, request.gate, store=store, baseline=compare_request.baseline)
+    candidate, baseline = compare_request.candidate, compare_request.baseline
+    stored = (
+        None if baseline is not None else stored_baselines(candidate, request.gate, BaselineStore(request.baseline_dir))
+    )
+    result = compare_results(candidate, request.gate, stored=stored, baseline=baseline)
     judgement = judge(result)
     details = str(compare_request.paths[-1])
     write_outputs(
@@ -159,20 +149,20 @@ def compare(compare_request: CompareRequest, sink: Sink) -> int:
     return warn_open(result, sink)
 
 
-def report(
-    path: Path, outputs: Outputs, sink: Sink, *, baseline_dir: Path | None, project: Callable[[], ProjectConfig]
-) -> int:
+def report(report_request: ReportRequest, sink: Sink) -> int:
     """Render a results file: a check's as the check judged it, a lab run's as the lab's table; exits 0 once
     written (the check's own exit code is its verdict's)."""
     from perfgate.app.judging import judge_file, read_run
-    from perfgate.app.request import check_outputs
-    from perfgate.records.results import load_results
     from perfgate.report.markdown import COMMENT_LIMIT
     from perfgate.report.render import is_lab_run, render_gate, render_lab
     from perfgate.report.text import format_run
 
-    check_outputs(outputs.files())
-    run = load_results(path)
+    path, run, outputs, project = (
+        report_request.path,
+        report_request.run,
+        report_request.outputs,
+        report_request.project,
+    )
     details, limit = str(path), outputs.max_chars or COMMENT_LIMIT
     if is_lab_run(run):
         if outputs.png is not None:
@@ -185,7 +175,7 @@ def report(
         write_outputs(outputs, lambda form: render_lab(reading, form, details=details, limit=limit), sink)
         return EXIT_OK
     # judged as the check decided it, with a pytest --perfgate session's pytest-benchmark verdicts as it decided them
-    judgement = judge_file(run, project(), baseline_dir)
+    judgement = judge_file(run, project(), report_request.baseline_dir)
     if outputs.png is not None:
         from perfgate.report.chart import write_chart
 

@@ -104,44 +104,21 @@ class GateSession:
         from perfgate.records.baselines import BaselineStore
 
         request = self.request
+        plan = request.plan(progress, notify)
         if request.mode == Mode.COUNTS:
             from perfgate.check.counts import run_counts_check
 
-            result = run_counts_check(
-                request.references,
-                request.run,
-                request.gate,
-                against=request.against,
-                store=BaselineStore(request.baseline_dir),
-                progress=progress,
-                notify=notify,
-                environment=request.pairing.environment,
-            )
+            result = run_counts_check(plan, against=request.against, store=BaselineStore(request.baseline_dir))
         elif request.mode == Mode.PAIRED:
             from perfgate.check.paired import run_paired_check
 
             assert request.against is not None
-            result = run_paired_check(
-                request.references,
-                request.run,
-                request.gate,
-                request.against,
-                pairing=request.pairing,
-                progress=progress,
-                notify=notify,
-            )
+            result = run_paired_check(plan, request.against)
         else:
             from perfgate.check.stored import run_check
 
-            result = run_check(
-                request.references,
-                request.run,
-                request.gate,
-                BaselineStore(request.baseline_dir),
-                progress,
-                notify,
-                measure_unjudged=request.history is not None and request.history.record,
-            )
+            record = request.history is not None and request.history.record
+            result = run_check(plan, BaselineStore(request.baseline_dir), measure_unjudged=record)
         self.result = result
         return result
 

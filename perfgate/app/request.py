@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfgate.app.options import Resolved
 from perfgate.errors import UsageError
-from perfgate.measure.lab import Pairing, RunSettings
+from perfgate.measure.lab import Pairing, ProgressCallback, RunSettings
 from perfgate.naming import CLI, PYTEST, FrontEnd
 from perfgate.outcome import check_something_to_gate
 from perfgate.project import DEFAULT_TRIALS, ProjectConfig
@@ -29,6 +29,9 @@ from perfgate.records.results import RunResult
 from perfgate.records.verdicts import GateSettings
 from perfgate.references import Reference
 from perfgate.variants import DEFAULT_CONFIGS, parse_configs
+
+if TYPE_CHECKING:
+    from perfgate.check.plan import CheckPlan
 
 Warn = Callable[[str], None]  # one warning line, without its "warning: " prefix
 
@@ -96,6 +99,12 @@ class GateRequest:
         """How many workload configs the check judges (its time budget grows with them)."""
         return len(self.references) * len(self.run.configs)
 
+    def plan(self, progress: ProgressCallback | None, notify: Callable[[str], None] | None) -> CheckPlan:
+        """What the check layer is given (`check.plan.CheckPlan`), its progress and notes going where given."""
+        from perfgate.check.plan import CheckPlan
+
+        return CheckPlan(self.references, self.run, self.gate, self.pairing, progress, notify)
+
 
 @dataclass(frozen=True)
 class CalibrationRequest:
@@ -125,6 +134,19 @@ class CompareRequest:
     candidate: RunResult
     baseline: RunResult | None
     check: GateRequest
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    """`perfgate report`: the results file read (`run`, from `path`), the outputs, and what judging a check's file
+    again needs: its baseline folder where given, and the project's settings (`project`, read only for a check's
+    file or a lab run's reading)."""
+
+    path: Path
+    run: RunResult
+    outputs: Outputs
+    baseline_dir: Path | None
+    project: Callable[[], ProjectConfig]
 
 
 @dataclass(frozen=True)
@@ -413,6 +435,16 @@ def paired_request(
         front_end=front_end,
         command=command,
     )
+
+
+def report_request(values: Mapping[str, Any], *, project: Callable[[], ProjectConfig]) -> ReportRequest:
+    """`perfgate report`'s request: an output that cannot be written fails first, then a file that cannot be read."""
+    from perfgate.records.results import load_results
+
+    outputs = outputs_of(values)
+    check_outputs(outputs.files())
+    path = Path(values["results"])
+    return ReportRequest(path, load_results(path), outputs, values.get("baseline_dir"), project)
 
 
 def compare_request(

@@ -231,7 +231,7 @@ class GateSuite:
     def _pair_micro(self, output_json: Any) -> None:
         """--perfgate-against: this session's run showed the benchmarks pass; session pairs of REF and the
         working tree measure them (`check.micro.run_paired_micro`)."""
-        from perfgate.check.micro import run_paired_micro
+        from perfgate.check.micro import PairLimits, run_paired_micro
         from perfgate.records.micro import parse_pytest_benchmark
 
         against = self.request.against
@@ -246,11 +246,13 @@ class GateSuite:
                     against,
                     names,
                     rootdir=self.request.rootpath,
-                    threshold=gate.default_thresholds.throughput,
-                    alpha=gate.alpha / self._micro_divisor(len(names)),
-                    max_pairs=max(gate.first_n, gate.max_n),
-                    min_pairs=gate.first_n,
-                    time_budget_s=gate.budget_s(0),
+                    limits=PairLimits(
+                        threshold=gate.default_thresholds.throughput,
+                        alpha=gate.alpha / self._micro_divisor(len(names)),
+                        max_pairs=max(gate.first_n, gate.max_n),
+                        min_pairs=gate.first_n,
+                        time_budget_s=gate.budget_s(0),
+                    ),
                     notify=notify,
                     environment=self.request.pairing.environment,
                 )

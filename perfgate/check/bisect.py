@@ -12,42 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.check.paired import decide_paired
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.errors import UsageError
-from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
-from perfgate.measure.paired import PairedSession, commit_checkouts, open_repository, resolve_ref
-from perfgate.records.verdicts import GateResult, GateSettings
-from perfgate.references import Reference
-
-
-@dataclass(frozen=True)
-class BisectStep:
-    """One paired check of the bisection: `commit` measured against `base`."""
-
-    commit: str
-    base: str
-    slower: bool  # a samples/s regression of any config beyond the threshold
-    result: GateResult
-
-    @property
-    def evidence(self) -> list[str]:
-        """The verdict line of each config that regressed (or, when none did, of each config)."""
-        verdicts = [v for v in self.result.verdicts if v.slower] or self.result.verdicts
-        return [f"{v.workload} {v.config}: {v.status.value}: {v.reason}" for v in verdicts]
-
-
-@dataclass(frozen=True)
-class BisectResult:
-    good: str
-    bad: str
-    commits: list[str]  # after GOOD up to BAD, oldest first (BAD's first parents)
-    steps: list[BisectStep]
-    first_bad: str | None  # None: BAD is not slower than GOOD
-    monotonic: bool  # the first bad commit is slower than its own parent too
-
+from perfgate.measure.paired import commit_checkouts, open_repository, resolve_ref
+from perfgate.records.bisection import BisectResult, BisectStep
+from perfgate.records.verdicts import GateResult
 
 Check = Callable[[str, str], GateResult]  # (head commit, base commit) -> the paired check's result
 
@@ -98,63 +70,17 @@ def bisect(
     return BisectResult(good, bad, list(commits), steps, first, monotonic)
 
 
-def run_bisect(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    good: str,
-    bad: str,
-    *,
-    pairing: Pairing = DEFAULT_PAIRING,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> BisectResult:
-    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (`pairing`:
-    `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
+def run_bisect(plan: CheckPlan, good: str, bad: str) -> BisectResult:
+    """Bisect GOOD..BAD in this repository, each step a paired check measured as the user asked (the plan's
+    `pairing`: `--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`, as check --against)."""
     good_commit, bad_commit, commits = commits_between(good, bad)
 
     def check(head: str, base: str) -> GateResult:
         started = time.monotonic()
         with (
             commit_checkouts(base, head) as (base_side, head_side, root),
-            PairedSession(
-                references,
-                run_settings,
-                base_side,
-                head_side,
-                base[:12],
-                pairing=pairing,
-                progress=progress,
-                repo_root=root,
-            ) as session,
+            paired_session(plan, base_side, head_side, base[:12], repo_root=root) as session,
         ):
-            return decide_paired(session, settings, started, None)
+            return decide_paired(session, plan.gate, started, None)
 
-    return bisect(good_commit, bad_commit, commits, check, notify)
-
-
-def format_bisect(result: BisectResult) -> str:
-    """The bisection in words: each step, then the first bad commit with its evidence, or why there is none."""
-    lines = [
-        f"bisect {result.good[:10]}..{result.bad[:10]}: {len(result.commits)} commit(s), {len(result.steps)} "
-        "paired check(s)"
-    ]
-    against = result.steps[0].result.against if result.steps else None
-    if against is not None:
-        lines.append(f"each pair measured {against.measured()}")
-    for step in result.steps:
-        lines.append(f"  {step.commit[:10]} against {step.base[:10]}: {'slower' if step.slower else 'not slower'}")
-    if result.first_bad is None:
-        lines.append(f"{result.bad[:10]} is not slower than {result.good[:10]} beyond the threshold: nothing to find")
-        lines.extend(f"  {line}" for line in result.steps[0].evidence)
-        return "\n".join(lines) + "\n"
-    step = next(s for s in result.steps if s.commit == result.first_bad and s.base == result.good)
-    if result.monotonic:
-        lines.append(f"first bad commit: {result.first_bad}")
-    else:
-        lines.append(
-            f"not monotonic: {result.first_bad[:10]} is the first commit slower than {result.good[:10]}, but it is "
-            "not slower than its own parent: the slowdown came in steps, or came and went"
-        )
-    lines.extend(f"  {line}" for line in step.evidence)
-    return "\n".join(lines) + "\n"
+    return bisect(good_commit, bad_commit, commits, check, plan.notify)

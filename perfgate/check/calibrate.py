@@ -17,13 +17,12 @@ a paired check's count test assumes (`runner_slow_rate`); calibrate prints it as
 
 from __future__ import annotations
 
-import datetime
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from perfgate.check.paired import decide_paired, remove_leftovers
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.judge.stats import (
     DETECTION_POWER,
     binomial_tail,
@@ -33,36 +32,14 @@ from perfgate.judge.stats import (
     student_t_ppf,
 )
 from perfgate.judge.verdict import compare_pairs
-from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
 from perfgate.measure.paired import PairedSession, working_tree
-from perfgate.naming import CLI, FrontEnd
+from perfgate.records.calibration import RATE_CONFIDENCE, Calibration, ConfigCalibration, SlowPairRate
 from perfgate.records.comparisons import MIN_DECIDING, SLOW_RATE, STAND_DOWN_P, SlowPairCount
 from perfgate.records.results import pairing_text
-from perfgate.records.verdicts import GateResult, GateSettings
-from perfgate.references import Reference
+from perfgate.records.verdicts import GateSettings
 
 DEFAULT_CALIBRATION_PAIRS = 5
 DEFAULT_PLANTED_SLOWDOWN = 0.10
-# How sure the bound on a runner's slow-pair rate is: a calibrated rate below perfgate's default must be shown at
-# this confidence (0 slow sides in 74 or more), and a runner shown to stall more often is assumed to stall this much
-RATE_CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class SlowPairRate:
-    """The runner's one-sided slow pairs in calibrate's A/A pairs, counted as the count test counts them
-    (`stats.slow_cut` of each config's per-pair log ratios; each pair gives each side one chance to run much slower
-    than the other), and the rate r0 a paired check's count test is to assume (`runner_slow_rate`)."""
-
-    slow: int  # pair-sides that ran much slower than their pair: head's slow pairs and base's
-    sides: int  # 2 x the A/A pairs, over every config
-    bound: float  # the rate's RATE_CONFIDENCE upper bound (Clopper-Pearson), up to a whole percent; nan: no pairs
-    rate: float  # r0: what the count test will assume
-
-    @property
-    def measured(self) -> float:
-        """The share of pair-sides that ran much slower (nan: no pairs)."""
-        return self.slow / self.sides if self.sides else math.nan
 
 
 def runner_slow_rate(counts: Sequence[SlowPairCount]) -> SlowPairRate:
@@ -79,31 +56,6 @@ def runner_slow_rate(counts: Sequence[SlowPairCount]) -> SlowPairRate:
     quieter = bound < SLOW_RATE
     noisier = binomial_tail(slow, sides, SLOW_RATE) < STAND_DOWN_P
     return SlowPairRate(slow=slow, sides=sides, bound=bound, rate=bound if quieter or noisier else SLOW_RATE)
-
-
-@dataclass(frozen=True)
-class ConfigCalibration:
-    workload: str
-    config: str
-    noise: float  # per-pair standard deviation of the log ratio, A/A (nan: too few pairs)
-    pair_s: float  # seconds one pair takes
-    budget_pairs: int  # pairs the time budget allows
-    detectable_slowdown: float  # with budget_pairs pairs, 80% power at the last look (nan: unknown)
-    planted_status: str  # the paired check's verdict on the planted slowdown
-    planted_pairs: int
-    planted_ratio: float
-
-
-@dataclass(frozen=True)
-class Calibration:
-    configs: list[ConfigCalibration]
-    slowdown: float
-    threshold_text: str
-    settings_text: str
-    aa: GateResult
-    planted: GateResult
-    slow_pairs: SlowPairRate = SlowPairRate(slow=0, sides=0, bound=math.nan, rate=SLOW_RATE)
-    measured_on: datetime.date = field(default_factory=datetime.date.today)
 
 
 def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, threshold: float) -> float:
@@ -127,32 +79,16 @@ def detectable_slowdown(noise: float, pairs: int, settings: GateSettings, thresh
 
 
 def run_calibration(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    *,
-    pairs: int = DEFAULT_CALIBRATION_PAIRS,
-    slowdown: float = DEFAULT_PLANTED_SLOWDOWN,
-    pairing: Pairing = DEFAULT_PAIRING,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
+    plan: CheckPlan, *, pairs: int = DEFAULT_CALIBRATION_PAIRS, slowdown: float = DEFAULT_PLANTED_SLOWDOWN
 ) -> Calibration:
     """Measure the runner's paired A/A noise, then check a planted slowdown as a paired check would."""
+    settings, run_settings, notify = plan.gate, plan.run, plan.notify
     remove_leftovers(notify)
     tree = working_tree()
 
     def session(planted: float = 0.0) -> PairedSession:
         """The working tree against itself, measured as the user asked; head `planted` slower."""
-        return PairedSession(
-            references,
-            run_settings,
-            tree,
-            tree,
-            "itself",
-            pairing=pairing,
-            progress=progress,
-            planted_slowdown=planted,
-        )
+        return paired_session(plan, tree, tree, "itself", planted_slowdown=planted)
 
     if notify:
         notify(f"A/A: {pairs} pairs of each config, the working tree against itself")
@@ -195,7 +131,7 @@ def run_calibration(
             )
         )
     aa_comparisons = [v.throughput for v in aa_result.verdicts if v.throughput is not None]
-    how = pairing_text(pairing.parallel, aa_interleaved)
+    how = pairing_text(plan.pairing.parallel, aa_interleaved)
     how += ", forked from one server a side" if aa_forked else ", each a fresh process"
     threads = f"{run_settings.torch_threads} torch thread(s) per trial"
     threads += "" if run_settings.threads else " (torch's default)"
@@ -209,93 +145,3 @@ def run_calibration(
         planted=planted_result,
         slow_pairs=runner_slow_rate([t.count for t in aa_comparisons if t.count is not None]),
     )
-
-
-def format_calibration(calibration: Calibration, front_end: FrontEnd = CLI) -> str:
-    """The calibration table and what it means for a gate on this runner (`front_end`: how the advice spells
-    the options)."""
-    option = front_end.option
-    header = ["workload", "config", "pair noise", "s/pair", "pairs in budget", "detects", "planted", "pairs", "ratio"]
-    rows = [header]
-    for c in calibration.configs:
-        rows.append(
-            [
-                c.workload,
-                c.config,
-                "-" if math.isnan(c.noise) else f"{100 * c.noise:.1f}%",
-                "-" if math.isnan(c.pair_s) else f"{c.pair_s:.1f}",
-                str(c.budget_pairs),
-                _slowdown_text(c.detectable_slowdown),
-                c.planted_status,
-                str(c.planted_pairs),
-                "-" if math.isnan(c.planted_ratio) else f"{c.planted_ratio:.3f}x",
-            ]
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["calibration: this runner, the working tree against itself"]
-    for index, row in enumerate(rows):
-        lines.append(
-            "  "
-            + "  ".join(
-                cell.rjust(w) if i > 1 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-        if index == 0:
-            lines.append("  " + "  ".join("-" * w for w in widths))
-    lines.append(
-        f"  pair noise: s.d. of the per-pair log ratio, A/A; detects: the smallest slowdown a paired check calls a "
-        f"regression with 80% probability in the pairs the budget allows (threshold {calibration.threshold_text}); "
-        f"planted: the verdict on head made {100 * calibration.slowdown:g}% slower"
-    )
-    lines.append(f"  settings: {calibration.settings_text}")
-    lines.extend("  " + line for line in slow_pair_lines(calibration.slow_pairs, calibration.measured_on))
-    caught = [c for c in calibration.configs if c.planted_status == "regression"]
-    worst = max(
-        (c.detectable_slowdown for c in calibration.configs if math.isfinite(c.detectable_slowdown)), default=math.nan
-    )
-    if len(caught) == len(calibration.configs) and math.isfinite(worst):
-        lines.append(
-            f"This runner resolves slowdowns of {_slowdown_text(worst)} or more in every config within the budget, and "
-            f"caught the planted {100 * calibration.slowdown:g}% everywhere. Next: perfgate check {option('against')} "
-            "main"
-        )
-    else:
-        missed = [f"{c.workload} {c.config}" for c in calibration.configs if c.planted_status != "regression"]
-        lines.append(
-            f"The planted {100 * calibration.slowdown:g}% slowdown was not called a regression in: "
-            f"{', '.join(missed)}. "
-            f"Give the check more time ({option('time-budget')}, {option('max-trials')}), use fewer threads per trial "
-            f"({option('threads')} 1), or a quieter runner."
-        )
-    return "\n".join(lines) + "\n"
-
-
-def slow_pair_lines(found: SlowPairRate, measured_on: datetime.date) -> list[str]:
-    """What the A/A pairs say of r0, and the `[tool.perfgate]` keys that keep it for every later check: `one-sided
-    slow pairs: 0 of 24 pair-sides (at most 12% at 95%); the count test will assume at most 5%`."""
-    assumed = f"the count test will assume at most {_rate_text(found.rate)}"
-    default = f"perfgate's default of {_rate_text(SLOW_RATE)}"
-    if not found.sides:
-        return [f"one-sided slow pairs: no A/A pair was measured; {assumed} ({default})"]
-    seen = (
-        f"one-sided slow pairs: {found.slow} of {found.sides} pair-sides "
-        f"(at most {_rate_text(found.bound)} at {100 * RATE_CONFIDENCE:g}%); {assumed}"
-    )
-    if found.rate < SLOW_RATE:
-        seen += f", below {default}: these pairs show this runner stalls less often"
-    elif found.rate > SLOW_RATE:
-        seen += f": this runner stalls one side of a pair more often than {default}"
-    keys = f'slow_pair_rate = "{_rate_text(found.rate)}" and slow_pair_rate_date = {measured_on.isoformat()}'
-    return [seen, f"to keep it for every check on this runner, add to [tool.perfgate] (pyproject.toml): {keys}"]
-
-
-def _rate_text(rate: float) -> str:
-    """`5%`, `2.5%`: a rate as the count test's line shows it."""
-    return f"{100 * rate:.3g}%"
-
-
-def _slowdown_text(fraction: float) -> str:
-    """`7.5%`; beyond 100% (a step more than twice as long) the figure says only that it is hopeless."""
-    if math.isnan(fraction):
-        return "-"
-    return ">100%" if fraction > 1 else f"{100 * fraction:.1f}%"

@@ -10,19 +10,16 @@ tolerances (`perfgate.judge.counts`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from perfgate._files import OwnedTempDir
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.check.stored import find_baselines
 from perfgate.judge.verdict import judge_counts_only
-from perfgate.measure.lab import LabSession, Pairing, ProgressCallback, RunSettings
-from perfgate.measure.packages import base_environment
-from perfgate.measure.paired import PairedSession, base_checkout, changed_files
+from perfgate.measure.lab import LabSession, Pairing, RunSettings
+from perfgate.measure.paired import base_sides
 from perfgate.records.baselines import BaselineStore
 from perfgate.records.fingerprint import machine_fingerprint
-from perfgate.records.verdicts import GateResult, GateSettings
-from perfgate.references import Reference
+from perfgate.records.verdicts import GateResult
 
 
 def counting_settings(run_settings: RunSettings) -> RunSettings:
@@ -30,41 +27,23 @@ def counting_settings(run_settings: RunSettings) -> RunSettings:
     return replace(run_settings, counts_only=True, trials=1, rounds=1)
 
 
-def run_counts_check(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    *,
-    against: str | None = None,
-    store: BaselineStore | None = None,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-    environment: str = "auto",
-) -> GateResult:
+def run_counts_check(plan: CheckPlan, *, against: str | None = None, store: BaselineStore | None = None) -> GateResult:
     """Count every config of the working tree and of `against` (both sides of a pair at once), or of the working
     tree alone against the stored baselines' counts (`store`: this machine's, else the workload's latest from any
     machine, whose device-dependent counts are compared only on the same device type), and judge by the counts.
-    `environment`: where the base's trials run (`perfgate.measure.packages`; a dependency changes the counts too)."""
+    The plan's `pairing.environment`: where the base's trials run (`perfgate.measure.packages`; a dependency changes
+    the counts too); both sides of a pair run at once, whatever else the pairing says (nothing is timed)."""
     started = time.monotonic()
-    run_settings = counting_settings(run_settings)
+    settings, notify = plan.gate, plan.notify
+    plan = replace(
+        plan, run=counting_settings(plan.run), pairing=Pairing(parallel=True, environment=plan.pairing.environment)
+    )
     if against is not None:
         with (
-            base_checkout(against) as (base, head),
-            OwnedTempDir("perfgate-") as scratch,
-            base_environment(
-                environment, base.root, head.root, scratch, notify=notify, changed=changed_files(head, base)
-            ) as own,
-            PairedSession(
-                references,
-                run_settings,
-                base,
-                head,
-                against,
-                pairing=Pairing(parallel=True),
-                progress=progress,
-                base_environment=own,
-            ) as session,
+            base_sides(against, plan.pairing.environment, front_end=plan.run.front_end, notify=notify) as sides,
+            paired_session(plan, sides.base, sides.head, against, base_environment=sides.environment) as session,
         ):
+            base = sides.base
             if notify:
                 notify(
                     f"counting the working tree and {against} ({(base.commit or '')[:10]}), checked out at {base.root}"
@@ -74,7 +53,7 @@ def run_counts_check(
             result = judge_counts_only(run, settings)
     else:
         assert store is not None
-        with LabSession(references, run_settings, progress) as session:
+        with LabSession(plan.references, plan.run, plan.progress) as session:
             fingerprint = machine_fingerprint(session.environment)
             baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
             for name in list(problems):  # counts are the code's: another machine's baseline serves (`judge.counts`)

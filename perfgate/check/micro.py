@@ -24,7 +24,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,8 +34,7 @@ from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadErr
 from perfgate.judge.stats import LookLevels, compare_paired, holm_steps, look_levels
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
-from perfgate.measure.packages import base_environment
-from perfgate.measure.paired import SIDES, base_checkout, changed_files, source_folders
+from perfgate.measure.paired import SIDES, base_sides, source_folders
 from perfgate.naming import PYTEST
 from perfgate.outcome import Status
 from perfgate.records.comparisons import DEFAULT_ALPHA, ThroughputComparison
@@ -69,27 +67,34 @@ def pair_sides(pair: int) -> tuple[str, str]:
     return (SIDES[0], SIDES[1]) if pair % 2 == 0 else (SIDES[1], SIDES[0])
 
 
+@dataclass(frozen=True)
+class PairLimits:
+    """How session pairs decide: the threshold and error rate, and the pairs and time they may take."""
+
+    threshold: float
+    alpha: float = DEFAULT_ALPHA
+    max_pairs: int = DEFAULT_MAX_PAIRS
+    min_pairs: int = DEFAULT_MIN_PAIRS
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S
+
+
 def decide_pairs(
     measure: Measure,
     names: Sequence[str],
     *,
     ref: str,
-    threshold: float,
-    alpha: float = DEFAULT_ALPHA,
-    max_pairs: int = DEFAULT_MAX_PAIRS,
-    min_pairs: int = DEFAULT_MIN_PAIRS,
-    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+    limits: PairLimits,
     started: float | None = None,
     notify: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> PairedMicro:
-    """Run `min_pairs` pairs of sessions (`measure(side, pair)`), judge every benchmark in `names`, then
+    """Run `limits.min_pairs` pairs of sessions (`measure(side, pair)`), judge every benchmark in `names`, then
     add one pair at a time while any is inconclusive, up to `max_pairs` or until the next pair (as long
     as the pairs so far, on average) would pass `time_budget_s` counted from `started`; that look is
     then the last and spends what is left of the error rates. A decided benchmark keeps its verdict.
     """
     started = clock() if started is None else started
-    most = max(min_pairs, max_pairs, 1)
+    most = max(limits.min_pairs, limits.max_pairs, 1)
     sessions: dict[str, list[Mapping[str, MicroBenchmark]]] = {side: [] for side in SIDES}
     durations: list[float] = []
     order: list[str] = []
@@ -106,13 +111,13 @@ def decide_pairs(
             notify(f"pytest-benchmark session pair {pair + 1}: {', '.join(sides)} ({durations[-1]:.1f} s)")
 
     def budget_left() -> bool:
-        return clock() - started + statistics.fmean(durations) <= time_budget_s
+        return clock() - started + statistics.fmean(durations) <= limits.time_budget_s
 
     verdicts: dict[str, MicroVerdict] = {}
     previous: dict[str, int] = dict.fromkeys(names, 0)  # pairs at each benchmark's previous look
     if names:
         run_pair()
-    while names and len(durations) < min(min_pairs, most) and budget_left():
+    while names and len(durations) < min(limits.min_pairs, most) and budget_left():
         run_pair()
     for name in names:  # what the first pair lacks is not a benchmark of that side
         if name not in sessions["base"][0]:
@@ -134,9 +139,9 @@ def decide_pairs(
             base, head = _paired(sessions, name)
             if len(base) <= previous[name]:
                 continue  # no new pair of this benchmark (its test failed in a session): nothing new to look at
-            looked[name] = base, head, look_levels(len(base), previous[name], most, alpha=alpha, final=final)
+            looked[name] = base, head, look_levels(len(base), previous[name], most, alpha=limits.alpha, final=final)
             previous[name] = len(base)
-        verdicts.update(_look(looked, threshold))
+        verdicts.update(_look(looked, limits.threshold))
         pending = [n for n in names if verdicts[n].status == Status.INCONCLUSIVE]
         return [] if final else pending
 
@@ -148,7 +153,8 @@ def decide_pairs(
         measure_until_decided(look, lambda _: run_pair(), lambda _: True, say)
     stopped = None
     if any(v.status == Status.INCONCLUSIVE for v in verdicts.values()):
-        stopped = f"{most} pairs, the most allowed" if len(durations) >= most else f"time budget {time_budget_s:g} s"
+        budget = f"time budget {limits.time_budget_s:g} s"
+        stopped = f"{most} pairs, the most allowed" if len(durations) >= most else budget
     return PairedMicro(ref, "", [verdicts[n] for n in names], len(durations), order, stopped)
 
 
@@ -198,11 +204,7 @@ def run_paired_micro(
     names: Sequence[str],
     *,
     rootdir: Path,
-    threshold: float,
-    alpha: float = DEFAULT_ALPHA,
-    max_pairs: int = DEFAULT_MAX_PAIRS,
-    min_pairs: int = DEFAULT_MIN_PAIRS,
-    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+    limits: PairLimits,
     notify: Callable[[str], None] | None = None,
     environment: str = "auto",
 ) -> PairedMicro:
@@ -214,19 +216,8 @@ def run_paired_micro(
     sessions run in the base's own environment where `environment` gives it one (`measure.packages`)."""
     started = time.monotonic()
     names = list(dict.fromkeys(names))
-    with (
-        base_checkout(ref, rootdir) as (base, head),
-        tempfile.TemporaryDirectory(prefix="perfgate-micro-") as scratch,
-        base_environment(
-            environment,
-            base.root,
-            head.root,
-            Path(scratch),
-            front_end=PYTEST,
-            notify=notify,
-            changed=changed_files(head, base),
-        ) as own,
-    ):
+    with base_sides(ref, environment, rootdir, front_end=PYTEST, notify=notify) as sides:
+        base, head, own, scratch = sides.base, sides.head, sides.environment, sides.scratch
         repo_root = head.root
         rootdir = rootdir.resolve()
         if not rootdir.is_relative_to(repo_root):
@@ -248,8 +239,8 @@ def run_paired_micro(
                 place=own.place(checkout.place(repo_root, sources, None))
                 if side == "base"
                 else checkout.place(repo_root, sources, None),
-                scratch=Path(scratch),
-                timeout_s=max(time_budget_s, 60.0),
+                scratch=scratch,
+                timeout_s=max(limits.time_budget_s, 60.0),
             )
             for side, checkout in (("base", base), ("head", head))
         }
@@ -263,11 +254,7 @@ def run_paired_micro(
             lambda side, pair: sessions[side].run(pair),
             measured,
             ref=ref,
-            threshold=threshold,
-            alpha=alpha,
-            max_pairs=max_pairs,
-            min_pairs=min_pairs,
-            time_budget_s=time_budget_s,
+            limits=limits,
             started=started,
             notify=notify,
         )

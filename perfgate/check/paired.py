@@ -9,17 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate._files import OwnedTempDir
+from perfgate.check.plan import CheckPlan, paired_session
 from perfgate.check.sequential import decide_sequentially
 from perfgate.judge.settings import LookTracker
 from perfgate.judge.verdict import Status, compare_pairs
 from perfgate.judge.wording import budget_note, pairs_needed_note, pairs_to_resolve
-from perfgate.measure.lab import DEFAULT_PAIRING, Pairing, ProgressCallback, RunSettings
-from perfgate.measure.packages import base_environment
-from perfgate.measure.paired import PairedSession, base_checkout, changed_files, sweep_leftovers
+from perfgate.measure.paired import PairedSession, base_sides, sweep_leftovers
 from perfgate.records.results import RunResult
 from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
-from perfgate.references import Reference
 
 
 def decide_paired(
@@ -117,52 +114,26 @@ def budget_plan(
     ]
 
 
-def run_paired_check(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    ref: str,
-    *,
-    pairing: Pairing = DEFAULT_PAIRING,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-) -> GateResult:
+def run_paired_check(plan: CheckPlan, ref: str) -> GateResult:
     """Measure head and base in pairs and judge head against base, adding pairs while verdicts are open.
 
-    `pairing`: how the pairs run (`measure.paired.takes_turns` decides turns it leaves open), and its `environment`
-    (one of `measure.packages.MODES`) where the base's trials run, the head's environment or one of its own."""
+    The plan's `pairing`: how the pairs run (`measure.paired.takes_turns` decides turns it leaves open), and its
+    `environment` (one of `measure.packages.MODES`) where the base's trials run, the head's environment or one of
+    its own."""
     started = time.monotonic()
+    notify = plan.notify
     remove_leftovers(notify)
-    front_end = run_settings.front_end
     with (
-        base_checkout(ref, where=front_end.option("against")) as (base, head),
-        OwnedTempDir("perfgate-") as scratch,
-        base_environment(
-            pairing.environment,
-            base.root,
-            head.root,
-            Path(scratch),
-            front_end=front_end,
-            notify=notify,
-            changed=changed_files(head, base),
-        ) as own,
-        PairedSession(
-            references,
-            run_settings,
-            base,
-            head,
-            ref,
-            pairing=pairing,
-            progress=progress,
-            base_environment=own,
-        ) as session,
+        base_sides(ref, plan.pairing.environment, front_end=plan.run.front_end, notify=notify) as sides,
+        paired_session(plan, sides.base, sides.head, ref, base_environment=sides.environment) as session,
     ):
         if notify:
+            base = sides.base
             notify(f"measuring the working tree against {ref} ({(base.commit or '')[:10]}), checked out at {base.root}")
-        result = decide_paired(session, settings, started, notify)
-        if run_settings.profile_dir is None:
+        result = decide_paired(session, plan.gate, started, notify)
+        if plan.run.profile_dir is None:
             return result
-        session.profile(run_settings.profile_dir)
+        session.profile(plan.run.profile_dir)
         return with_profiles(result, session.paired_run())
 
 

@@ -5,39 +5,31 @@ here, never in `judge`."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from perfgate.check.plan import CheckPlan
 from perfgate.check.sequential import decide_sequentially
 from perfgate.judge.settings import LookTracker
 from perfgate.judge.verdict import Family, Stored, compare_results, compare_run
-from perfgate.measure.lab import LabSession, ProgressCallback, RunSettings
+from perfgate.measure.lab import LabSession
 from perfgate.project import ProjectConfig
 from perfgate.records.baselines import DEFAULT_BASELINE_DIR, BaselineEntry, BaselineStore
 from perfgate.records.fingerprint import Fingerprint, fingerprint_differences, fingerprint_key, machine_fingerprint
 from perfgate.records.results import RunResult, TrialResult
 from perfgate.records.verdicts import GateResult, GateSettings, Look, Looks, SessionRate
-from perfgate.references import Reference
 
 
-def run_check(
-    references: Sequence[Reference],
-    run_settings: RunSettings,
-    settings: GateSettings,
-    store: BaselineStore,
-    progress: ProgressCallback | None = None,
-    notify: Callable[[str], None] | None = None,
-    *,
-    measure_unjudged: bool = False,
-) -> GateResult:
+def run_check(plan: CheckPlan, store: BaselineStore, *, measure_unjudged: bool = False) -> GateResult:
     """Measure, compare with the stored baselines, and add trials where the verdict is still open.
 
     `measure_unjudged` (`check --record`): the workloads without a baseline are measured too, with the
     usual trials and none added (there is nothing to decide), so the history keeps them without a verdict;
     otherwise they are only named, and a check with no baseline at all measures nothing."""
     started = time.monotonic()
-    with LabSession(references, run_settings, progress) as session:
+    settings, notify = plan.gate, plan.notify
+    with LabSession(plan.references, plan.run, plan.progress) as session:
         fingerprint = machine_fingerprint(session.environment)
         baselines, problems = find_baselines(store, session.workload_names, fingerprint, settings.update_command)
         if not measure_unjudged:
@@ -68,7 +60,7 @@ def run_check(
             unit="trial",
         )
         run = result.run
-        if run_settings.profile_dir is not None:
+        if plan.run.profile_dir is not None:
             session.profile()
             run = session.result()  # the same trials, now with the profiles: the verdicts stand
         return replace(result, run=run, stopped_because=stopped)
@@ -157,20 +149,23 @@ def _config_key(text: str) -> tuple[str, str]:
     return workload, config
 
 
+def stored_baselines(candidate: RunResult, settings: GateSettings, store: BaselineStore) -> Stored | None:
+    """The stored baselines saved results are judged against: their machine's in `store` (`find_baselines`);
+    None for a paired check's results, judged against the base measured beside them."""
+    if candidate.against is not None:
+        return None
+    names = [w.name for w in candidate.workloads]
+    return find_baselines(store, names, machine_fingerprint(candidate.environment), settings.update_command)
+
+
 def compare_saved(
     candidate: RunResult,
     settings: GateSettings,
-    *,
-    store: BaselineStore | None = None,
-    baseline: RunResult | None = None,
+    store: BaselineStore,
     looks: Looks | None = None,
     family: Family | None = None,
 ) -> GateResult:
-    """Judge saved results (`judge.verdict.compare_results`): against this machine's baselines in `store` where they
-    are judged against the stored baselines (not against a `baseline` run, not a paired check's)."""
-    stored: Stored | None = None
-    if baseline is None and candidate.against is None:
-        assert store is not None, "compare_saved needs a store or a baseline run"
-        names = [w.name for w in candidate.workloads]
-        stored = find_baselines(store, names, machine_fingerprint(candidate.environment), settings.update_command)
-    return compare_results(candidate, settings, stored=stored, baseline=baseline, looks=looks, family=family)
+    """Judge saved results (`judge.verdict.compare_results`) against their machine's baselines in `store`, or a
+    paired check's against its base."""
+    stored = stored_baselines(candidate, settings, store)
+    return compare_results(candidate, settings, stored=stored, looks=looks, family=family)

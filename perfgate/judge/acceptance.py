@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perfgate.gitrepo import find_repository
+from perfgate.gitrepo import Repository, find_repository
 from perfgate.records.acceptance import ACCEPT_FROM, TRAILER, Acceptance, AcceptanceError, parse_acceptance
 
 TRAILER_LINE = re.compile(rf"{TRAILER}\s*:", re.IGNORECASE)  # what a trailer line would start with
@@ -21,6 +21,18 @@ def commit_acceptances(commit: str, directory: Path, where: str = ACCEPT_FROM) -
         raise AcceptanceError(
             f"{directory} is not inside a git repository", where=where, hint="run perfgate in your project's checkout"
         )
+    return _acceptances(repo, commit, where)
+
+
+def head_acceptances(directory: Path) -> tuple[list[Acceptance], list[str]]:
+    """The trailers of HEAD, the commit the working tree is on; none outside git or before the first commit."""
+    repo = find_repository(directory)
+    if repo is None or repo.head_commit() is None:
+        return [], []
+    return _acceptances(repo, "HEAD", "HEAD")
+
+
+def _acceptances(repo: Repository, commit: str, where: str) -> tuple[list[Acceptance], list[str]]:
     if not commit.strip() or commit.startswith("-"):
         raise AcceptanceError(f"{commit!r} is not a commit", where=where, hint="give a commit id, e.g. HEAD")
     sha = repo.commit_of(commit)
@@ -38,14 +50,6 @@ def commit_acceptances(commit: str, directory: Path, where: str = ACCEPT_FROM) -
         if key.lower() == TRAILER.lower()
     ]
     return acceptances, _stray_lines(message, len(acceptances), sha)
-
-
-def head_acceptances(directory: Path) -> tuple[list[Acceptance], list[str]]:
-    """The trailers of HEAD, the commit the working tree is on; none outside git or before the first commit."""
-    repo = find_repository(directory)
-    if repo is None or repo.head_commit() is None:
-        return [], []
-    return commit_acceptances("HEAD", directory, where="HEAD")
 
 
 def _stray_lines(message: str, trailers: int, sha: str) -> list[str]:

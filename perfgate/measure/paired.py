@@ -54,7 +54,7 @@ from perfgate.measure.lab import (
     start_trial_server,
     workload_error,
 )
-from perfgate.measure.packages import BaseEnvironment
+from perfgate.measure.packages import BaseEnvironment, base_environment
 from perfgate.measure.rounds import calibrated_rounds
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
@@ -125,6 +125,44 @@ def base_checkout(
     head = Checkout("head", repo.root, repo.head_commit(), repo.dirty() is True)
     with worktree(repo, base_commit, ref, "base", where=where) as path:
         yield Checkout("base", path, base_commit), head
+
+
+@dataclass(frozen=True)
+class Sides:
+    """What a paired check against a ref measures with: both checkouts, the base's environment, a scratch folder."""
+
+    base: Checkout
+    head: Checkout
+    environment: BaseEnvironment
+    scratch: Path
+
+
+@contextlib.contextmanager
+def base_sides(
+    ref: str,
+    environment: str,
+    directory: Path | None = None,
+    *,
+    front_end: FrontEnd = CLI,
+    notify: Any = None,
+) -> Iterator[Sides]:
+    """`ref` checked out beside the working tree (`base_checkout`), a scratch folder of this process's, and the
+    base's environment built in it (`measure.packages.base_environment`; `environment`: one of its MODES); all
+    removed on any exit. Errors name the front end's option for the ref."""
+    with (
+        base_checkout(ref, directory, where=front_end.option("against")) as (base, head),
+        OwnedTempDir("perfgate-") as scratch,
+        base_environment(
+            environment,
+            base.root,
+            head.root,
+            Path(scratch),
+            front_end=front_end,
+            notify=notify,
+            changed=changed_files(head, base),
+        ) as own,
+    ):
+        yield Sides(base, head, own, Path(scratch))
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,64 +266,17 @@ def _set_up(
 ) -> tuple[_Setup, Iterator[Any]]:
     """Seed, build the dataset, DataLoader, model and optimizer, compile and check autocast: the setup
     that `setup_s` times. Returns the setup and the iterator over the batches (its workers running)."""
-    import torch
-
     setup_started = time.perf_counter()
     _seed_everything(workload.seed)
     dataset = _call_user("dataset()", workload.dataset)
     loader = _make_loader(workload, dataset, device.type, rank, rounds)
     _seed_everything(workload.seed)
-    model = _call_user("model()", workload.model)
-    if not isinstance(model, torch.nn.Module):
-        raise TrialFailure("workload", f"model() returned {type(model).__name__}, not a torch.nn.Module")
-    model = model.to(device.torch_device).train()
-    trained: Any = model
-    comm: distributed.CommTimer | None = None
-    warnings: tuple[str, ...] = ()
-    unused: UnusedParameters | None = None
-    if rank is not None:
-        names, autograd_nodes = _find_unused_parameters(workload, config, dataset, model, device, rank)
-        names = distributed.agree_on_unused(names, model)
-        wrap = distributed.wrap_model
-        trained = _call_user("wrap(model)", wrap, model, workload, device, find_unused=bool(names))
-        unused = distributed.unused_record(names, autograd_nodes, trained)
-        comm = distributed.CommTimer(device)
-        not_timed = comm.attach(trained)
-        if not_timed is not None:
-            comm, warnings = None, (not_timed,)
-    if workload.optimizer is None:
-        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4)
-    else:
-        optimizer = _call_user("optimizer(params)", workload.optimizer, trained.parameters())
-    options = {k: v for k, v in workload.compile_options.items() if k != "target"}
-    if backend == "eager" or "backend" not in options:  # counting on the CPU compiles nothing (see `_run`)
-        options["backend"] = backend
-    compile_step = config.compile and workload.compile_options.get("target", "model") == "step"
-    # torch.compile returns a callable wrapper, typed as a function but used as the module.
-    step_model: Any = torch.compile(trained, **options) if config.compile and not compile_step else trained
+    model = _built_model(workload, device)
+    parallel = _Parallel(model) if rank is None else _data_parallel(workload, config, dataset, model, device, rank)
+    optimizer = _built_optimizer(workload, parallel.trained)
     autocast = _autocast_factory(device.type, config.autocast_dtype)
     autocast_check = _check_autocast(device, autocast, config.autocast_dtype) if config.autocast_dtype else None
-    scheduler = None
-    if workload.scheduler is not None:
-        scheduler = _call_user("scheduler(optimizer)", workload.scheduler, optimizer)
-    scaler = torch.amp.GradScaler(device.type) if config.scaled else None
-    own_step = workload.step
-    if own_step is not None and compile_step:
-        own_step = torch.compile(own_step, **options)
-    state = StepState(scaler, scheduler, workload.max_grad_norm, workload.accumulation, autocast)
-    training = TrainingStep(
-        workload,
-        step_model,
-        trained,
-        optimizer,
-        autocast,
-        scaler=scaler,
-        scheduler=scheduler,
-        own_step=own_step,
-        hooked=not compile_step,
-        comm=comm,
-        state=state,
-    )
+    training = _training_step(workload, config, device.type, parallel, optimizer, autocast, backend)
     batches = iter(loader)
     device.mark_setup_done()
     setup_s = time.perf_counter() - setup_started
@@ -334,18 +287,108 @@ def _set_up(
         dataset,
         loader,
         model,
-        step_model,
+        training.model,
         optimizer,
-        autocast,
+        training.autocast,
         autocast_check,
         setup_s,
         rank,
-        comm,
-        warnings,
-        unused,
+        parallel.comm,
+        parallel.warnings,
+        parallel.unused,
         training,
     )
     return setup, batches
+
+
+def _built_model(workload: Workload, device: Device) -> Any:
+    """The workload's model, on the device, in training mode."""
+    import torch
+
+    model = _call_user("model()", workload.model)
+    if not isinstance(model, torch.nn.Module):
+        raise TrialFailure("workload", f"model() returned {type(model).__name__}, not a torch.nn.Module")
+    return model.to(device.torch_device).train()
+
+
+@dataclass(frozen=True)
+class _Parallel:
+    """The model the optimizer trains: the model itself, or a data-parallel trial's wrapper of it, with its
+    all-reduce timer, what was noticed while wrapping, and the parameters the loss leaves unused."""
+
+    trained: Any
+    comm: distributed.CommTimer | None = None
+    warnings: tuple[str, ...] = ()
+    unused: UnusedParameters | None = None
+
+
+def _data_parallel(
+    workload: Workload, config: Config, dataset: Any, model: Any, device: Device, rank: Rank
+) -> _Parallel:
+    """A data-parallel trial's model wrapped (`distributed.wrap_model`, or the workload's `wrap`), the unused
+    parameters found first, and its gradient all-reduce timed where it can be."""
+    names, autograd_nodes = _find_unused_parameters(workload, config, dataset, model, device, rank)
+    names = distributed.agree_on_unused(names, model)
+    wrap = distributed.wrap_model
+    trained = _call_user("wrap(model)", wrap, model, workload, device, find_unused=bool(names))
+    unused = distributed.unused_record(names, autograd_nodes, trained)
+    comm = distributed.CommTimer(device)
+    not_timed = comm.attach(trained)
+    if not_timed is not None:
+        return _Parallel(trained, None, (not_timed,), unused)
+    return _Parallel(trained, comm, (), unused)
+
+
+def _built_optimizer(workload: Workload, trained: Any) -> Any:
+    """The workload's optimizer over the trained model's parameters (AdamW at 1e-4 where it names none)."""
+    import torch
+
+    if workload.optimizer is None:
+        return torch.optim.AdamW(trained.parameters(), lr=1e-4)
+    return _call_user("optimizer(params)", workload.optimizer, trained.parameters())
+
+
+def _training_step(
+    workload: Workload,
+    config: Config,
+    device_type: str,
+    parallel: _Parallel,
+    optimizer: Any,
+    autocast: Callable[[], Any],
+    backend: str,
+) -> TrainingStep:
+    """The step the trial runs: the model (or the workload's own step) compiled as the config and the workload's
+    compile options say, under the config's `autocast`, with its scheduler and, for fp16, a GradScaler."""
+    import torch
+
+    options = {k: v for k, v in workload.compile_options.items() if k != "target"}
+    if backend == "eager" or "backend" not in options:  # counting on the CPU compiles nothing (see `_run`)
+        options["backend"] = backend
+    compile_step = config.compile and workload.compile_options.get("target", "model") == "step"
+    trained = parallel.trained
+    # torch.compile returns a callable wrapper, typed as a function but used as the module.
+    step_model: Any = torch.compile(trained, **options) if config.compile and not compile_step else trained
+    scheduler = None
+    if workload.scheduler is not None:
+        scheduler = _call_user("scheduler(optimizer)", workload.scheduler, optimizer)
+    scaler = torch.amp.GradScaler(device_type) if config.scaled else None
+    own_step = workload.step
+    if own_step is not None and compile_step:
+        own_step = torch.compile(own_step, **options)
+    state = StepState(scaler, scheduler, workload.max_grad_norm, workload.accumulation, autocast)
+    return TrainingStep(
+        workload,
+        step_model,
+        trained,
+        optimizer,
+        autocast,
+        scaler=scaler,
+        scheduler=scheduler,
+        own_step=own_step,
+        hooked=not compile_step,
+        comm=parallel.comm,
+        state=state,
+    )
 
 
 def _find_unused_parameters(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Self, cast
 
 from perfgate._files import MAX_INTEGER_DIGITS
 
@@ -380,11 +380,27 @@ def peak_memory_to_dict(memory: PeakMemory | None) -> dict[str, Any]:
     return {} if memory is None else memory.to_dict()
 
 
+class _FixedShape:
+    """A shape whose JSON object has exactly its fields (`_check`), written as `asdict` writes it."""
+
+    WHAT: ClassVar[str]  # what an error calls it
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        make: Callable[..., Self] = cls
+        return make(**_check(data, tuple(f.name for f in fields(cast(Any, cls))), cls.WHAT))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(cast(Any, self))
+
+
 @dataclass(frozen=True)
-class RankResult:
+class RankResult(_FixedShape):
     """One rank of a data-parallel trial (`--nproc`), as it measured itself: per timed step its phases, its step
     time and, where perfgate timed the gradient all-reduce (a `DistributedDataParallel` model), the time with an
     all-reduce in flight and the part of it after backward's last bucket was launched, when backward waited."""
+
+    WHAT = "a rank's result"
 
     rank: int
     samples_per_sec: float  # this rank's samples over its own time
@@ -397,29 +413,17 @@ class RankResult:
     peak_bytes: int  # this rank's peak memory (`PeakMemory.peak_bytes`)
     data_checksum: str | None  # this rank's share of the pinned slice
 
-    @classmethod
-    def from_dict(cls, data: Any) -> RankResult:
-        return cls(**_check(data, _RANK_FIELDS, "a rank's result"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class UnusedParameters:
+class UnusedParameters(_FixedShape):
     """The parameters of a data-parallel trial's model that got no gradient in one forward and backward of the
     unwrapped model before the steps (any rank's), and what the trained model did about them."""
+
+    WHAT = "a trial's unused parameters"
 
     names: list[str]  # in the model's order
     find_unused_parameters: bool | None  # the DDP model's setting (perfgate's or the workload's); None: not DDP
     autograd_nodes: int  # the step's autograd graph, which DDP walks every step with find_unused_parameters=True
-
-    @classmethod
-    def from_dict(cls, data: Any) -> UnusedParameters:
-        return cls(**_check(data, _UNUSED_FIELDS, "a trial's unused parameters"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -460,9 +464,7 @@ class Distributed:
         return document
 
 
-_RANK_FIELDS = tuple(RankResult.__dataclass_fields__)
 _DISTRIBUTED_FIELDS = tuple(Distributed.__dataclass_fields__)
-_UNUSED_FIELDS = tuple(UnusedParameters.__dataclass_fields__)
 
 
 # -- The environment a run was measured in (`measure.environment.collect_environment`) ------------------------
@@ -510,102 +512,6 @@ def _open_to_dict(shape: Any, kinds: Mapping[str, tuple[type, ...]], always: Col
     return document
 
 
-@dataclass(frozen=True)
-class GitState:
-    """The repository a run was measured in (`measure.environment.git_state`): whatever git could not say is
-    None (no commits: no sha; a detached HEAD: no branch)."""
-
-    sha: str | None = None
-    branch: str | None = None
-    dirty: bool | None = None
-    shallow: bool | None = None  # the usual actions/checkout clone has depth 1; files before it lack it
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "the environment's git state") -> GitState:
-        return cls(**_open_fields(data, _GIT_KINDS, what))
-
-    def to_dict(self) -> dict[str, Any]:
-        return _open_to_dict(self, _GIT_KINDS, _GIT_KINDS)
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """The device a run was measured on (`Device.describe`): its type, name, count and driver, and a CUDA
-    device's compute capability (`8.0`)."""
-
-    type: str | None = None  # "cpu" or "cuda"
-    name: str | None = None
-    count: int | None = None
-    driver: str | None = None
-    capability: str | None = None  # CUDA only
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "the environment's device") -> DeviceInfo:
-        return cls(**_open_fields(data, _DEVICE_KINDS, what))
-
-    def to_dict(self) -> dict[str, Any]:
-        return _open_to_dict(self, _DEVICE_KINDS, ("type", "name", "count", "driver"))
-
-
-@dataclass(frozen=True)
-class CpuInfo:
-    """The CPU a run was measured on: its model, its cores (all, and those this process may use) and the
-    instruction set torch uses on it (`AVX2`, `AVX512`)."""
-
-    model: str | None = None
-    logical_cores: int | None = None
-    available_cores: int | None = None
-    capability: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "the environment's cpu") -> CpuInfo:
-        return cls(**_open_fields(data, _CPU_KINDS, what))
-
-    def to_dict(self) -> dict[str, Any]:
-        return _open_to_dict(self, _CPU_KINDS, _CPU_KINDS)
-
-
-@dataclass(frozen=True)
-class Environment:
-    """Versions, device, CPU, threads, platform and git state of a run (`RunResult.environment`, a baseline
-    entry's `environment`)."""
-
-    python: str | None = None
-    platform: str | None = None
-    torch: str | None = None
-    cuda: str | None = None
-    cudnn: int | None = None
-    device: DeviceInfo | None = None
-    cpu: CpuInfo | None = None
-    threads: int | None = None
-    float32_matmul_precision: str | None = None
-    git: GitState | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: Any, what: str = "the environment") -> Environment:
-        """Read what `to_dict` wrote (an open shape: see above); a known field of the wrong type is a ShapeError."""
-        values = _open_fields(data, _ENVIRONMENT_KINDS, what)
-        if values.get("device") is not None:
-            values["device"] = DeviceInfo.from_dict(values["device"], f"{what}'s device")
-        if values.get("cpu") is not None:
-            values["cpu"] = CpuInfo.from_dict(values["cpu"], f"{what}'s cpu")
-        if values.get("git") is not None:
-            values["git"] = GitState.from_dict(values["git"], f"{what}'s git state")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object the files keep."""
-        return _open_to_dict(self, _ENVIRONMENT_KINDS, _ENVIRONMENT_KINDS)
-
-
 _GIT_KINDS: dict[str, tuple[type, ...]] = {"sha": (str,), "branch": (str,), "dirty": (bool,), "shallow": (bool,)}
 _DEVICE_KINDS: dict[str, tuple[type, ...]] = {
     "type": (str,),
@@ -632,3 +538,115 @@ _ENVIRONMENT_KINDS: dict[str, tuple[type, ...]] = {
     "float32_matmul_precision": (str,),
     "git": (dict,),
 }
+
+
+class _OpenShape:
+    """An open shape: its known fields (`KINDS`) type-checked as read, the keys it does not know kept in `extra`
+    and written back, in the file's order (`order`); a known field is written where it is set, or always
+    (`ALWAYS`)."""
+
+    KINDS: ClassVar[Mapping[str, tuple[type, ...]]]
+    ALWAYS: ClassVar[Collection[str]]
+    WHAT: ClassVar[str]  # what an error calls it
+    extra: Mapping[str, Any]
+    order: tuple[str, ...] | None
+
+    @classmethod
+    def from_dict(cls, data: Any, what: str | None = None) -> Self:
+        """Read what `to_dict` wrote; a known field of the wrong type is a ShapeError."""
+        make: Callable[..., Self] = cls
+        return make(**cls._values(data, what or cls.WHAT))
+
+    @classmethod
+    def _values(cls, data: Any, what: str) -> dict[str, Any]:
+        return _open_fields(data, cls.KINDS, what)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object the files keep."""
+        return _open_to_dict(self, self.KINDS, self.ALWAYS)
+
+
+@dataclass(frozen=True)
+class GitState(_OpenShape):
+    """The repository a run was measured in (`measure.environment.git_state`): whatever git could not say is
+    None (no commits: no sha; a detached HEAD: no branch)."""
+
+    KINDS = _GIT_KINDS
+    ALWAYS = _GIT_KINDS
+    WHAT = "the environment's git state"
+
+    sha: str | None = None
+    branch: str | None = None
+    dirty: bool | None = None
+    shallow: bool | None = None  # the usual actions/checkout clone has depth 1; files before it lack it
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class DeviceInfo(_OpenShape):
+    """The device a run was measured on (`Device.describe`): its type, name, count and driver, and a CUDA
+    device's compute capability (`8.0`)."""
+
+    KINDS = _DEVICE_KINDS
+    ALWAYS = ("type", "name", "count", "driver")
+    WHAT = "the environment's device"
+
+    type: str | None = None  # "cpu" or "cuda"
+    name: str | None = None
+    count: int | None = None
+    driver: str | None = None
+    capability: str | None = None  # CUDA only
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CpuInfo(_OpenShape):
+    """The CPU a run was measured on: its model, its cores (all, and those this process may use) and the
+    instruction set torch uses on it (`AVX2`, `AVX512`)."""
+
+    KINDS = _CPU_KINDS
+    ALWAYS = _CPU_KINDS
+    WHAT = "the environment's cpu"
+
+    model: str | None = None
+    logical_cores: int | None = None
+    available_cores: int | None = None
+    capability: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Environment(_OpenShape):
+    """Versions, device, CPU, threads, platform and git state of a run (`RunResult.environment`, a baseline
+    entry's `environment`)."""
+
+    KINDS = _ENVIRONMENT_KINDS
+    ALWAYS = _ENVIRONMENT_KINDS
+    WHAT = "the environment"
+
+    python: str | None = None
+    platform: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: int | None = None
+    device: DeviceInfo | None = None
+    cpu: CpuInfo | None = None
+    threads: int | None = None
+    float32_matmul_precision: str | None = None
+    git: GitState | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def _values(cls, data: Any, what: str) -> dict[str, Any]:
+        values = _open_fields(data, cls.KINDS, what)
+        if values.get("device") is not None:
+            values["device"] = DeviceInfo.from_dict(values["device"], f"{what}'s device")
+        if values.get("cpu") is not None:
+            values["cpu"] = CpuInfo.from_dict(values["cpu"], f"{what}'s cpu")
+        if values.get("git") is not None:
+            values["git"] = GitState.from_dict(values["git"], f"{what}'s git state")
+        return values
