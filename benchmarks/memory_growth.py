@@ -23,7 +23,8 @@ import sys
 import torch
 
 from perfgate import builtin
-from perfgate.judge.diagnosis import DEFAULT_THRESHOLDS, _growth
+from perfgate.judge.diagnosis import DEFAULT_THRESHOLDS
+from perfgate.judge.diagnosis.memory import _growth
 from perfgate.measure.device import _current_rss_bytes, _heap_in_use_bytes
 
 MEASURES = ("heap", "rss")
