@@ -8,7 +8,7 @@ warm-up plus `--steps` steps, once clean and once keeping every step's loss (the
 reads both measures of memory in use: the bytes malloc has handed out (glibc's mallinfo2, what trials
 record on Linux) and the resident set size (what they recorded before, and still do where mallinfo2
 is missing). It prints, per measure and plant, the least-squares growth per step, its correlation
-with the step number, and in how many rounds the rule (perfgate.judge.diagnosis.Thresholds) fires.
+with the step number, and in how many rounds the rule (perfgate.project.DiagnosisThresholds) fires.
 Figures go to docs/performance.md.
 """
 
