@@ -29,11 +29,12 @@ from perfgate.references import resolve_references
 from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
 from perfgate.report.render import lab_to_dict
-from perfgate.report.text import format_gate, format_run
+from perfgate.report.text import format_gate, format_run, throttle_note
 from tests.helpers.results import BASE_MS, phased_run, results_document, validate_results
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
 POWER_CAP, THERMAL_SW, IDLE, SYNC_BOOST = 0x4, 0x20, 0x1, 0x10
 TINY = Path(__file__).parent / "workloads" / "tiny.py"
 
@@ -123,6 +124,27 @@ def test_reasons_that_do_not_slow_the_gpu_and_a_rare_slowdown_leave_a_trial_unfl
     rare = facts(slowed=1, of=20)  # 5%: below the 10% that counts as throttled
     assert rare.slowed_samples == 1 and not rare.throttled
     assert facts(slowed=2, of=20).throttled  # 10%: throttled
+
+
+def test_a_card_at_its_power_cap_at_full_clock_is_reported_not_flagged_and_capped_clocks_are():
+    """An H200 that sits at its power cap in every reading while its SM clock stays within 6% of its top clock
+    costs nothing (its pairs agreed to 0.3%): the reason is kept, the trial is not flagged. The same card with its
+    clock held a quarter below the top is flagged, with NVML's reason as the why and the top clock in the note."""
+    at_cap = gpu_facts(H200, readings([POWER_CAP] * 10, sm=(1870.0, 1980.0)), 700.0, sm_clock_limit_mhz=1980.0)
+    assert at_cap is not None and at_cap.reasons == {"power cap": 10}
+    assert at_cap.slowed_samples == 0 and not at_cap.throttled and at_cap.sm_clock_limit_mhz == 1980.0
+    capped = gpu_facts(H200, readings([POWER_CAP] * 10, sm=(1485.0, 1980.0)), 700.0, sm_clock_limit_mhz=1980.0)
+    assert capped is not None and capped.slowed_samples == 10 and capped.throttled
+    assert throttle_note(capped).startswith("throttled (power cap) in 100% of samples; SM clock 1485-1485 MHz of 1980")
+    # without NVML's top clock, the trial's own highest reading is the top
+    alone = gpu_facts(H200, readings([POWER_CAP] * 5 + [0] * 5, sm=(1870.0, 1980.0)))
+    assert alone is not None and alone.slowed_samples == 0 and alone.reasons == {"power cap": 5}
+    # the top clock is kept in the file, and a file without it reads as before
+    document = capped.to_dict()
+    assert document["sm_clock_limit_mhz"] == 1980.0 and GpuFacts.from_dict(document) == capped
+    assert "sm_clock_limit_mhz" not in GpuFacts.from_dict({**document, "sm_clock_limit_mhz": None}).to_dict()
+    del document["sm_clock_limit_mhz"]
+    assert GpuFacts.from_dict(document).sm_clock_limit_mhz is None
 
 
 def test_readings_nvml_could_not_take_are_left_out_and_no_name_means_no_facts():

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.records.shapes import SLOWING_REASONS, GpuFacts
+from perfgate.records.shapes import CLOCK_DROP, SLOWING_REASONS, GpuFacts
 
 # NVML's clocks-event reason bits (nvml.h, `nvmlClocksEventReason*`; `nvmlClocksThrottleReason*` before
 # driver 535: the same bits), https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html
@@ -55,10 +55,17 @@ def decode_clocks_event_reasons(mask: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def gpu_facts(name: str | None, readings: Sequence[GpuReading], power_limit_w: float | None = None) -> GpuFacts | None:
+def gpu_facts(
+    name: str | None,
+    readings: Sequence[GpuReading],
+    power_limit_w: float | None = None,
+    sm_clock_limit_mhz: float | None = None,
+) -> GpuFacts | None:
     """A trial's GPU facts from its readings over the timed steps: clocks' mean and minimum (and the SM clock's
-    maximum), power's mean and maximum, the hottest temperature, and in how many readings each clocks-event
-    reason was set; None without a GPU name (no NVML)."""
+    maximum), power's mean and maximum, the hottest temperature, in how many readings each clocks-event reason
+    was set, and in how many the GPU was slowed: a slowing reason set and the SM clock CLOCK_DROP or more below
+    the card's top (`sm_clock_limit_mhz`, else the highest reading; a reading without a clock counts on its reason
+    alone). None without a GPU name (no NVML)."""
     if name is None:
         return None
 
@@ -71,6 +78,7 @@ def gpu_facts(name: str | None, readings: Sequence[GpuReading], power_limit_w: f
     sm, memory, power, temperature = (
         values(a) for a in ("sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c")
     )
+    top = sm_clock_limit_mhz or max(sm, default=None)
     reasons: Counter[str] = Counter()
     slowed = 0
     for reading in readings:
@@ -78,7 +86,9 @@ def gpu_facts(name: str | None, readings: Sequence[GpuReading], power_limit_w: f
             continue
         seen = decode_clocks_event_reasons(reading.reasons_mask)
         reasons.update(seen)
-        slowed += any(reason in SLOWING_REASONS for reason in seen)
+        clock = reading.sm_clock_mhz
+        below = clock is None or top is None or clock < (1 - CLOCK_DROP) * top
+        slowed += below and any(reason in SLOWING_REASONS for reason in seen)
     return GpuFacts(
         name=name,
         samples=len(readings),
@@ -93,18 +103,22 @@ def gpu_facts(name: str | None, readings: Sequence[GpuReading], power_limit_w: f
         temperature_max_c=max(temperature, default=None),
         reasons=dict(sorted(reasons.items())),
         slowed_samples=slowed,
+        sm_clock_limit_mhz=sm_clock_limit_mhz,
     )
 
 
-def gpu_identity(handle: Any) -> tuple[str | None, float | None]:
-    """The GPU's name and enforced power limit (W), read once before the timed steps; None where NVML cannot."""
+def gpu_identity(handle: Any) -> tuple[str | None, float | None, float | None]:
+    """The GPU's name, enforced power limit (W) and top SM clock (MHz), read once before the timed steps; None
+    where NVML cannot."""
     import pynvml
 
     name = _read(lambda: pynvml.nvmlDeviceGetName(handle))
     limit_mw = _read(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+    top = _read(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
     if isinstance(name, bytes):  # nvidia-ml-py before 11.515 returned bytes
         name = name.decode(errors="replace")
-    return (None if name is None else str(name)), (None if limit_mw is None else limit_mw / 1000)
+    limit = None if limit_mw is None else limit_mw / 1000
+    return (None if name is None else str(name)), limit, (float(top) if top else None)
 
 
 def read_gpu(handle: Any) -> GpuReading:

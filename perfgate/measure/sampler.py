@@ -43,6 +43,7 @@ class Samples:
     loader_cpu_s: float | None = None  # CPU seconds of the trial's child processes between start and stop
     gpu_name: str | None = None  # NVML's, read at start; None without CUDA and NVML
     gpu_power_limit_w: float | None = None
+    gpu_sm_clock_limit_mhz: float | None = None  # the card's top SM clock (NVML's maximum)
     gpu_readings: list[GpuReading] = field(default_factory=list)  # clocks, power, temperature, clocks-event reasons
     # the peak over the samples of the DataLoader workers' unique memory summed over the live workers, and the
     # most workers seen live; None where not measured (no worker ids given, or their memory could not be read)
@@ -67,7 +68,7 @@ class Samples:
             process_cpu_percent=stats(self.process_cpu_percent),
             gpu_util_percent=stats(self.gpu_util_percent),
             loader_cpu_s=self.loader_cpu_s,
-            gpu=gpu_facts(self.gpu_name, self.gpu_readings, self.gpu_power_limit_w),
+            gpu=gpu_facts(self.gpu_name, self.gpu_readings, self.gpu_power_limit_w, self.gpu_sm_clock_limit_mhz),
         )
 
 
@@ -107,7 +108,8 @@ class SystemSampler:
         psutil.cpu_percent(None, percpu=True)
         self._nvml = _nvml_handle(self._cuda_index)
         if self._nvml is not None:
-            self.samples.gpu_name, self.samples.gpu_power_limit_w = gpu_identity(self._nvml)
+            samples = self.samples
+            samples.gpu_name, samples.gpu_power_limit_w, samples.gpu_sm_clock_limit_mhz = gpu_identity(self._nvml)
         self._children_started = children_cpu_s(self._process)
         if self._worker_pids is not None:
             self._workers = _processes(self._worker_pids)

@@ -199,6 +199,10 @@ CLOCKS_EVENT_REASONS = (
 # Those that mean the GPU ran slower than it could; the others are its own choice (idle) or a setting.
 SLOWING_REASONS = ("power cap", "thermal (software)", "thermal (hardware)", "hardware slowdown", "power brake")
 THROTTLED_SHARE = 0.10  # a trial slowed in at least this share of its GPU samples is flagged as throttled
+# A reading is slowed where a slowing reason is set and the SM clock is this far below the card's top clock (its
+# NVML maximum, else the trial's highest reading): a card at its power cap that still runs within a few percent of
+# its top clock (an H200 at 6%, its pairs agreeing to 0.3%) costs nothing worth a flag; its reasons are kept.
+CLOCK_DROP = 0.10
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,8 @@ class GpuFacts:
     power_limit_w: float | None
     temperature_max_c: float | None
     reasons: dict[str, int]  # each clocks-event reason seen (`CLOCKS_EVENT_REASONS`): in how many readings
-    slowed_samples: int  # readings with at least one of `SLOWING_REASONS`
+    slowed_samples: int  # readings with one of `SLOWING_REASONS` and the SM clock CLOCK_DROP below the top
+    sm_clock_limit_mhz: float | None = None  # the card's top SM clock (NVML's maximum); left out of files without it
 
     @property
     def slowed_share(self) -> float:
@@ -238,7 +243,7 @@ class GpuFacts:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "a trial's GPU facts") -> GpuFacts:
-        record = _check(data, _GPU_FIELDS, what)
+        record = _check(data, _GPU_FIELDS, what, optional=("sm_clock_limit_mhz",))
         if not isinstance(record["name"], str):
             raise ShapeError(f"{what} has a name that is not a string")
         reasons = record["reasons"]
@@ -249,7 +254,10 @@ class GpuFacts:
         return cls(**record)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "reasons": dict(self.reasons)}
+        document = {**asdict(self), "reasons": dict(self.reasons)}
+        if self.sm_clock_limit_mhz is None:
+            del document["sm_clock_limit_mhz"]
+        return document
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,8 @@ def throttle_note(gpu: GpuFacts) -> str:
     text = f"throttled ({', '.join(gpu.slowing_reasons)}) in {gpu.slowed_share:.0%} of samples"
     if gpu.sm_clock_min_mhz is not None and gpu.sm_clock_max_mhz is not None:
         text += f"; SM clock {gpu.sm_clock_min_mhz:.0f}-{gpu.sm_clock_max_mhz:.0f} MHz"
+        if gpu.sm_clock_limit_mhz is not None:
+            text += f" of {gpu.sm_clock_limit_mhz:.0f}"
     heat = [] if gpu.temperature_max_c is None else [f"{gpu.temperature_max_c:.0f} C"]
     if gpu.power_max_w is not None:
         limit = "" if gpu.power_limit_w is None else f" of {gpu.power_limit_w:.0f} W"
