@@ -14,6 +14,7 @@ from perfgate.measure.lab import TrialPlace, run_trial_process
 from perfgate.measure.trial import TrialSpec
 from perfgate.records.shapes import Counts
 from perfgate.references import resolve_references
+from tests.helpers.cuda import needs_cuda
 from tests.helpers.workloads import WORKLOADS
 
 # Under pytest-xdist these run beside other tests: nothing here reads a verdict or a figure that load changes.
@@ -86,7 +87,7 @@ def test_the_allocated_peak_counts_what_the_step_allocates_not_what_was_there():
     assert ballast.numel() and after.allocated_peak_bytes == before.allocated_peak_bytes
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_cuda
 def test_on_cuda_kernels_and_the_allocators_peak_are_counted():
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64).cuda()

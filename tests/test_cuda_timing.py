@@ -18,10 +18,10 @@ from perfgate.records.results import TrialResult, parse_results
 from perfgate.records.shapes import ShapeError
 from perfgate.records.summary import PHASES
 from perfgate.references import resolve_references
+from tests.helpers.cuda import needs_cuda
 from tests.helpers.results import results_document, validate_results
 
 WORKLOADS = Path(__file__).parent / "workloads"
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.fixture(autouse=True)

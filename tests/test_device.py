@@ -9,8 +9,7 @@ import torch
 
 from perfgate.errors import UsageError
 from perfgate.measure.device import CudaDevice, Device, _heap_in_use_bytes, select_device
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+from tests.helpers.cuda import needs_cuda
 
 
 def test_cpu_peak_memory_counts_what_was_allocated_after_setup():

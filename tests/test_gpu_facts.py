@@ -30,6 +30,7 @@ from perfgate.report.json import gate_to_dict
 from perfgate.report.markdown import format_lab_markdown, format_markdown
 from perfgate.report.render import lab_to_dict
 from perfgate.report.text import format_gate, format_run, throttle_note
+from tests.helpers.cuda import needs_cuda
 from tests.helpers.results import BASE_MS, phased_run, results_document, validate_results
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -309,7 +310,7 @@ def _nvml_works() -> bool:
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@needs_cuda
 @pytest.mark.skipif(not _nvml_works(), reason="needs nvidia-ml-py (perfgate[gpu]) and a working NVML")
 def test_a_real_cuda_trials_record_carries_the_gpus_facts(tmp_path):
     (reference,) = resolve_references([f"{TINY}:tiny"])

@@ -24,6 +24,7 @@ from perfgate.records.baselines import BaselineStore, entry_from_workload
 from perfgate.records.shapes import PeakMemory, ShapeError, peak_memory_from_dict
 from perfgate.records.verdicts import GateSettings
 from tests.helpers.baselines import STORE_FINGERPRINT, gate_entry, store_entry
+from tests.helpers.cuda import needs_cuda
 from tests.helpers.results import BASE_MS, phased_run, validate_results
 
 MIB = 1 << 20
@@ -139,7 +140,7 @@ def test_the_cpu_peak_is_the_jobs_where_the_workers_were_measured():
     assert alone.loader_workers_bytes is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@needs_cuda
 def test_on_cuda_the_device_peak_is_judged_and_the_host_parts_are_recorded_beside_it():
     from perfgate.measure.device import CudaDevice
 
