@@ -112,7 +112,7 @@ def command_init(args: argparse.Namespace) -> int:
     """Write the project's perfgate files (or, with --dry-run, print them); exit 0 once written."""
     from perfgate.scaffold import format_dry_run, format_written, plan_init, write_plan
 
-    plan = plan_init(Path.cwd(), workload_file=args.workload_file)
+    plan = plan_init(Path.cwd(), workload_file=args.workload_file, gpu=args.gpu)
     if args.dry_run:
         sys.stdout.write(format_dry_run(plan))
         return 0

@@ -144,8 +144,9 @@ def install_commands(root: Path, pyproject: dict[str, Any] | None) -> list[str]:
 # --- The plan --------------------------------------------------------------------------------------------
 
 
-def plan_init(cwd: Path, *, workload_file: Path | None = None) -> Plan:
-    """Detect the project and plan the files; a UsageError, before anything is written, when any exists."""
+def plan_init(cwd: Path, *, workload_file: Path | None = None, gpu: bool = False) -> Plan:
+    """Detect the project and plan the files; a UsageError, before anything is written, when any exists. `gpu`:
+    the workflow of a self-hosted GPU runner (`workflow_text`)."""
     root, in_git = project_root(cwd)
     # A --workload-file is relative to the current folder, as the shell completed it.
     workload_path = (
@@ -215,6 +216,7 @@ def plan_init(cwd: Path, *, workload_file: Path | None = None) -> Plan:
         python=f"{sys.version_info.major}.{sys.version_info.minor}",
         install=install_commands(root, pyproject),
         action=f"{repository}@{commit} # {comment}",
+        gpu=gpu,
     )
     name = workload_name(root, pyproject)
     return Plan(
@@ -345,11 +347,15 @@ workloads = [{json.dumps(reference)}]
 """
 
 
-def workflow_text(*, branch: str, python: str, install: list[str], action: str) -> str:
+def workflow_text(*, branch: str, python: str, install: list[str], action: str, gpu: bool = False) -> str:
+    """The pull-request workflow: on a GitHub-hosted CPU runner (fp32), or with `gpu` on a self-hosted GPU runner
+    (torch's CUDA build, all three configs, pull requests from forks skipped: their code never runs there)."""
     if install:
         project = "".join(f"\n          {command}" for command in install)
     else:
         project = "\n          # and what your workload imports, e.g.: python -m pip install -e ."
+    if gpu:
+        return _gpu_workflow(branch=branch, python=python, project=project, action=action)
     return f"""\
 # perfgate: each pull request's training speed, measured against its base branch on the
 # same runner. Written by `perfgate init`. perfgate checks out the base commit beside the
@@ -372,11 +378,8 @@ concurrency:
 jobs:
   gate:
     name: perfgate check
-    # A GitHub-hosted CPU runner. To measure on a GPU, give your GPU runner's labels instead,
-    # e.g. `runs-on: [self-hosted, gpu]`, install the CUDA build of torch below, drop
-    # `configs: fp32` to run all three configs (fp32, bf16, bf16-compile), and skip pull
-    # requests from forks, whose code must never run on a self-hosted runner:
-    #   if: github.event.pull_request.head.repo.full_name == github.repository
+    # A GitHub-hosted CPU runner. `perfgate init --gpu` writes the workflow of a self-hosted
+    # GPU runner instead: torch's CUDA build, all three configs, pull requests from forks skipped.
     runs-on: ubuntu-latest
     timeout-minutes: 60
     permissions:
@@ -403,6 +406,59 @@ jobs:
           configs: fp32 # on a CPU; the bf16 configs need a GPU or a CPU with bfloat16 instructions
           # A fork's token is read-only: its pull requests get the job summary, not a comment.
           comment: ${{{{ github.event.pull_request.head.repo.full_name == github.repository }}}}
+"""
+
+
+def _gpu_workflow(*, branch: str, python: str, project: str, action: str) -> str:
+    return f"""\
+# perfgate: each pull request's training speed on your GPU runner, measured against its base
+# branch on the same card. Written by `perfgate init --gpu`. perfgate checks out the base commit
+# beside the pull request and runs the workloads of pyproject.toml's [tool.perfgate] on both, in
+# pairs of trials, in all three configs (fp32, bf16, bf16-compile); a slowdown beyond the
+# threshold (5%) that the data support fails the job. The report goes to the job summary and to
+# one pull-request comment. The compile cache is kept between runs by the action.
+name: perfgate
+
+on:
+  pull_request:
+    branches: [{json.dumps(branch)}]
+
+permissions:
+  contents: read
+
+concurrency:
+  group: perfgate-${{{{ github.event.pull_request.number }}}}
+  cancel-in-progress: true
+
+jobs:
+  gate:
+    name: perfgate check
+    # Code from a fork must never run on a self-hosted runner: such pull requests are skipped.
+    if: github.event.pull_request.head.repo.full_name == github.repository
+    # Your GPU runner's labels (declare `gpu` in .github/actionlint.yaml for actionlint).
+    runs-on: [self-hosted, gpu]
+    timeout-minutes: 90
+    permissions:
+      contents: read
+      pull-requests: write # the one report comment
+    steps:
+      - uses: {CHECKOUT}
+        with:
+          persist-credentials: false
+          fetch-depth: 0 # the base commit too: perfgate measures it beside the pull request
+      - uses: {SETUP_PYTHON}
+        with:
+          python-version: {json.dumps(python)}
+      - name: Install torch (its CUDA build, from PyPI) and the project
+        run: |
+          python -m pip install torch{project}
+      - name: perfgate
+        uses: {action}
+        with:
+          against: merge-base # the commit the pull request branched from, measured side by side
+          # The base runs in these packages, or in its own environment (cached) where the two commits
+          # declare different ones or the project compiles an extension: a dependency bump is measured.
+          environment: auto
 """
 
 

@@ -293,22 +293,52 @@ def workflow_file(tmp_path, init) -> Path:
     return repo / WORKFLOW
 
 
-def test_the_workflow_passes_the_github_workflow_schema(workflow_file):
-    command = [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(workflow_file)]
+@pytest.fixture(params=["cpu", "gpu"])
+def either_workflow(request, tmp_path, init) -> Path:
+    """The workflow `perfgate init` writes, and the one `perfgate init --gpu` writes."""
+    repo = make_repo(tmp_path / "repo")
+    assert init(repo, *(["--gpu"] if request.param == "gpu" else [])).returncode == 0
+    return repo / WORKFLOW
+
+
+def test_the_workflow_passes_the_github_workflow_schema(either_workflow):
+    command = [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(either_workflow)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_workflow_passes_zizmor(workflow_file):
-    command = [tool("zizmor"), "--offline", "--no-progress", str(workflow_file)]
+def test_the_workflow_passes_zizmor(either_workflow):
+    command = [tool("zizmor"), "--offline", "--no-progress", str(either_workflow)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_workflow_passes_actionlint(workflow_file):
-    command = [tool("actionlint"), "-no-color", str(workflow_file)]
+def test_the_workflow_passes_actionlint(either_workflow, tmp_path):
+    config = tmp_path / "actionlint.yaml"  # a project's own: the self-hosted runner's label, as the workflow says
+    config.write_text("self-hosted-runner:\n  labels:\n    - gpu\n", encoding="utf-8")
+    command = [tool("actionlint"), "-no-color", "-config-file", str(config), str(either_workflow)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_gpu_workflow_runs_on_the_self_hosted_runner_all_three_configs_and_never_a_forks_code(tmp_path, init):
+    repo = make_repo(tmp_path / "repo")
+    assert init(repo, "--gpu").returncode == 0
+    text = (repo / WORKFLOW).read_text(encoding="utf-8")
+    workflow = yaml.safe_load(text)
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert job["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
+    assert job["permissions"] == {"contents": "read", "pull-requests": "write"}
+    checkout, _, install, gate = job["steps"]
+    assert checkout["with"] == {"persist-credentials": False, "fetch-depth": 0}
+    assert install["run"].splitlines()[0] == "python -m pip install torch"  # PyPI's torch: the CUDA build
+    assert "index-url" not in install["run"] and "configs" not in gate["with"]  # every config
+    assert gate["uses"] == "@".join(scaffold.action_pin(scaffold._installed_from()))
+    assert gate["with"]["against"] == "merge-base"
+    # the CPU workflow's steps otherwise: the same pins
+    cpu = yaml.safe_load(scaffold.workflow_text(branch="main", python="3.11", install=[], action="a@b"))
+    assert [s.get("uses") for s in cpu["jobs"]["gate"]["steps"][:2]] == [s.get("uses") for s in job["steps"][:2]]
 
 
 def test_the_workflow_checks_pull_requests_against_their_base_with_least_privilege(workflow_file):

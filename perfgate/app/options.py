@@ -522,6 +522,13 @@ WORKLOAD_FILE = Option(
     env=False,
 )
 DRY_RUN = Option("dry-run", "print what it would write, and write nothing", kind="flag", env=False)
+GPU_WORKFLOW = Option(
+    "gpu",
+    "write the workflow for a self-hosted GPU runner (labels self-hosted, gpu): torch's CUDA build, all three "
+    "configs, pull requests from forks skipped (default: a GitHub-hosted CPU runner, fp32)",
+    kind="flag",
+    env=False,
+)
 
 # pytest-only: the two switches that turn the plugin on
 PERFGATE = Option("perfgate", "run the perf tests and fail on supported regressions", kind="flag", env=False)
@@ -639,7 +646,7 @@ COMMANDS = (
         "Write [tool.perfgate] into pyproject.toml (appended, or a new file), a commented workload "
         "file that runs at once on a stand-in model, and .github/workflows/perfgate.yml, which checks each pull "
         "request against its base branch. Overwrites nothing: when a file exists, it writes nothing.",
-        _own(SUB_DEBUG, WORKLOAD_FILE, DRY_RUN),
+        _own(SUB_DEBUG, WORKLOAD_FILE, DRY_RUN, GPU_WORKFLOW),
         _ANY,
     ),
     Command(
