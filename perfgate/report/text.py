@@ -133,7 +133,8 @@ def lab_settings_text(workload: WorkloadResult) -> str:
         f"{workload.reference}; batch {s.batch_size}"
         + (f" x {s.accumulation} micro-batches" if s.accumulation else "")
         + f", {s.steps} timed steps after {s.warmup_steps} warm-up, "
-        f"{s.trials} trials, {s.threads} threads, {s.device}" + (f", {s.nproc} ranks" if s.nproc else "")
+        f"{s.trials} trial{'s' if s.trials != 1 else ''}, {s.threads} thread{'s' if s.threads != 1 else ''}, "
+        f"{s.device}" + (f", {s.nproc} ranks" if s.nproc else "")
     )
 
 
