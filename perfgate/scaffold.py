@@ -354,14 +354,9 @@ def workflow_text(*, branch: str, python: str, install: list[str], action: str, 
         project = "".join(f"\n          {command}" for command in install)
     else:
         project = "\n          # and what your workload imports, e.g.: python -m pip install -e ."
-    if gpu:
-        return _gpu_workflow(branch=branch, python=python, project=project, action=action)
+    runner = _GPU_RUNNER if gpu else _CPU_RUNNER
     return f"""\
-# perfgate: each pull request's training speed, measured against its base branch on the
-# same runner. Written by `perfgate init`. perfgate checks out the base commit beside the
-# pull request and runs the workloads of pyproject.toml's [tool.perfgate] on both, in pairs
-# of trials side by side; a slowdown beyond the threshold (5%) that the data support fails
-# the job. The report goes to the job summary and to one pull-request comment.
+{runner.header}
 name: perfgate
 
 on:
@@ -378,10 +373,8 @@ concurrency:
 jobs:
   gate:
     name: perfgate check
-    # A GitHub-hosted CPU runner. `perfgate init --gpu` writes the workflow of a self-hosted
-    # GPU runner instead: torch's CUDA build, all three configs, pull requests from forks skipped.
-    runs-on: ubuntu-latest
-    timeout-minutes: 60
+{runner.placement}
+    timeout-minutes: {runner.timeout_minutes}
     permissions:
       contents: read
       pull-requests: write # the one report comment
@@ -393,9 +386,9 @@ jobs:
       - uses: {SETUP_PYTHON}
         with:
           python-version: {json.dumps(python)}
-      - name: Install torch (the CPU build) and the project
+      - name: {runner.install_name}
         run: |
-          python -m pip install torch --index-url {TORCH_CPU_INDEX}{project}
+          {runner.install_torch}{project}
       - name: perfgate
         uses: {action}
         with:
@@ -403,63 +396,60 @@ jobs:
           # The base runs in these packages, or in its own environment (cached) where the two commits
           # declare different ones or the project compiles an extension: a dependency bump is measured.
           environment: auto
+{runner.inputs}"""
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """What the workflow `perfgate init` writes says of its runner: the header, where the job runs (and which pull
+    requests it skips), its time limit, how torch is installed, and the inputs that depend on the device."""
+
+    header: str
+    placement: str
+    timeout_minutes: int
+    install_name: str
+    install_torch: str
+    inputs: str
+
+
+_CPU_RUNNER = _Runner(
+    header="""\
+# perfgate: each pull request's training speed, measured against its base branch on the
+# same runner. Written by `perfgate init`. perfgate checks out the base commit beside the
+# pull request and runs the workloads of pyproject.toml's [tool.perfgate] on both, in pairs
+# of trials side by side; a slowdown beyond the threshold (5%) that the data support fails
+# the job. The report goes to the job summary and to one pull-request comment.""",
+    placement="""\
+    # A GitHub-hosted CPU runner. `perfgate init --gpu` writes the workflow of a self-hosted
+    # GPU runner instead: torch's CUDA build, all three configs, pull requests from forks skipped.
+    runs-on: ubuntu-latest""",
+    timeout_minutes=60,
+    install_name="Install torch (the CPU build) and the project",
+    install_torch=f"python -m pip install torch --index-url {TORCH_CPU_INDEX}",
+    inputs="""\
           configs: fp32 # on a CPU; the bf16 configs need a GPU or a CPU with bfloat16 instructions
           # A fork's token is read-only: its pull requests get the job summary, not a comment.
-          comment: ${{{{ github.event.pull_request.head.repo.full_name == github.repository }}}}
-"""
-
-
-def _gpu_workflow(*, branch: str, python: str, project: str, action: str) -> str:
-    return f"""\
+          comment: ${{ github.event.pull_request.head.repo.full_name == github.repository }}
+""",
+)
+_GPU_RUNNER = _Runner(
+    header="""\
 # perfgate: each pull request's training speed on your GPU runner, measured against its base
 # branch on the same card. Written by `perfgate init --gpu`. perfgate checks out the base commit
 # beside the pull request and runs the workloads of pyproject.toml's [tool.perfgate] on both, in
 # pairs of trials, in all three configs (fp32, bf16, bf16-compile); a slowdown beyond the
 # threshold (5%) that the data support fails the job. The report goes to the job summary and to
-# one pull-request comment. The compile cache is kept between runs by the action.
-name: perfgate
-
-on:
-  pull_request:
-    branches: [{json.dumps(branch)}]
-
-permissions:
-  contents: read
-
-concurrency:
-  group: perfgate-${{{{ github.event.pull_request.number }}}}
-  cancel-in-progress: true
-
-jobs:
-  gate:
-    name: perfgate check
+# one pull-request comment. The compile cache is kept between runs by the action.""",
+    placement="""\
     # Code from a fork must never run on a self-hosted runner: such pull requests are skipped.
     if: github.event.pull_request.head.repo.full_name == github.repository
     # Your GPU runner's labels (declare `gpu` in .github/actionlint.yaml for actionlint).
-    runs-on: [self-hosted, gpu]
-    timeout-minutes: 90
-    permissions:
-      contents: read
-      pull-requests: write # the one report comment
-    steps:
-      - uses: {CHECKOUT}
-        with:
-          persist-credentials: false
-          fetch-depth: 0 # the base commit too: perfgate measures it beside the pull request
-      - uses: {SETUP_PYTHON}
-        with:
-          python-version: {json.dumps(python)}
-      - name: Install torch (its CUDA build, from PyPI) and the project
-        run: |
-          python -m pip install torch{project}
-      - name: perfgate
-        uses: {action}
-        with:
-          against: merge-base # the commit the pull request branched from, measured side by side
-          # The base runs in these packages, or in its own environment (cached) where the two commits
-          # declare different ones or the project compiles an extension: a dependency bump is measured.
-          environment: auto
-"""
+    runs-on: [self-hosted, gpu]""",
+    timeout_minutes=90,
+    install_name="Install torch (its CUDA build, from PyPI) and the project",
+    install_torch="python -m pip install torch",
+    inputs="",
+)
 
 
 # The training frameworks `perfgate init` knows by the distributions a project declares, and the template each gets.
