@@ -37,6 +37,17 @@ def test_the_dataloader_workers_cpu_survives_the_round_trip(tmp_path):
     store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
     loaded = store.find("gpt-small", STORE_FINGERPRINT)
     assert loaded is not None and [t.loader_cpu_s for t in loaded.configs["fp32"].trials] == [0.25, 1.25, 2.25]
+    assert "data_wait_host_s" not in store.path_for("gpt-small").read_text()  # timed with CUDA events only
+
+
+def test_the_hosts_wait_for_its_batches_survives_the_round_trip(tmp_path):
+    entry = store_entry()
+    fp32 = entry.configs["fp32"]
+    trials = [dataclasses.replace(t, data_wait_host_s=0.5 + i) for i, t in enumerate(fp32.trials)]
+    store = BaselineStore(tmp_path)
+    store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
+    loaded = store.find("gpt-small", STORE_FINGERPRINT)
+    assert loaded is not None and [t.data_wait_host_s for t in loaded.configs["fp32"].trials] == [0.5, 1.5, 2.5]
 
 
 def test_updating_one_machine_never_touches_another(tmp_path):

@@ -468,3 +468,61 @@ def test_a_side_of_many_rounds_reads_the_same_time_per_step_as_a_side_of_one(bas
     d = diagnosed_against(base, heavier)
     assert d.suspect == "model compute"
     assert "forward + loss: 4.00 -> 8.00 ms per step" in format_diagnoses([d])
+
+
+def on_a_card(run, host_ms, loader=None):
+    """`run` as a trial timed with CUDA events records it: data_wait the device's idle wait for the batch, and the
+    host's own wait in next(batches) kept apart, `host_ms` a step."""
+    (workload,) = run.workloads
+    trials = [
+        dataclasses.replace(t, clocking="cuda-events", data_wait_host_s=[host_ms / 1000] * len(t.step_s))
+        for t in workload.configs["fp32"].trials
+    ]
+    settings = dataclasses.replace(workload.settings, device="cuda", loader=loader or workload.settings.loader)
+    workload = dataclasses.replace(workload, settings=settings, configs={"fp32": ConfigResult("fp32", trials)})
+    return dataclasses.replace(run, workloads=[workload])
+
+
+def test_on_a_card_the_hosts_wait_and_the_devices_idle_wait_together_tell_a_starved_loader_from_a_slow_host():
+    loader = {"num_workers": 8, "pin_memory": True}
+    before = on_a_card(phased_run(BASE_MS, loader=loader), host_ms=0.1)
+    baseline = {"w": entry_from_workload(before, before.workloads[0])}
+    assert [t.data_wait_host_s for t in baseline["w"].configs["fp32"].trials] == [pytest.approx(0.1 / 1000 * STEPS)] * 3
+    # num_workers 8 -> 0: the host waits 9 ms for each batch, and the device waits 8.9 ms of it: a starved loader.
+    starved = on_a_card(
+        phased_run({**BASE_MS, "data_wait": 8.9}), host_ms=9.0, loader={"num_workers": 0, "pin_memory": True}
+    )
+    (d,) = diagnose(compare_run(starved, baseline, SETTINGS), every_config=True)
+    assert d.suspect == "data pipeline"
+    assert d.findings[0].line.startswith("data pipeline: waiting for data explains 100% of the slower step")
+    assert "the host's wait for each batch: 0.10 -> 9.00 ms per step, 8.90 ms of it with the device idle" in (
+        d.findings[0].evidence
+    )
+    assert "the DataLoader's settings changed: num_workers 8 -> 0" in d.findings[0].evidence
+    # The device idles as long, but the host had its batch at once: the host's own work between steps, not the loader.
+    host_bound = on_a_card(phased_run({**BASE_MS, "data_wait": 8.9}, loader=loader), host_ms=0.1)
+    (d,) = diagnose(compare_run(host_bound, baseline, SETTINGS), every_config=True)
+    assert d.suspect == "CPU bottleneck"
+    (finding,) = [f for f in d.findings if f.suspect in ("CPU bottleneck", "data pipeline")]
+    assert finding.line == (
+        "CPU bottleneck: the device idles 8.90 ms a step waiting for the host, which waits only 0.10 ms for its "
+        "batch: the host's own work between steps (Python, kernel launches, copies to the host), not the "
+        "DataLoader, keeps the device waiting"
+    )
+    assert finding.evidence == (
+        "data wait: 0.10 -> 8.90 ms per step",
+        "host-to-device copy: 0.05 -> 0.05 ms per step",
+        "the host's wait for each batch: 0.10 -> 0.10 ms per step, 0.10 ms of it with the device idle",
+    )  # the DataLoader's hints are not for this
+    # The host waits 5 ms a step for its batch but the device never idles for it: named, no suspect, the step no slower.
+    hidden = on_a_card(phased_run(BASE_MS, loader=loader), host_ms=5.0)
+    (d,) = diagnose(compare_run(hidden, baseline, SETTINGS), every_config=True)
+    assert d.suspect is None
+    (finding,) = d.findings
+    assert finding.standing and finding.line == (
+        "data pipeline: the host waits 5.00 ms a step for its batch (45% of the step), hidden behind the device's "
+        "queued work (the device idles 0.10 ms a step): no cost yet, but a slower loader or a faster step will show it"
+    )
+    # On the host clock (the CPU) the host's wait is the data wait phase itself: none of this is said.
+    (d,) = diagnose(compare_run(phased_run(BASE_MS), BASELINE, SETTINGS), every_config=True)
+    assert d.findings == ()

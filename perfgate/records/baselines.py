@@ -57,6 +57,9 @@ class TrialEntry:
     host_syncs_per_step: int | None = None  # of those, copies to the host (diagnosis)
     graph_breaks: int | None = None  # torch.compile graph breaks (diagnosis)
     loader_cpu_s: float | None = None  # CPU seconds of the DataLoader workers over the timed steps (diagnosis)
+    # with CUDA events, the host's own wait for its batches over the timed steps (`TrialResult.data_wait_host_s`),
+    # beside phase_s's data_wait, the device's idle wait for them (diagnosis); None where not timed so
+    data_wait_host_s: float | None = None
     # what peak_bytes is (`PeakMemory.kind`) and the job's host memory by part (`PeakMemory.process_bytes`,
     # `loader_workers_bytes`); None in files written before they were kept
     memory_kind: str | None = None
@@ -151,6 +154,7 @@ def entry_from_workload(run: RunResult, workload: WorkloadResult) -> BaselineEnt
                 host_syncs_per_step=t.host_syncs_per_step,
                 graph_breaks=(t.compile_stats or {}).get("graph_breaks"),
                 loader_cpu_s=t.system.loader_cpu_s if t.system is not None else None,
+                data_wait_host_s=None if t.data_wait_host_s is None else sum(t.data_wait_host_s),
                 memory_kind=None if t.memory is None else t.memory.kind,
                 process_bytes=None if t.memory is None else t.memory.process_bytes,
                 loader_workers_bytes=None if t.memory is None else t.memory.loader_workers_bytes,
@@ -370,6 +374,8 @@ def entry_to_dict(entry: BaselineEntry) -> dict[str, Any]:
                 **({} if t.rounds == 1 else {"rounds": t.rounds}),
                 # the DataLoader workers' CPU seconds, where measured (files written before leave it out)
                 **({} if t.loader_cpu_s is None else {"loader_cpu_s": round_figure(t.loader_cpu_s)}),
+                # the host's wait for its batches, where timed with CUDA events (other files leave it out)
+                **({} if t.data_wait_host_s is None else {"data_wait_host_s": round_figure(t.data_wait_host_s)}),
                 # what peak_bytes is and its parts, where known (files written before leave them out)
                 **{k: v for k, v in _memory_parts(t).items() if v is not None},
                 "phase_s": {p: round_figure(v) for p, v in t.phase_s.items()},
@@ -552,6 +558,7 @@ class DocumentReader:
                     host_syncs_per_step=_int_or_none(self.number(trial, "host_syncs_per_step", here, optional=True)),
                     graph_breaks=_int_or_none(self.number(trial, "graph_breaks", here, optional=True)),
                     loader_cpu_s=self.number(trial, "loader_cpu_s", here, optional=True),
+                    data_wait_host_s=self.number(trial, "data_wait_host_s", here, optional=True),
                     memory_kind=self.text(trial, "memory_kind", here, optional=True),
                     process_bytes=_int_or_none(self.number(trial, "process_bytes", here, optional=True)),
                     loader_workers_bytes=_int_or_none(self.number(trial, "loader_workers_bytes", here, optional=True)),

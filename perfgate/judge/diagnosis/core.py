@@ -26,7 +26,7 @@ from perfgate.judge.diagnosis.framework import _framework
 from perfgate.judge.diagnosis.memory import _memory
 from perfgate.judge.diagnosis.numerics import _numerics
 from perfgate.judge.diagnosis.operators import _operators, grown_operators
-from perfgate.judge.diagnosis.pipeline import _contention_s, _data_pipeline, _loader_cpu, _Pipeline
+from perfgate.judge.diagnosis.pipeline import _contention_s, _data_pipeline, _host_wait, _loader_cpu, _Pipeline
 from perfgate.judge.diagnosis.ranks import RANK_SUSPECTS, _ranks
 from perfgate.judge.diagnosis.tail import _tail_latency, _with_intermittent
 from perfgate.judge.diagnosis.utilisation import _utilisation
@@ -170,7 +170,9 @@ def diagnose_config(
     step_s = [s for t in ok for s in t.step_s]
     profile = measured.profiles.get(config)
     grown = grown_operators(baseline.top_operators, profile.top_operators if profile else []) if baseline else []
-    pipeline = _Pipeline(measured.settings, base_settings, cores, loader_cpu, contention)
+    pipeline = _Pipeline(
+        measured.settings, base_settings, cores, loader_cpu, contention, _host_wait(baseline, ok, steps)
+    )
     ranks = _ranks(baseline, ok, steps, step, slowdown, th, session_noise)
     counted = _counted(baseline, ok, tolerances)  # None without counts on both sides (baselines written before them)
     added = _added_operators(counted, ok, baseline, step, th)

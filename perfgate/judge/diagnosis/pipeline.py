@@ -3,6 +3,11 @@ explains most (explains) of a regressed step, or it grew data_wait_growth times 
 or more) while the DataLoader's settings changed (their change is the evidence), or the workers' CPU per step grew
 and took cores the compute phases needed (`_contention_s`); hints come from the DataLoader settings. Changed
 DataLoader settings are always named, as a standing finding (no suspect) when none of this holds.
+
+With CUDA events the data wait phase is the device's idle wait before a step's work, and the host's own wait for
+its batch is timed beside it (`_HostWait`): the two together tell a starved loader (the host waits, and the device
+with it) from a host too slow between steps (the device waits, the host did not: a CPU bottleneck, not the loader)
+and from a slow loader the device's queued work still hides (the host waits, the device does not: named, no suspect).
 """
 
 from __future__ import annotations
@@ -51,15 +56,43 @@ def _contention_s(
 
 
 @dataclass(frozen=True)
+class _HostWait:
+    """Where the device's idle wait and the host's wait for the batch were both timed (CUDA events), per step over the
+    trials: the host's wait now and the baseline's (None where its trials did not time it), and how much of the
+    device's idle wait the host's wait for the batch covers (each step's smaller of the two): the rest of the
+    device's wait is the host busy with other work between steps."""
+
+    host_s: float
+    host_before_s: float | None
+    loader_idle_s: float
+
+
+def _host_wait(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: int | None) -> _HostWait | None:
+    """None unless every trial timed the host's wait apart (`TrialResult.data_wait_host_s`)."""
+    if any(t.data_wait_host_s is None or len(t.data_wait_host_s) != len(t.step_s) for t in ok):
+        return None
+    host = [w for t in ok for w in t.data_wait_host_s or ()]
+    idle = [
+        min(w, device) for t in ok for w, device in zip(t.data_wait_host_s or (), t.phases_s["data_wait"], strict=True)
+    ]
+    before = None
+    if baseline is not None and steps and all(t.data_wait_host_s is not None for t in baseline.trials):
+        before = statistics.fmean(t.per_step(t.data_wait_host_s or 0.0, steps) for t in baseline.trials)
+    return _HostWait(statistics.fmean(host), before, statistics.fmean(idle))
+
+
+@dataclass(frozen=True)
 class _Pipeline:
     """What the data-pipeline rule reads besides the phases: the DataLoader's settings on both sides, the
-    machine's cores, the workers' CPU per step and the step time it took from training."""
+    machine's cores, the workers' CPU per step and the step time it took from training, and the host's own wait
+    for its batches where it was timed apart from the device's."""
 
     settings: WorkloadSettings
     base_settings: WorkloadSettings | None
     cores: int | None
     loader_cpu: Movement | None
     contention_s: float
+    host_wait: _HostWait | None = None
 
 
 def _data_pipeline(
@@ -92,10 +125,13 @@ def _data_pipeline(
         and wait_now - wait_before >= 0.05 * step  # and by a noticeable part of the step
     )
     quiet = share < th.data_wait_share and explains < th.explains and not grew_with_change
+    host = pipeline.host_wait
     if quiet and not changed:
-        return []
+        return [] if host is None else _hidden_loader(host, phases, step, th)
     was = "" if base_share is None else f"{base_share:.0%} -> "
     evidence = [_per_step(p) for p in data]
+    if host is not None:
+        evidence.append(_host_evidence(host))
     if loader_cpu is not None and loader_cpu.change_s:
         evidence.append(
             f"the DataLoader workers' CPU: {1000 * loader_cpu.before_s:.2f} -> "
@@ -127,18 +163,62 @@ def _data_pipeline(
         and base_share >= th.data_wait_share
         and share < 1.5 * base_share
     )
+    suffix = ""
     if standing:
-        line += " (so did the baseline's)"
+        suffix = " (so did the baseline's)"
     elif explains < th.explains and base_share is not None and not slower:
         # More waiting for data in a step that is not measurably slower (fewer workers on a busy machine can be faster):
         # worth knowing, not a regression of the data pipeline.
-        line += " (the step is not measurably slower)"
+        suffix = " (the step is not measurably slower)"
         standing = True
     elif quiet:
         # The settings changed but waiting for data did not grow with them: the change is named, not suspected.
-        line += " (waiting for data did not grow with the changed settings)"
+        suffix = " (waiting for data did not grow with the changed settings)"
         standing = True
+    line += suffix
+    idle = _device_idle_s(phases)
+    if host is not None and not quiet and host.loader_idle_s < 0.5 * idle:
+        # The device waited, the host did not wait for its batch: the host's other work between steps set the pace.
+        line = (
+            f"CPU bottleneck: the device idles {1000 * idle:.2f} ms a step waiting for the host, which waits only "
+            f"{1000 * host.host_s:.2f} ms for its batch: the host's own work between steps (Python, kernel launches, "
+            f"copies to the host), not the DataLoader, keeps the device waiting{suffix}"
+        )
+        # the DataLoader's hints left out: the loader is not what the device waits for
+        evidence = [*(_per_step(p) for p in data), _host_evidence(host)]
+        if changed:
+            evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
+        return [Finding("CPU bottleneck", line, tuple(evidence), standing, None if standing else explains)]
     return [Finding("data pipeline", line, tuple(evidence), standing)]
+
+
+def _device_idle_s(phases: Sequence[PhaseChange]) -> float:
+    return sum(p.current_s for p in phases if p.phase == "data_wait")
+
+
+def _host_evidence(host: _HostWait) -> str:
+    """`the host's wait for each batch: 0.40 -> 9.10 ms per step, 8.90 ms of it with the device idle`."""
+    was = "" if host.host_before_s is None else f"{1000 * host.host_before_s:.2f} -> "
+    return (
+        f"the host's wait for each batch: {was}{1000 * host.host_s:.2f} ms per step, "
+        f"{1000 * host.loader_idle_s:.2f} ms of it with the device idle"
+    )
+
+
+def _hidden_loader(
+    host: _HostWait, phases: Sequence[PhaseChange], step: float, th: DiagnosisThresholds
+) -> list[Finding]:
+    """A loader the device does not wait for yet: the host waits data_wait_share or more of the step for its
+    batches while the device works through the steps queued before. No suspect: it costs nothing now, but a
+    slower loader or a faster step will show it."""
+    if not step or host.host_s < th.data_wait_share * step:
+        return []
+    line = (
+        f"data pipeline: the host waits {1000 * host.host_s:.2f} ms a step for its batch ({host.host_s / step:.0%} "
+        f"of the step), hidden behind the device's queued work (the device idles {1000 * _device_idle_s(phases):.2f} "
+        "ms a step): no cost yet, but a slower loader or a faster step will show it"
+    )
+    return [Finding("data pipeline", line, (_host_evidence(host),), standing=True)]
 
 
 def _threads_context(settings: WorkloadSettings, cores: int | None) -> str:
