@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.measure.rounds import MAX_ROUNDS, MAX_TIMED_S, TARGET_SHARE, calibrated_rounds
+from perfgate.measure.rounds import LEAST_PAIRS, MAX_ROUNDS, MAX_TIMED_S, TARGET_SHARE, calibrated_rounds, pair_limit_s
 from perfgate.measure.trial import TrialSpec, run_trial
 from perfgate.references import resolve_references
 from tests.helpers.cli import run_in_process
@@ -36,6 +36,18 @@ def test_rounds_are_bounded_by_a_count_and_by_the_timed_seconds_a_trial_may_take
     per_round = MAX_TIMED_S / 3 + 1  # four rounds would pass MAX_TIMED_S
     assert calibrated_rounds(100 * per_round, per_round) == 2
     assert calibrated_rounds(1000.0, 2 * MAX_TIMED_S) == 1
+
+
+def test_rounds_leave_the_time_budget_room_for_the_pairs_a_decision_needs():
+    # A GPU-sized pair: 30 s to start both trials, 5 s of timed steps. The target share asks for 6 rounds (a 60 s
+    # pair), and 200 s a config would then fit the calibrating pair and 2 more: nothing decides in 3 pairs.
+    assert calibrated_rounds(35.0, 5.0) == 6
+    limit = pair_limit_s(600.0, 3)
+    assert limit == 600.0 / (3 * LEAST_PAIRS) == 40.0
+    assert calibrated_rounds(35.0, 5.0, pair_s=limit) == 2  # a 40 s pair: 5 of them fit
+    assert calibrated_rounds(35.0, 5.0, pair_s=20.0) == 1  # not even one round fits: one round, never none
+    assert calibrated_rounds(9.5, 2.5, pair_s=pair_limit_s(600.0, 1)) == calibrated_rounds(9.5, 2.5)  # room enough
+    assert calibrated_rounds(35.0, 5.0, pair_s=float("inf")) == 6
 
 
 def test_calibrating_from_a_trial_of_several_rounds_uses_its_time_per_round():

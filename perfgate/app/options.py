@@ -239,7 +239,8 @@ THREADS = Option(
 ROUNDS = Option(
     "rounds",
     "timed rounds over the pinned slice in each trial process: auto (default): a paired check calibrates them "
-    "from its first pair so about 65% of the runner's time goes to timed steps, other runs time the slice once",
+    "from its first pair so about 65% of the runner's time goes to timed steps (leaving the time budget 5 pairs of "
+    "each config), other runs time the slice once",
     "N|auto",
     _rounds,
     pytest=True,

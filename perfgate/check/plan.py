@@ -29,7 +29,16 @@ class CheckPlan:
 
 def paired_session(plan: CheckPlan, base: Checkout, head: Checkout, ref: str, **options: Any) -> PairedSession:
     """The lab of a paired check of `plan`'s workloads: head against base (`ref` names it), its pairs run as the
-    plan's `pairing` says; `options`: the rest of `PairedSession`'s (a planted slowdown, the base's environment)."""
+    plan's `pairing` says, their rounds leaving the gate's time budget room for the pairs a decision needs;
+    `options`: the rest of `PairedSession`'s (a planted slowdown, the base's environment)."""
     return PairedSession(
-        plan.references, plan.run, base, head, ref, pairing=plan.pairing, progress=plan.progress, **options
+        plan.references,
+        plan.run,
+        base,
+        head,
+        ref,
+        pairing=plan.pairing,
+        progress=plan.progress,
+        budget_s=plan.gate.budget_s,
+        **options,
     )

@@ -29,7 +29,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +55,7 @@ from perfgate.measure.lab import (
     workload_error,
 )
 from perfgate.measure.packages import BaseEnvironment, base_environment
-from perfgate.measure.rounds import calibrated_rounds
+from perfgate.measure.rounds import calibrated_rounds, pair_limit_s
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
@@ -336,12 +336,14 @@ class PairedSession:
         planted_slowdown: float = 0.0,
         repo_root: Path | None = None,
         base_environment: BaseEnvironment | None = None,
+        budget_s: Callable[[int], float] | None = None,
     ) -> None:
         """`pairing`: how the pairs run (its `interleaved` None: `takes_turns` decides; its `environment` is the
         caller's, which places the base in `base_environment`). `repo_root`: the user's checkout, whose workload
         files each side maps to its own copy (default: head's folder, the working tree; bisect measures two
         worktrees of it). `base_environment`: where the base's trials run when not in the head's environment
-        (`perfgate.measure.packages.base_environment`)."""
+        (`perfgate.measure.packages.base_environment`). `budget_s`: the check's time budget for a number of configs
+        (`GateSettings.budget_s`), which the calibrated rounds leave room in for LEAST_PAIRS pairs of each."""
         from perfgate.measure.environment import collect_environment
 
         self.settings = settings
@@ -391,6 +393,7 @@ class PairedSession:
             "head": replace(head.place(repo_root, sources, cpus[1]), name="head"),
         }
         self.base_environment = base_environment
+        self.budget_s = budget_s
         if base_environment is not None:
             self.places["base"] = base_environment.place(self.places["base"])
         self.references = {
@@ -493,7 +496,9 @@ class PairedSession:
         if self.settings.rounds is None and key not in self.rounds and all(r.ok for r in results):
             # The first pair calibrates the rounds every later pair runs, both sides alike.
             timed = sum(sum(r.step_s) for r in results)
-            self.rounds[key] = calibrated_rounds(time.perf_counter() - started, timed, results[0].rounds)
+            configs = len(self.sides["head"].trials)
+            limit = None if self.budget_s is None else pair_limit_s(self.budget_s(configs), configs)
+            self.rounds[key] = calibrated_rounds(time.perf_counter() - started, timed, results[0].rounds, pair_s=limit)
         if self.progress:
             head = self.sides["head"].trials[key][-1]
             self.progress(TrialEvent(planned, total, finished=head))
