@@ -7,7 +7,15 @@ import random
 
 import pytest
 
-from perfgate.judge.stats import compare_memory, compare_throughput, looks, slowdown_bound, smallest_mann_whitney_p
+from perfgate.judge.stats import (
+    compare_memory,
+    compare_paired,
+    compare_throughput,
+    looks,
+    slowdown_bound,
+    smallest_mann_whitney_p,
+)
+from perfgate.judge.wording import throughput_reason
 from perfgate.records.comparisons import Verdict
 
 MIB = 1 << 20
@@ -74,6 +82,17 @@ def test_one_trial_each_side_is_inconclusive_never_no_change():
     result = compare_throughput([500.0], [300.0])
     assert result.verdict == Verdict.INCONCLUSIVE
     assert math.isnan(result.p_slower) and math.isnan(result.ci_low)
+
+
+def test_one_pair_or_one_trial_a_side_says_it_cannot_decide_and_names_no_size_it_could_detect():
+    one_pair = compare_paired([500.0], [513.0])
+    assert one_pair.verdict == Verdict.INCONCLUSIVE and math.isnan(one_pair.noise)
+    assert throughput_reason(one_pair, None, None, sample="pair") == (
+        "samples/s +2.6% (1.026x, one pair a side: no estimate of noise): inconclusive, 1 pair cannot decide"
+    )
+    one_trial = throughput_reason(compare_throughput([500.0], [490.0]), None, None)
+    assert one_trial.endswith("): inconclusive, 1+1 trials cannot decide")
+    assert "unknown" not in one_trial
 
 
 def test_one_trial_on_one_side_borrows_the_other_sides_noise():
