@@ -8,7 +8,10 @@
 #      fires only where the SM clock falls 10% below the card's top, `records.shapes.CLOCK_DROP`);
 #   4. `perfgate calibrate lm@large --configs bf16` with every other default: A/A pairs and a planted 7.5%
 #      slowdown decided as a paired check decides, with pairs, noise and time per config;
-#   5. what is left of the time: the whole suite serially with names (`-p no:randomly -v --junitxml`).
+#   5. a starved loader on the card (item 4): the diagnosis tests' vision workload stored as a baseline in bf16, then
+#      checked with num_workers 2 -> 0 (tests/workloads/builtin_plants.py, plant `workers0`), `--diagnose`: the
+#      device's idle wait and the host's wait for its batch side by side;
+#   6. what is left of the time: the whole suite serially with names (`-p no:randomly -v --junitxml`).
 # Nothing about the card is changed (no clocks or power limits are set).
 #
 #     bash benchmarks/gpu_session.sh            # about 9 minutes at most
@@ -64,7 +67,23 @@ else
   echo "skipped: $budget s left" | tee "$out/calibrate.log"
 fi
 
-say "5. the suite, serially, names printed, in what time is left"
+say "5. a starved loader: vision bf16, num_workers 2 -> 0, --diagnose"
+budget=$(left)
+if [ "$budget" -gt 150 ]; then
+  plants="$(pwd)/tests/workloads/builtin_plants.py:vision"
+  mkdir -p "$out/loader"
+  (
+    cd "$out/loader" &&
+      timeout 60 perfgate update "$plants" --configs bf16 --trials 3 --quiet &&
+      PERFGATE_TEST_PLANT=workers0 timeout 60 perfgate check "$plants" --configs bf16 --trials 3 --diagnose
+  ) > "$out/loader.log" 2>&1
+  echo "exit $?" >> "$out/loader.log"
+  grep -A12 "^diagnosis:" "$out/loader.log" | head -20
+else
+  echo "skipped: $budget s left" | tee "$out/loader.log"
+fi
+
+say "6. the suite, serially, names printed, in what time is left"
 budget=$(left)
 if [ "$budget" -gt 60 ]; then
   timeout "$budget" python -m pytest -p no:randomly -v -x --junitxml="$out/suite.xml" > "$out/suite.log" 2>&1
