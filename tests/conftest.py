@@ -22,7 +22,14 @@ _MACHINE_LOCK = pytest.StashKey[MachineLock]()
 @pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the base folder
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, each worker takes the suite's machine lock around every test (tests/helpers/sharing.py):
-    a test that reads timings runs alone, the others beside each other."""
+    a test that reads timings runs alone, the others beside each other.
+
+    The suite measures on the CPU unless a test asks for a device: its checks are written against the CPU's figures
+    (resident memory above setup, the host clock, gloo ranks), and on a GPU machine `--device auto` would measure
+    them on the card. `PERFGATE_DEVICE` is perfgate's own setting (`--device`), read by every check a test starts,
+    in this process or another; the tests that need CUDA (marked `gpu`) name the device themselves. A
+    PERFGATE_DEVICE of the caller's is kept (`PERFGATE_DEVICE=auto pytest` measures the checks on the card)."""
+    os.environ.setdefault("PERFGATE_DEVICE", "cpu")
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         # The workers' base folders are popen-gwN inside the run's own: its files are the run's, and pytest's
