@@ -27,27 +27,25 @@ def test_an_entry_survives_the_round_trip_through_yaml(tmp_path):
     assert loaded.data_checksum == "sha256:ab"
     assert [t.loader_cpu_s for t in loaded.configs["fp32"].trials] == [None] * 3  # not measured: left out
     assert "loader_cpu_s" not in store.path_for("gpt-small").read_text()
-
-
-def test_the_dataloader_workers_cpu_survives_the_round_trip(tmp_path):
-    entry = store_entry()
-    fp32 = entry.configs["fp32"]
-    trials = [dataclasses.replace(t, loader_cpu_s=0.25 + i) for i, t in enumerate(fp32.trials)]
-    store = BaselineStore(tmp_path)
-    store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
-    loaded = store.find("gpt-small", STORE_FINGERPRINT)
-    assert loaded is not None and [t.loader_cpu_s for t in loaded.configs["fp32"].trials] == [0.25, 1.25, 2.25]
     assert "data_wait_host_s" not in store.path_for("gpt-small").read_text()  # timed with CUDA events only
 
 
-def test_the_hosts_wait_for_its_batches_survives_the_round_trip(tmp_path):
+@pytest.mark.parametrize(
+    ("field", "first"),
+    [("loader_cpu_s", 0.25), ("data_wait_host_s", 0.5)],  # the DataLoader workers' CPU; the host's wait (CUDA)
+)
+def test_a_trials_optional_totals_survive_the_round_trip(tmp_path, field, first):
     entry = store_entry()
     fp32 = entry.configs["fp32"]
-    trials = [dataclasses.replace(t, data_wait_host_s=0.5 + i) for i, t in enumerate(fp32.trials)]
+    trials = [dataclasses.replace(t, **{field: first + i}) for i, t in enumerate(fp32.trials)]
     store = BaselineStore(tmp_path)
     store.write(dataclasses.replace(entry, configs={"fp32": dataclasses.replace(fp32, trials=trials)}))
     loaded = store.find("gpt-small", STORE_FINGERPRINT)
-    assert loaded is not None and [t.data_wait_host_s for t in loaded.configs["fp32"].trials] == [0.5, 1.5, 2.5]
+    assert loaded is not None and [getattr(t, field) for t in loaded.configs["fp32"].trials] == [
+        first,
+        first + 1,
+        first + 2,
+    ]
 
 
 def test_updating_one_machine_never_touches_another(tmp_path):
