@@ -129,9 +129,8 @@ def _data_pipeline(
     if quiet and not changed:
         return [] if host is None else _hidden_loader(host, phases, step, th)
     was = "" if base_share is None else f"{base_share:.0%} -> "
-    evidence = [_per_step(p) for p in data]
-    if host is not None:
-        evidence.append(_host_evidence(host))
+    timing = [_per_step(p) for p in data] + ([] if host is None else [_host_evidence(host)])
+    evidence = list(timing)
     if loader_cpu is not None and loader_cpu.change_s:
         evidence.append(
             f"the DataLoader workers' CPU: {1000 * loader_cpu.before_s:.2f} -> "
@@ -185,7 +184,7 @@ def _data_pipeline(
             f"copies to the host), not the DataLoader, keeps the device waiting{suffix}"
         )
         # the DataLoader's hints left out: the loader is not what the device waits for
-        evidence = [*(_per_step(p) for p in data), _host_evidence(host)]
+        evidence = list(timing)
         if changed:
             evidence.append(f"the DataLoader's settings changed: {', '.join(changed)}")
         return [Finding("CPU bottleneck", line, tuple(evidence), standing, None if standing else explains)]
