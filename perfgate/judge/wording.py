@@ -160,13 +160,11 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
         )
     if t.verdict == Verdict.NO_CHANGE:
         return f"{change}: no regression beyond {threshold} (the interval stays above {unit} {_bound(t.threshold)})"
-    detectable = f"{format_pct(t.detectable_slowdown)} or more in {unit}"
     sizes = (
         f"{t.n_candidate} pair{'s' if t.n_candidate != 1 else ''}"
         if sample == "pair"
         else f"{t.n_baseline}+{t.n_candidate} {sample}s"
     )
-    noise = f"{100 * t.noise:.1f}%"
     if t.boundary == 0 and abs(math.log(t.ratio)) > math.log1p(t.threshold):
         return (
             f"{change}: inconclusive, {sizes} cannot call a change beyond {threshold_text(t.threshold, unit)}: "
@@ -175,8 +173,10 @@ def _throughput_verdict_reason(t: ThroughputComparison, unit: str, sample: str =
     straddles = f"{change}: inconclusive, the interval straddles {threshold_text(t.threshold, unit)}"
     if math.isnan(t.noise):  # one pair (or one trial a side): no spread, no interval, nothing it could detect
         return f"{change}: inconclusive, {sizes} cannot decide"
+    noise = f"{100 * t.noise:.1f}%"
     if math.isnan(t.detectable_slowdown):
         return f"{straddles}; with {noise} {sample}-to-{sample} noise and {sizes}, what it could detect is unknown"
+    detectable = f"{format_pct(t.detectable_slowdown)} or more in {unit}"
     return f"{straddles}; with {noise} {sample}-to-{sample} noise and {sizes} it could detect slowdowns of {detectable}"
 
 
