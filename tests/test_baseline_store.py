@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.records.baselines import BaselineEntry, BaselineError, BaselineStore, parse_baseline, render_baseline
-from perfgate.records.fingerprint import fingerprint_key, machine_fingerprint
+from perfgate.records.fingerprint import fingerprint_differences, fingerprint_key, machine_fingerprint
 from perfgate.records.shapes import Environment, OperatorRow
 from tests.helpers.baselines import STORE_FINGERPRINT, store_entry
 
@@ -240,6 +240,37 @@ def test_the_fingerprint_keeps_stable_fields_only():
     assert (
         fingerprint_key(machine_fingerprint(Environment.from_dict(gpu)))
         == "8x NVIDIA H100, cuda 12.4, torch 2.13.0+cpu"
+    )
+
+
+def test_forked_trials_are_their_own_machine_type_and_fresh_ones_read_as_every_earlier_baseline(tmp_path):
+    """`--fork-trials`: the environment says `trials: forked`, the fingerprint files the entry apart (a forked
+    trial's resident memory is not a fresh process's), and a fresh run's entry and file are as before."""
+    environment = Environment.from_dict({"torch": "2.13.0+cpu", "cpu": {"model": "AMD EPYC"}, "threads": 2})
+    assert "trials" not in environment.to_dict()  # fresh processes: nothing written
+    forked = dataclasses.replace(environment, trials="forked")
+    assert forked.to_dict()["trials"] == "forked"
+    assert Environment.from_dict(forked.to_dict()) == forked
+    fresh_key, forked_key = (fingerprint_key(machine_fingerprint(e)) for e in (environment, forked))
+    assert forked_key == f"{fresh_key}, trials forked"
+    store = BaselineStore(tmp_path)
+    store.write(store_entry())
+    (table,) = [line for line in store.path_for("gpt-small").read_text().splitlines() if "fingerprint:" in line]
+    assert "trials" not in table  # a fresh entry's fingerprint table is as every earlier one
+    store.write(
+        dataclasses.replace(
+            store_entry(sps=(70.0, 71.0)), fingerprint=dataclasses.replace(STORE_FINGERPRINT, trials="forked")
+        )
+    )
+    entries = store.load("gpt-small")
+    assert entries[fingerprint_key(STORE_FINGERPRINT)].configs["fp32"].samples_per_sec == [100.0, 101.0, 99.5]
+    assert entries[fingerprint_key(STORE_FINGERPRINT) + ", trials forked"].configs["fp32"].samples_per_sec == [
+        70.0,
+        71.0,
+    ]
+    (difference,) = fingerprint_differences(dataclasses.replace(STORE_FINGERPRINT, trials="forked"), STORE_FINGERPRINT)
+    assert (
+        difference.startswith("trials fresh processes (this run: forked; ") and "both with --fork-trials" in difference
     )
 
 

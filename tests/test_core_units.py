@@ -121,6 +121,7 @@ def test_the_same_workload_twice_runs_once(tmp_path, monkeypatch):
         ({"threads": 0}, "--threads must be at least 1, got 0"),
         ({"timeout_s": 0.0}, "--timeout must be positive, got 0.0"),
         ({"nproc": 0}, "--nproc must be at least 1, got 0"),
+        ({"fork": True, "device": "cuda"}, "--fork-trials forks trials on the CPU only, not on cuda"),
     ],
 )
 def test_run_settings_refuse_counts_the_front_ends_did_not_check(fields, message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -216,3 +217,56 @@ def test_a_config_that_ran_before_and_now_fails_fails_the_check(tmp_path):
     assert result.returncode == 4, result.stdout + result.stderr  # the workload failed; no regression to report
     assert "1 failed (oom bf16)" in result.stdout and "Exit 4 (workload failed)." in result.stdout
     assert "! bf16: the config failed: " in result.stdout and "out of memory" in result.stdout
+
+
+PARENT_RECORDING = """
+import os
+
+from tiny import _tiny, mlp
+
+
+def recorded_mlp():
+    with open(os.environ["PERFGATE_TEST_PARENTS"], "a") as parents:
+        parents.write(f"{os.getppid()}\\n")  # the process that started this trial
+    return mlp()
+
+
+def tiny():
+    return _tiny(model=recorded_mlp)
+"""
+
+
+@pytest.mark.e2e
+def test_forked_trials_are_started_by_one_server_and_judged_only_against_forked_baselines(tmp_path, monkeypatch):
+    """`--fork-trials` in a lab: one process imports torch and forks each trial. Their baselines are this
+    machine's forked ones (a forked trial's resident memory is not a fresh process's): a check of fresh
+    processes does not read them and says why, a forked check does."""
+    shutil.copy(WORKLOADS / "tiny.py", tmp_path / "tiny.py")
+    (tmp_path / "perf.py").write_text(PARENT_RECORDING, encoding="utf-8")
+    parents = tmp_path / "parents.txt"
+    monkeypatch.setenv("PERFGATE_TEST_PARENTS", str(parents))
+    quick = ("perf.py:tiny", "--configs", "fp32", "--trials", "2", "--threads", "1", "--quiet")
+    update = run_in_process("update", *quick, "--fork-trials", cwd=tmp_path)
+    assert update.returncode == 0, update.stdout + update.stderr
+    forked_parents = parents.read_text().split()
+    assert len(forked_parents) == 2 and len(set(forked_parents)) == 1  # one server forked both
+    assert forked_parents[0] != str(os.getpid())  # not started by perfgate itself, as a fresh trial is
+    ((key, entry),) = yaml.safe_load((tmp_path / "baselines" / "tiny.yaml").read_text())["machines"].items()
+    assert key.endswith(", trials forked") and entry["fingerprint"]["trials"] == "forked"
+
+    fresh = run_in_process("check", *quick, "--max-trials", "2", cwd=tmp_path)
+    assert fresh.returncode == 3, fresh.stdout + fresh.stderr  # no baseline for this run's kind of trial
+    assert "trials forked (this run: fresh processes; " in fresh.stdout + fresh.stderr
+    assert "both with --fork-trials or both without" in fresh.stdout + fresh.stderr
+
+    results = tmp_path / "results.json"
+    parents.unlink()
+    checked = run_in_process(
+        "check", *quick, "--max-trials", "2", "--fork-trials", "--alpha", "0.001", "--json", str(results), cwd=tmp_path
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "trials forked)" in checked.stdout  # the gate names the baseline's machine type
+    assert len(set(parents.read_text().split()) - {str(os.getpid())}) == 1
+    document = json.loads(results.read_text())
+    assert document["environment"]["trials"] == "forked"
+    validate_results(document)

@@ -31,12 +31,15 @@ def run_json(tmp_path, *args, **kwargs):
 def builtin_lab(tmp_path_factory):
     """Both built-in workloads, every config, one trial each: the default lab, shortened to 2 timed steps
     of 4 samples after 1 warm-up step (the built-in models, data and optimizers, unplanted; without bf16
-    instructions a bf16 step takes 20x as long)."""
+    instructions a bf16 step takes 20x as long). The trials are forked from one server (`--fork-trials`): torch
+    is imported once, not in each of the six (a fresh process per trial is the rest of this file's)."""
     plants = WORKLOADS / "builtin_plants.py"
     references = (f"{plants}:lm", f"{plants}:vision")
     env = {"PERFGATE_TEST_STEPS": "2", "PERFGATE_TEST_WARMUP": "1", "PERFGATE_TEST_BATCH": "4"}
     env["PERFGATE_TEST_OPTIMIZER"] = "builtin"
-    return run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", env=env)
+    result, document = run_json(tmp_path_factory.mktemp("lab"), *references, "--trials", "1", "--fork-trials", env=env)
+    assert document["environment"]["trials"] == "forked"
+    return result, document
 
 
 def test_every_builtin_workload_runs_every_config(builtin_lab):

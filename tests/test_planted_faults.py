@@ -17,7 +17,9 @@ pytestmark = pytest.mark.e2e  # every test here runs real trials of the built-in
 
 PLANTS = WORKLOADS / "builtin_plants.py"
 LM, VISION = f"{PLANTS}:lm", f"{PLANTS}:vision"
-ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet")
+# Forked trials (`--fork-trials`): torch imported once a command, in the baselines as in every check (a forked
+# trial's baselines are read only by forked checks); how a trial starts is not these tests' subject.
+ONE_TRIAL = ("--configs", "fp32", "--trials", "1", "--max-trials", "1", "--threads", "1", "--quiet", "--fork-trials")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,18 @@ def builtin_baselines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("builtins")
     (folder / "pyproject.toml").write_text('[tool.perfgate]\nmemory_threshold = "25%"\n', encoding="utf-8")
     result = run_in_process(
-        "update", LM, VISION, "--configs", "fp32", "--trials", "3", "--threads", "1", "--quiet", cwd=folder
+        "update",
+        LM,
+        VISION,
+        "--configs",
+        "fp32",
+        "--trials",
+        "3",
+        "--threads",
+        "1",
+        "--quiet",
+        "--fork-trials",
+        cwd=folder,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return folder

@@ -430,9 +430,9 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
             "least as large as --perfgate-trials (or equal, for no extra trials)",
         ),
         (
-            ["--perfgate", "--perfgate-fork-trials"],
+            ["--perfgate", "--perfgate-parallel-pairs"],
             "",
-            "ERROR: perfgate: --perfgate-fork-trials needs --perfgate-against; add --perfgate-against REF, e.g. "
+            "ERROR: perfgate: --perfgate-parallel-pairs needs --perfgate-against; add --perfgate-against REF, e.g. "
             "--perfgate-against main",
         ),
         (

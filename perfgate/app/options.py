@@ -172,8 +172,9 @@ def _int(value: Any, where: str) -> int:
 
 
 FORK_HELP = (
-    "fork each side's trials from one process that imported torch (CPU only): about a third less time a pair, "
-    "but not the default until its noise is measured better (default: a fresh process per trial)"
+    "fork each trial from one process that imported torch, one a side in a paired check (CPU only): no import "
+    "of torch a trial, but not the default until its noise is measured better; baselines measured with it are "
+    "this machine's forked ones, which only a check with it compares (default: a fresh process per trial)"
 )
 INTERLEAVE_HELP = (
     "start each pair's two trials together and let them take turns at the training steps, the waiting side "
@@ -407,7 +408,7 @@ PARALLEL_PAIRS = Option(
     kind="flag",
     pytest=True,
 )
-FORK_TRIALS = Option("fork-trials", f"in a paired check: {FORK_HELP}", kind="flag", pytest=True)
+FORK_TRIALS = Option("fork-trials", FORK_HELP, kind="flag", pytest=True)
 INTERLEAVED_PAIRS = Option("interleaved-pairs", f"in a paired check: {INTERLEAVE_HELP}", kind="negatable", pytest=True)
 ENVIRONMENT = Option(
     "environment",
@@ -603,7 +604,7 @@ PYTEST_OPTIONS = (PERFGATE, PERFGATE_UPDATE, *PLUGIN_OPTIONS)
 def _lab(*, trials: bool = True, json: bool = True, profile: bool = True) -> tuple[tuple[str | None, Option], ...]:
     """The options of every command that runs the lab: `json`, it writes a results file; `profile`, it can add
     a profiling trial."""
-    lab = [CONFIGS, TRIALS, DEVICE, THREADS, ROUNDS, NPROC, TIMEOUT, *([JSON] if json else []), QUIET]
+    lab = [CONFIGS, TRIALS, DEVICE, THREADS, ROUNDS, NPROC, TIMEOUT, FORK_TRIALS, *([JSON] if json else []), QUIET]
     lab += [PROFILE, PROFILE_DIR] if profile else []
     return ((None, WORKLOADS), *(("lab", option) for option in lab))
 
@@ -677,7 +678,7 @@ COMMANDS = (
             *_own(MARKDOWN, DIAGNOSE),
             *_in("history", RECORD, HISTORY_DIR, HISTORY_BRANCH),
             *_own(COUNTS_ONLY),
-            *_in("paired check", AGAINST, PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS, ENVIRONMENT),
+            *_in("paired check", AGAINST, PARALLEL_PAIRS, INTERLEAVED_PAIRS, ENVIRONMENT),
         ),
         (*_GATES, EXIT_REGRESSION, EXIT_NO_BASELINE),
         {
@@ -706,7 +707,7 @@ COMMANDS = (
             *_own(SUB_DEBUG, GOOD, BAD),
             *_lab(json=False, profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
-            *_own(PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS),
+            *_own(PARALLEL_PAIRS, INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),
@@ -729,7 +730,7 @@ COMMANDS = (
             *_own(SUB_DEBUG),
             *_lab(profile=False),
             *_gate(measuring=True, exits=False, baselines=False),
-            *_own(PAIRS, SLOWDOWN, PARALLEL_PAIRS, FORK_TRIALS, INTERLEAVED_PAIRS),
+            *_own(PAIRS, SLOWDOWN, PARALLEL_PAIRS, INTERLEAVED_PAIRS),
         ),
         _GATES,
     ),

@@ -226,8 +226,8 @@ def run_settings(
     configs: Sequence[str] | None = None,
 ) -> RunSettings:
     """The one assembly of a `RunSettings`, from option values by key (`configs` as text or names, `trials`,
-    `device`, `threads`, `rounds`, `timeout`, `profile`, `profile_dir`, `nproc`; a key missing or None: its
-    default) over the project's (`nproc`). `configs`: these instead (the plugin's per-test configs)."""
+    `device`, `threads`, `rounds`, `timeout`, `profile`, `profile_dir`, `nproc`, `fork_trials`; a key missing or
+    None: its default) over the project's (`nproc`). `configs`: these instead (the plugin's per-test configs)."""
     from perfgate.measure.device import select_device
     from perfgate.measure.environment import default_threads
     from perfgate.measure.lab import DEFAULT_TIMEOUT_S
@@ -247,6 +247,7 @@ def run_settings(
         profile_dir=values.get("profile_dir") if values.get("profile") else None,
         nproc=nproc,
         counts_only=counts_only,
+        fork=bool(values.get("fork_trials")),
         front_end=front_end,  # how the lab's messages spell the options
     )
 
@@ -325,18 +326,12 @@ def _pairing(
     """How a paired check runs its pairs; asked for in a check that measures no pairs (`unpaired`: no base), a
     UsageError naming where the option came from (`where`, by option key; default: the front end's flag)."""
     environment = values.get("environment")
-    pairing = Pairing(
-        bool(values.get("parallel_pairs")),
-        bool(values.get("fork_trials")),
-        values.get("interleaved_pairs"),
-        environment or "auto",
-    )
+    pairing = Pairing(bool(values.get("parallel_pairs")), values.get("interleaved_pairs"), environment or "auto")
     if unpaired:
         option = front_end.option
         interleaved = f"{'' if pairing.interleaved else 'no-'}interleaved-pairs"
         for given, key, name in (
             (pairing.parallel, "parallel_pairs", "parallel-pairs"),
-            (pairing.fork, "fork_trials", "fork-trials"),
             (pairing.interleaved is not None, "interleaved_pairs", interleaved),
             (environment is not None, "environment", "environment"),
         ):

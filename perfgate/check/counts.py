@@ -23,8 +23,9 @@ from perfgate.records.verdicts import GateResult
 
 
 def counting_settings(run_settings: RunSettings) -> RunSettings:
-    """The run settings of counting trials: one trial a config, one round, counts only."""
-    return replace(run_settings, counts_only=True, trials=1, rounds=1)
+    """The run settings of counting trials: one trial a config, one round, counts only, a fresh process (the
+    counts are the same in a forked one, and a baseline's counts are read whichever way its trials started)."""
+    return replace(run_settings, counts_only=True, trials=1, rounds=1, fork=False)
 
 
 def run_counts_check(plan: CheckPlan, *, against: str | None = None, store: BaselineStore | None = None) -> GateResult:

@@ -21,7 +21,7 @@ from perfgate._files import OwnedTempDir
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure import distributed
 from perfgate.measure.trial import TrialSpec, workload_identity
-from perfgate.measure.trialserver import ForkedProcess, TrialServer
+from perfgate.measure.trialserver import ForkedProcess, ServerGone, TrialServer
 from perfgate.measure.watch import watched, watched_environment
 from perfgate.naming import CLI, FrontEnd
 from perfgate.project import DEFAULT_TRIALS
@@ -42,12 +42,11 @@ DEFAULT_TIMEOUT_S = 600.0
 
 @dataclass(frozen=True)
 class Pairing:
-    """How a paired check runs its pairs (`--parallel-pairs`, `--fork-trials`, `--[no-]interleaved-pairs`), and
-    where its base side runs (`--environment`: auto, shared or per-side): passed whole wherever pairs are measured
-    (check --against, calibrate, bisect, the pytest plugin)."""
+    """How a paired check runs its pairs (`--parallel-pairs`, `--[no-]interleaved-pairs`), and where its base side
+    runs (`--environment`: auto, shared or per-side): passed whole wherever pairs are measured (check --against,
+    calibrate, bisect, the pytest plugin). How each trial starts (`--fork-trials`) is `RunSettings.fork`."""
 
     parallel: bool = False
-    fork: bool = False
     interleaved: bool | None = None  # None: `measure.paired.takes_turns` decides
     environment: str = "auto"
 
@@ -70,6 +69,9 @@ class RunSettings:
     # Counting trials only (`--counts-only`): each trial runs its warm-up steps and makes the exact counts
     # (`perfgate.measure.counting`); nothing is timed, one process per config (a data-parallel workload too).
     counts_only: bool = False
+    # `--fork-trials`: each trial forked from one process that imported torch (`measure.trialserver`; one a side
+    # in a paired check), CPU only; a lab records it in its environment, so its baselines are its own machine type.
+    fork: bool = False
     front_end: FrontEnd = CLI  # how the messages spell the options (the core never spells a front end's flag)
 
     def __post_init__(self) -> None:
@@ -86,6 +88,13 @@ class RunSettings:
             )
         if self.timeout_s <= 0:
             raise UsageError(f"{option('timeout')} must be positive, got {self.timeout_s}")
+        if self.fork and (self.device != "cpu" or not hasattr(os, "fork")):
+            where = f"on {self.device}" if self.device != "cpu" else "without os.fork (POSIX only)"
+            raise UsageError(
+                f"{option('fork-trials')} forks trials on the CPU only, not {where}: a forked child cannot share its "
+                "parent's device state",
+                hint=f"drop {option('fork-trials')} here: each trial starts as a fresh process",
+            )
         if self.nproc is not None and self.nproc < 1:
             raise UsageError(
                 f"{option('nproc')} must be at least 1, got {self.nproc}", hint=f"use {option('nproc')} 2 for two ranks"
@@ -195,7 +204,8 @@ def run_lab(
     *,
     failures: dict[str, WorkloadError] | None = None,
 ) -> RunResult:
-    """Run every trial of every workload and config, each in a fresh process, and collect them.
+    """Run every trial of every workload and config, each in a fresh process (forked, `settings.fork`), and
+    collect them.
 
     A workload whose own code fails is left there (its configs failed in the result) and the others go on;
     `failures` (when given) receives each such workload's error, for the front end to report (exit 4). When
@@ -232,13 +242,22 @@ class LabSession:
         # configs are failed in the results, and the other workloads keep their trials.
         self.workload_failures: dict[str, WorkloadError] = {}
         self.profiles: dict[tuple[str, str], Profile] = {}
-        self.environment = collect_environment(settings.device, settings.torch_threads)
+        # `--fork-trials` (CPU only): every trial forked from one server (`measure.trialserver`); a data-parallel
+        # workload's stay torchrun's, in its baselines as in its checks. The environment says so (`trials:
+        # forked`): a forked trial's resident memory is not a fresh process's, so its baselines are filed apart
+        # (`records.fingerprint.machine_fingerprint`) and a check compares like with like.
+        self.fork = settings.fork  # `RunSettings` refused it off the CPU
+        environment = collect_environment(settings.device, settings.torch_threads)
+        self.environment = replace(environment, trials="forked") if self.fork else environment
         self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
+        self._server: TrialServer | None = None
 
     def __enter__(self) -> LabSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
         self._scratch.cleanup()
 
     def keep(self, names: Sequence[str]) -> None:
@@ -315,7 +334,7 @@ class LabSession:
                 self.progress(TrialEvent(planned, len(plan)))
             reference, _ = self.by_name[planned.workload]
             spec = self._spec(reference, planned.config, trial=planned.trial)
-            record = run_trial_process(spec, Path(self._scratch.name), settings.timeout_s, front_end=settings.front_end)
+            record = self._trial(spec)
             result = record.result
             if record.failure_kind == "workload":
                 # This workload is done (each of its configs failed with its error); the others go on. When
@@ -335,6 +354,26 @@ class LabSession:
             self.trials[key].append(result)
             if self.progress:
                 self.progress(TrialEvent(planned, len(plan), finished=result))
+
+    def _trial(self, spec: TrialSpec) -> TrialRecord:
+        """One trial: forked from the session's server (`self.fork`; a data-parallel one is torchrun's), else a
+        fresh process. A server that cannot start is a one-line error: trials started otherwise than the
+        environment says would be filed as what they are not."""
+        scratch, settings = Path(self._scratch.name), self.settings
+        if not self.fork or spec.nproc > 1:
+            return run_trial_process(spec, scratch, settings.timeout_s, front_end=settings.front_end)
+        try:
+            if self._server is None or not self._server.alive:
+                if self._server is not None:
+                    self._server.close()
+                self._server = start_trial_server(settings.threads, TrialPlace(), scratch)
+            forked = RunningTrial(
+                spec, scratch, settings.timeout_s, TrialPlace(), self._server, front_end=settings.front_end
+            )
+            return forked.wait()
+        except ServerGone as error:
+            option = settings.front_end.option("fork-trials")
+            raise UsageError(f"{option}: {error}", hint=f"run without {option}") from None
 
     def result(self) -> RunResult:
         """Everything measured so far."""

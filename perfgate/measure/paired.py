@@ -349,8 +349,9 @@ class PairedSession:
         self.settings = settings
         parallel = pairing.parallel
         interleaved = takes_turns(parallel, pairing.interleaved, settings.device, settings.front_end)
-        # Trials forked from one server a side (torch imported once): CPU only, see perfgate.measure.trialserver.
-        self.fork = pairing.fork and settings.device == "cpu" and hasattr(os, "fork")
+        # Trials forked from one server a side (torch imported once): CPU only (`RunSettings` refuses it elsewhere),
+        # see perfgate.measure.trialserver.
+        self.fork = settings.fork
         self.servers: dict[str, TrialServer] = {}
         self.planted = {"base": 0.0, "head": planted_slowdown}  # calibration plants a slowdown in head
         self.ref = ref
@@ -408,7 +409,9 @@ class PairedSession:
         self.sides["head"].identities = {w.name: _identity(w, settings.nproc_of(w)) for _, w in self.loaded}
         self.order: list[str] = []
         self.rounds: dict[tuple[str, str], int] = {}  # calibrated by each config's first pair (measure.rounds)
-        self.environment = collect_environment(settings.device, settings.torch_threads)
+        environment = collect_environment(settings.device, settings.torch_threads)
+        # As a lab's (`LabSession`): forked trials are their own machine type in the history's series.
+        self.environment = replace(environment, trials="forked") if self.fork else environment
         self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
 
     def __enter__(self) -> PairedSession:

@@ -25,6 +25,9 @@ class Fingerprint:
     cpu_model: str | None = None  # the CPU only
     cpu_capability: str | None = None  # the CPU only: the instruction set torch uses (`AVX2`, `AVX512`)
     threads: int | None = None  # the CPU only
+    # "forked": trials forked from one process that imported torch (`--fork-trials`), whose resident memory is not
+    # a fresh process's; None: a fresh process each (every baseline written before, whose tables lack the field)
+    trials: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "the fingerprint") -> Fingerprint:
@@ -40,8 +43,12 @@ class Fingerprint:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, in `FINGERPRINT_FIELDS` order, as a baseline file keeps it."""
-        return asdict(self)
+        """Every field, in `FINGERPRINT_FIELDS` order, as a baseline file keeps it (`trials` only where set, so
+        a fresh-process baseline reads as every earlier one)."""
+        document = asdict(self)
+        if self.trials is None:
+            del document["trials"]
+        return document
 
 
 FINGERPRINT_FIELDS = tuple(Fingerprint.__dataclass_fields__)
@@ -70,6 +77,7 @@ def machine_fingerprint(environment: Environment) -> Fingerprint:
         cpu_model=(document.get("cpu") or {}).get("model") if on_cpu else None,
         cpu_capability=cpu_capability(environment) if on_cpu else None,
         threads=document.get("threads") if on_cpu else None,
+        trials=document.get("trials"),
     )
 
 
@@ -87,22 +95,38 @@ def fingerprint_key(fingerprint: Fingerprint) -> str:
         model = fingerprint.cpu_model
         if fingerprint.cpu_capability:
             model = f"{model} ({fingerprint.cpu_capability})"
-        return f"cpu {model}, {threads} thread{plural}, torch {fingerprint.torch}"
+        forked = ", trials forked" if fingerprint.trials == "forked" else ""
+        return f"cpu {model}, {threads} thread{plural}, torch {fingerprint.torch}{forked}"
     return f"{fingerprint.device_count}x {fingerprint.device_name}, cuda {fingerprint.cuda}, torch {fingerprint.torch}"
 
 
 def fingerprint_differences(wanted: Fingerprint, stored: Fingerprint) -> list[str]:
-    """`field: stored != wanted` for each fingerprint field that differs."""
+    """`field: stored != wanted` for each fingerprint field that differs; the trials' start in words."""
     return [
-        f"{name} {getattr(stored, name)!r} (this machine: {getattr(wanted, name)!r})"
+        _trials_difference(stored.trials, wanted.trials)
+        if name == "trials"
+        else f"{name} {getattr(stored, name)!r} (this machine: {getattr(wanted, name)!r})"
         for name in FINGERPRINT_FIELDS
         if getattr(stored, name) != getattr(wanted, name)
     ]
 
 
+def _trials_difference(stored: str | None, wanted: str | None) -> str:
+    """`trials forked (this run: fresh processes; forked trials' resident memory is not a fresh process's, so
+    measure both alike: with or without --fork-trials)`."""
+
+    def words(trials: str | None) -> str:
+        return "fresh processes" if trials is None else str(trials)
+
+    return (
+        f"trials {words(stored)} (this run: {words(wanted)}; a forked trial's resident memory is not a fresh "
+        "process's, so baseline and check start their trials alike: both with --fork-trials or both without)"
+    )
+
+
 def machine_difference(baseline: RunResult, candidate: RunResult) -> str | None:
     """What differs between two results files' machine fingerprints (`device_type 'cpu' -> 'cuda'; threads 2 -> 4`);
     None when they come from the same machine type."""
-    old, new = (machine_fingerprint(run.environment).to_dict() for run in (baseline, candidate))
+    old, new = (asdict(machine_fingerprint(run.environment)) for run in (baseline, candidate))
     differences = [f"{name} {old[name]!r} -> {new[name]!r}" for name in FINGERPRINT_FIELDS if old[name] != new[name]]
     return "; ".join(differences) or None

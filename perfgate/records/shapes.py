@@ -543,6 +543,7 @@ _ENVIRONMENT_KINDS: dict[str, tuple[type, ...]] = {
     "device": (dict,),
     "cpu": (dict,),
     "threads": (int,),
+    "trials": (str,),
     "float32_matmul_precision": (str,),
     "git": (dict,),
 }
@@ -632,7 +633,7 @@ class Environment(_OpenShape):
     entry's `environment`)."""
 
     KINDS = _ENVIRONMENT_KINDS
-    ALWAYS = _ENVIRONMENT_KINDS
+    ALWAYS = tuple(name for name in _ENVIRONMENT_KINDS if name != "trials")  # written only where set
     WHAT = "the environment"
 
     python: str | None = None
@@ -643,6 +644,7 @@ class Environment(_OpenShape):
     device: DeviceInfo | None = None
     cpu: CpuInfo | None = None
     threads: int | None = None
+    trials: str | None = None  # "forked": each trial forked from one process (`--fork-trials`); None: fresh ones
     float32_matmul_precision: str | None = None
     git: GitState | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
