@@ -465,9 +465,7 @@ def test_a_ref_missing_from_a_shallow_clone_says_how_to_fetch_it(repo, tmp_path,
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(
-    "option", ["--parallel-pairs", "--interleaved-pairs", "--no-interleaved-pairs"]
-)
+@pytest.mark.parametrize("option", ["--parallel-pairs", "--interleaved-pairs", "--no-interleaved-pairs"])
 def test_paired_options_without_against_are_a_one_line_error(option, repo, scratch_here, monkeypatch, capsys):
     monkeypatch.chdir(repo)
     result = run_main(capsys, "check", WORKLOAD, option, *FAST)
