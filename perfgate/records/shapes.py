@@ -644,9 +644,9 @@ class Environment(_OpenShape):
     device: DeviceInfo | None = None
     cpu: CpuInfo | None = None
     threads: int | None = None
-    trials: str | None = None  # "forked": each trial forked from one process (`--fork-trials`); None: fresh ones
     float32_matmul_precision: str | None = None
     git: GitState | None = None
+    trials: str | None = None  # "forked": each trial forked from one process (`--fork-trials`); None: fresh ones
     extra: Mapping[str, Any] = field(default_factory=dict)
     order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
