@@ -40,8 +40,12 @@ def torch_default_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def collect_environment(device_type: str, threads: int, cwd: Path | None = None) -> Environment:
-    """Versions, device, CPU, threads, platform and git state (`Environment.to_dict`: the files' JSON)."""
+def collect_environment(
+    device_type: str, threads: int, cwd: Path | None = None, *, forked: bool = False
+) -> Environment:
+    """Versions, device, CPU, threads, platform and git state (`Environment.to_dict`: the files' JSON); `forked`:
+    the trials are forked from one server (`--fork-trials`), whose figures are not a fresh process's, so the
+    environment says `trials: forked` and the machine fingerprint files its baselines apart."""
     import torch
 
     from perfgate.measure.device import CudaDevice, Device
@@ -64,6 +68,7 @@ def collect_environment(device_type: str, threads: int, cwd: Path | None = None)
         threads=threads,
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         git=git_state(cwd or Path.cwd()),
+        trials="forked" if forked else None,
     )
 
 

@@ -243,12 +243,9 @@ class LabSession:
         self.workload_failures: dict[str, WorkloadError] = {}
         self.profiles: dict[tuple[str, str], Profile] = {}
         # `--fork-trials` (CPU only): every trial forked from one server (`measure.trialserver`); a data-parallel
-        # workload's stay torchrun's, in its baselines as in its checks. The environment says so (`trials:
-        # forked`): a forked trial's resident memory is not a fresh process's, so its baselines are filed apart
-        # (`records.fingerprint.machine_fingerprint`) and a check compares like with like.
-        self.fork = settings.fork  # `RunSettings` refused it off the CPU
-        environment = collect_environment(settings.device, settings.torch_threads)
-        self.environment = replace(environment, trials="forked") if self.fork else environment
+        # workload's stay torchrun's, in its baselines as in its checks. The environment says so, and a check
+        # compares like with like (`collect_environment`).
+        self.environment = collect_environment(settings.device, settings.torch_threads, forked=settings.fork)
         self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
         self._server: TrialServer | None = None
 
@@ -356,21 +353,21 @@ class LabSession:
                 self.progress(TrialEvent(planned, len(plan), finished=result))
 
     def _trial(self, spec: TrialSpec) -> TrialRecord:
-        """One trial: forked from the session's server (`self.fork`; a data-parallel one is torchrun's), else a
+        """One trial: forked from the session's server (`--fork-trials`; a data-parallel one is torchrun's), else a
         fresh process. A server that cannot start is a one-line error: trials started otherwise than the
         environment says would be filed as what they are not."""
         scratch, settings = Path(self._scratch.name), self.settings
-        if not self.fork or spec.nproc > 1:
+        if not settings.fork or spec.nproc > 1:
             return run_trial_process(spec, scratch, settings.timeout_s, front_end=settings.front_end)
         try:
+            place = TrialPlace()
             if self._server is None or not self._server.alive:
                 if self._server is not None:
                     self._server.close()
-                self._server = start_trial_server(settings.threads, TrialPlace(), scratch)
-            forked = RunningTrial(
-                spec, scratch, settings.timeout_s, TrialPlace(), self._server, front_end=settings.front_end
-            )
-            return forked.wait()
+                self._server = start_trial_server(settings.threads, place, scratch)
+            return RunningTrial(
+                spec, scratch, settings.timeout_s, place, self._server, front_end=settings.front_end
+            ).wait()
         except ServerGone as error:
             option = settings.front_end.option("fork-trials")
             raise UsageError(f"{option}: {error}", hint=f"run without {option}") from None

@@ -409,9 +409,8 @@ class PairedSession:
         self.sides["head"].identities = {w.name: _identity(w, settings.nproc_of(w)) for _, w in self.loaded}
         self.order: list[str] = []
         self.rounds: dict[tuple[str, str], int] = {}  # calibrated by each config's first pair (measure.rounds)
-        environment = collect_environment(settings.device, settings.torch_threads)
-        # As a lab's (`LabSession`): forked trials are their own machine type in the history's series.
-        self.environment = replace(environment, trials="forked") if self.fork else environment
+        # As a lab's: forked trials are their own machine type in the history's series.
+        self.environment = collect_environment(settings.device, settings.torch_threads, forked=self.fork)
         self._scratch = OwnedTempDir("perfgate-")  # marked: a later check removes it if this one is killed
 
     def __enter__(self) -> PairedSession:

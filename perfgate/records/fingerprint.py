@@ -25,8 +25,8 @@ class Fingerprint:
     cpu_model: str | None = None  # the CPU only
     cpu_capability: str | None = None  # the CPU only: the instruction set torch uses (`AVX2`, `AVX512`)
     threads: int | None = None  # the CPU only
-    # "forked": trials forked from one process that imported torch (`--fork-trials`), whose resident memory is not
-    # a fresh process's; None: a fresh process each (every baseline written before, whose tables lack the field)
+    # "forked": trials forked from one process that imported torch (`--fork-trials`), whose samples/s and resident
+    # memory are not a fresh process's; None: a fresh process each (every earlier baseline, whose table lacks it)
     trials: str | None = None
 
     @classmethod
@@ -112,15 +112,15 @@ def fingerprint_differences(wanted: Fingerprint, stored: Fingerprint) -> list[st
 
 
 def _trials_difference(stored: str | None, wanted: str | None) -> str:
-    """`trials forked (this run: fresh processes; forked trials' resident memory is not a fresh process's, so
-    measure both alike: with or without --fork-trials)`."""
+    """`trials forked (this run: fresh processes; ...: both with --fork-trials or both without)`."""
 
     def words(trials: str | None) -> str:
         return "fresh processes" if trials is None else str(trials)
 
     return (
-        f"trials {words(stored)} (this run: {words(wanted)}; a forked trial's resident memory is not a fresh "
-        "process's, so baseline and check start their trials alike: both with --fork-trials or both without)"
+        f"trials {words(stored)} (this run: {words(wanted)}; a forked trial's samples/s and resident memory are "
+        "not a fresh process's, so baseline and check start their trials alike: both with --fork-trials or both "
+        "without)"
     )
 
 
