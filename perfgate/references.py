@@ -24,6 +24,17 @@ class Reference:
     text: str
     target: str  # "file:<abs path>:<function>", "module:<module>:<function>" or "builtin:<name>@<size>"
 
+    def import_module(self, front_end: FrontEnd = CLI) -> ModuleType:
+        """Import the module that holds the target's function (what it imports with it), without calling it; a
+        built-in's is perfgate's."""
+        kind, _, rest = self.target.partition(":")
+        if kind == "builtin":
+            from perfgate import builtin
+
+            return builtin
+        location = rest.rpartition(":")[0]
+        return _import_file(location, front_end) if kind == "file" else _import_module(location, front_end)
+
     def load(self, front_end: FrontEnd = CLI) -> Workload:
         """Import the target and call its function; the result must be a Workload. `front_end`: how the
         messages spell the option that shows tracebacks."""
@@ -34,7 +45,7 @@ class Reference:
             name, _, size = rest.partition("@")
             return builtin.load(name, size)
         location, _, function_name = rest.rpartition(":")
-        module = _import_file(location, front_end) if kind == "file" else _import_module(location, front_end)
+        module = self.import_module(front_end)
         function = getattr(module, function_name, None)
         if function is None:
             available = sorted(

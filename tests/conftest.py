@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -42,16 +45,17 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop(name, None)
 
 
-# Importing lightning (tests/test_framework_lightning.py, at collection) sets TORCHINDUCTOR_CACHE_DIR in this
-# process to inductor's default; the tests of the Action's steps read it from the environment they inherit.
-_INDUCTOR_CACHE = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+# Every process the suite starts compiles with one inductor cache: the caller's, else torch's default for this user
+# (what a user's runs share), named before any test points TMPDIR into its own folder, which would give each
+# test's compiles an empty cache (a cold compile of a small model costs seconds more than a cached one). Importing
+# lightning (tests/test_framework_lightning.py, at collection) sets it in this process, to that default.
+_INDUCTOR_CACHE = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+    tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _INDUCTOR_CACHE is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
     if _MACHINE_LOCK in config.stash:
         shared_files_first(items)
 

@@ -86,6 +86,7 @@ def step_env(step: dict, base: dict[str, str], inputs: dict[str, str], context: 
 def runner_env(tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a runner gives each step: this Python first on PATH, temporary GITHUB_* files."""
     base = dict(os.environ, **(env or {}))
+    base.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the suite's own (tests/conftest.py), which a runner has not
     base["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), base.get("PATH", "")])
     for name, file in [("GITHUB_STEP_SUMMARY", "summary.md"), ("GITHUB_OUTPUT", "output.txt")]:
         base[name] = str(tmp_path / file)

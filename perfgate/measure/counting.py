@@ -57,7 +57,7 @@ def count_step(
     operators = _OperatorCounter(track_storage=device_type != "cuda" and eager_step is None)
     if operators.track_storage:
         operators.start_with(_tensors(model, optimizer, batch))
-    with FlopCounterMode(display=False) as flops, operators:
+    with _no_dynamo_import(type(operators), _flop_mode_class()), FlopCounterMode(display=False) as flops, operators:
         eager(batch)
     allocated: int | None = None
     kind: str | None = None
@@ -85,6 +85,40 @@ def count_step(
         recompile_reasons=[] if compiled is None else compiled.recompile_reasons,
         counting_s=time.perf_counter() - started,
     )
+
+
+@contextlib.contextmanager
+def _no_dynamo_import(*modes: type | None) -> Iterator[None]:
+    """The counting modes, in a process that has not imported torch._dynamo, without importing it.
+
+    torch wraps each dispatch mode's `__torch_dispatch__` (`torch._disable_dynamo`) so that torch.compile never
+    traces it, and the wrapper imports torch._dynamo at its first call: about a second, which a trial whose
+    workload neither compiles nor builds a torch optimizer would spend on counting alone. Where nothing has
+    imported torch._dynamo nothing can be compiling, so for the pass each handler stands as its own disabled
+    form (the wrapper's cache, `__dynamo_disable`), removed afterwards. A torch whose modes are wrapped otherwise
+    is left as it is (and imports torch._dynamo as before)."""
+    import sys
+
+    marked = []
+    if "torch._dynamo" not in sys.modules:
+        for mode in modes:
+            raw = getattr(vars(mode).get("__torch_dispatch__") if mode else None, "__wrapped__", None)
+            if raw is not None and "__dynamo_disable" not in vars(raw):
+                vars(raw)["__dynamo_disable"] = raw
+                marked.append(raw)
+    try:
+        yield
+    finally:
+        for raw in marked:
+            vars(raw).pop("__dynamo_disable", None)
+
+
+def _flop_mode_class() -> type | None:
+    """The dispatch mode inside torch's FlopCounterMode (a private class: None where a torch has none)."""
+    from torch.utils import flop_counter
+
+    mode = getattr(flop_counter, "_FlopCounterMode", None)
+    return mode if isinstance(mode, type) else None
 
 
 def _parameters(model: Any) -> tuple[int, int]:

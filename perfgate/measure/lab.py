@@ -436,7 +436,7 @@ class RunningTrial:
         self.started = time.perf_counter()
         self.process: subprocess.Popen[bytes] | ForkedProcess
         if server is not None:
-            self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus)
+            self.process = server.fork(spec_path, self.out_path, self.log_path, place.cpus, timeout_s)
             return
         # A data-parallel trial: torchrun starts one trial process per rank (`perfgate.measure.distributed`).
         # Under the watch (`perfgate.measure.watch`): the trial (torchrun and its ranks) ends when perfgate dies.

@@ -1,11 +1,13 @@
-"""A fork server for a paired check's trials (`--fork-trials`): one per side, torch imported once, a child per trial.
+"""A fork server for a session's trials (`--fork-trials`): one per side, torch imported once, a child per trial.
 
 A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, which creating an
 optimizer imports) before it measures anything; a paired check runs twice the trials of a lab. The
 server is started like a trial process (the side's folder, source folders and thread settings),
 imports what every trial imports, and then forks one child per trial, which runs exactly what
-`python -m perfgate.measure.trial` runs. A child is a fresh trial in everything it builds (workload, model,
-data, RNG state); what it shares with its siblings is the imported code.
+`python -m perfgate.measure.trial` runs. Before a workload's first trial it imports that workload's module
+too (`import_workload`: a framework such as Lightning takes seconds to import, in every fresh trial). A child
+is a fresh trial in everything it builds (workload, model, data, RNG state); what it shares with its siblings
+is the imported code.
 
 A fork copies the server's heap into the child, but not the page-table entries of its mapped files:
 left alone, the child faults torch's library pages back in during its steps, and peak memory above
@@ -86,8 +88,12 @@ class TrialServer:
             raise ServerGone(f"the trial server did not start: {self._last_log_line()}")
         self._ready = True
 
-    def fork(self, spec_path: Path, out_path: Path, log_path: Path, cpus: frozenset[int] | None) -> ForkedProcess:
-        """Start one trial as a forked child; the returned object waits and is killed like a `Popen`."""
+    def fork(
+        self, spec_path: Path, out_path: Path, log_path: Path, cpus: frozenset[int] | None, timeout: float | None = None
+    ) -> ForkedProcess:
+        """Start one trial as a forked child; the returned object waits and is killed like a `Popen`. `timeout`:
+        how long the server may take to start it (importing the trial's workload module first, once): past it
+        the server is stopped and ServerGone raised."""
         self.wait_ready()
         request = {"spec": str(spec_path), "out": str(out_path), "log": str(log_path), "cpus": sorted(cpus or ())}
         try:
@@ -95,8 +101,11 @@ class TrialServer:
             self._stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise ServerGone(f"the trial server has exited: {self._last_log_line()}") from exc
-        reply = self.read_reply(None)
-        if reply is None or "pid" not in reply:
+        reply = self.read_reply(timeout)
+        if reply is None:
+            self.process.kill()
+            raise ServerGone(f"the trial server did not start a trial within {timeout:g} s importing its workload")
+        if "pid" not in reply:
             raise ServerGone(f"the trial server did not start a trial: {self._last_log_line()}")
         return ForkedProcess(self, int(reply["pid"]))
 
@@ -178,16 +187,21 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
     server = os.getpid()
     replies.write(json.dumps({"ready": True}) + "\n")
     replies.flush()
+    imported: set[str] = set()
     for line in requests:
         if not line.strip():
             continue
         request = json.loads(line)
+        if import_workload(request["spec"], imported):
+            resident = resident_file_pages()  # the workload's libraries' pages too
         with warnings.catch_warnings():  # the watch's thread waits on a pipe and holds no lock the child needs
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:  # the child: never returns into the loop
             code = 70
             try:
+                with contextlib.suppress(OSError):
+                    os.close(replies.fileno())  # the server's end: the client sees it close when the server ends
                 code = _child(request, resident, server)
             except BaseException:
                 traceback.print_exc()  # into the trial's log, where the client reads its last line
@@ -199,6 +213,28 @@ def serve(requests: IO[str], replies: IO[str]) -> int:
         replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()
     return 0
+
+
+def import_workload(spec_path: str, imported: set[str]) -> bool:
+    """Import the module of the workload a trial runs, once a workload, before its first trial is forked: every
+    child then starts with the workload's imports done (a framework such as Lightning takes seconds to import),
+    as it starts with torch's. Only the module is imported; its function runs in each child, which builds the
+    workload afresh from the module as imported. A module that fails to import is left to the child, which
+    reports it as a fresh trial would. True when it imported anything new."""
+    from perfgate.references import Reference
+
+    try:
+        spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+        reference = Reference(spec["reference_text"], spec["reference_target"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if reference.target in imported:
+        return False
+    imported.add(reference.target)
+    before = len(sys.modules)
+    with contextlib.suppress(Exception, SystemExit):
+        reference.import_module()
+    return len(sys.modules) > before
 
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -297,4 +333,7 @@ def _child(request: dict[str, Any], resident: list[tuple[int, int]], server: int
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.stdin, sys.stdout))
+    # The replies get a descriptor of their own; what the imports print goes to the log (stderr), not into them.
+    _replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.exit(serve(sys.stdin, _replies))

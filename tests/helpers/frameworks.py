@@ -27,13 +27,17 @@ def scratch(folder: Path) -> dict[str, str]:
 
 def run_the_lab(tmp_path: Path, source: str) -> dict[str, Any]:
     """`perfgate run` of the workload file `source` in fp32, bf16 and bf16-compile, one trial each: the results
-    file's one workload, after checking that every config's trial ran."""
+    file's one workload, after checking that every config's trial ran. The trials are forked from one server
+    (`--fork-trials`), which imports the framework once, not in each of the three (seconds each); the init
+    templates' labs (tests/test_init.py) run the frameworks' trials in fresh processes."""
     repo = repository(tmp_path / "repo", source)
     out = tmp_path / "out.json"
-    configs = ("--configs", "fp32,bf16,bf16-compile", "--trials", "1", "--json", str(out))
+    configs = ("--configs", "fp32,bf16,bf16-compile", "--trials", "1", "--fork-trials", "--json", str(out))
     result = run_cli("run", "perf/workloads.py:workload", *configs, cwd=repo, env=scratch(tmp_path / "tmp"))
     assert result.returncode == 0, result.stdout + result.stderr
-    (workload,) = json.loads(out.read_text(encoding="utf-8"))["workloads"]
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["environment"]["trials"] == "forked"
+    (workload,) = document["workloads"]
     assert set(workload["configs"]) == {"fp32", "bf16", "bf16-compile"}
     for config in workload["configs"].values():
         (trial,) = config["trials"]
