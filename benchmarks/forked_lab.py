@@ -2,7 +2,11 @@
 each measures.
 
     python benchmarks/forked_lab.py [--rounds 2] [--workloads lm@small,vision@small] [--configs fp32]
-                                    [--trials 3] [--threads 1]
+                                    [--trials 3] [--threads 1] [--lightning]
+
+`--lightning` runs a small LightningModule instead (`perfgate.from_lightning`, needs `pip install lightning`):
+importing Lightning takes seconds, which a fresh trial pays every time and a fork server once a session, since
+it imports each workload's module before its first trial.
 
 Each round runs `perfgate run` once each way, in alternating order, nothing else measuring: the wall time of
 the whole command (what a user waits for), and per workload and config the median samples/s and peak memory
@@ -23,6 +27,35 @@ import time
 from pathlib import Path
 
 MODES = {"fresh": [], "forked": ["--fork-trials"]}
+LIGHTNING = """
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import perfgate
+
+
+class Regressor(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(1024, 64, generator=generator), torch.randn(1024, 1, generator=generator))
+        return DataLoader(data, batch_size=32)
+
+
+def workload():
+    return perfgate.from_lightning(Regressor, name="lightning-mlp", steps=16, warmup_steps=2)
+"""
 
 
 def run_once(mode: str, args: argparse.Namespace, folder: Path) -> tuple[float, dict[str, tuple[float, float]]]:
@@ -53,10 +86,14 @@ def main() -> None:
     parser.add_argument("--configs", default="fp32")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lightning", action="store_true", help="a small LightningModule instead of --workloads")
     args = parser.parse_args()
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     figures: dict[str, dict[str, list[tuple[float, float]]]] = {mode: {} for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="forked-lab-") as scratch:
+        if args.lightning:
+            (Path(scratch) / "lightning_mlp.py").write_text(LIGHTNING)
+            args.workloads = str(Path(scratch) / "lightning_mlp.py") + ":workload"
         for round_ in range(args.rounds):
             order = list(MODES) if round_ % 2 == 0 else list(reversed(MODES))
             for mode in order:

@@ -6,6 +6,10 @@ GPT-2 (a model perfgate's authors did not write, random weights) in fresh proces
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -52,6 +56,49 @@ def test_a_step_counted_twice_gives_the_same_counts():
     second = counted(*mlp_step())
     assert first.counting_s > 0
     assert {**first.to_dict(), "counting_s": 0} == {**second.to_dict(), "counting_s": 0}
+
+
+COUNT_WITHOUT_AN_OPTIMIZER = """
+import json
+import sys
+
+import torch
+
+from perfgate.measure.counting import count_step
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+batch = (torch.randn(32, 64), torch.randint(0, 10, (32,)))
+
+
+def step(b):  # SGD written out, as a workload with its own update rule has it
+    torch.nn.functional.cross_entropy(model(b[0]), b[1]).backward()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter -= 0.01 * parameter.grad
+            parameter.grad = None
+
+
+counts = [count_step(step, None, model, None, batch, 32, "cpu", None)]
+before = "torch._dynamo" in sys.modules
+import torch._dynamo  # noqa: E402 - as a compile or a torch optimizer would have imported it
+
+counts.append(count_step(step, None, model, None, batch, 32, "cpu", None))
+print(json.dumps({"dynamo_before": before, "counts": [{**c.to_dict(), "counting_s": 0} for c in counts]}))
+"""
+
+
+@pytest.mark.e2e
+def test_counting_a_step_imports_no_torch_dynamo_where_nothing_had_and_counts_the_same_either_way():
+    """torch's dispatch modes import torch._dynamo at their first operator (about a second of a trial whose
+    workload builds no torch optimizer); the counting pass does without it, and counts what it counts with it."""
+    command = [sys.executable, "-c", COUNT_WITHOUT_AN_OPTIMIZER]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["dynamo_before"] is False
+    without, with_dynamo = report["counts"]
+    assert without == with_dynamo and without["operators_per_step"] > 0 and without["flops_per_sample"] > 0
 
 
 def test_flops_parameters_and_operators_of_a_known_step():

@@ -67,19 +67,12 @@ def test_a_forked_trial_past_its_timeout_dies_with_its_process_group_and_the_ser
 
 IMPORT_RECORDING = """
 import os
-import sys
 
 from tiny import tiny as _tiny
 
 with open(os.environ["PERFGATE_TEST_IMPORTS"], "a") as imports:
     imports.write(f"{os.getpid()}\\n")  # the process that executed this module
 print("a module that prints when imported")  # into the server's log, never into its replies
-if os.environ.get("PERFGATE_TEST_PLANT") == "raise":
-    raise RuntimeError("this module cannot be imported")
-if os.environ.get("PERFGATE_TEST_PLANT") == "hang":
-    import time
-
-    time.sleep(60)
 
 
 def tiny():
@@ -87,17 +80,18 @@ def tiny():
 """
 
 
-def _importing_spec(folder, trial: int = 0) -> TrialSpec:
+def _spec_of(folder, name: str, source: str, trial: int = 0) -> TrialSpec:
     (folder / "tiny.py").write_text((WORKLOADS / "tiny.py").read_text())
-    (folder / "recorded.py").write_text(IMPORT_RECORDING)
-    (reference,) = resolve_references([f"{folder / 'recorded.py'}:tiny"])
+    (folder / f"{name}.py").write_text(source)
+    (reference,) = resolve_references([f"{folder / name}.py:tiny"])
     return TrialSpec(reference.text, reference.target, "fp32", trial, "cpu", 1)
 
 
 def test_the_server_imports_a_workloads_module_once_and_each_child_builds_the_workload_from_it(tmp_path, monkeypatch):
     """A framework's import takes seconds: the server imports the workload's module before its first child, and
     every child starts with it imported, as it starts with torch. A module that raises is the child's failure, as
-    a fresh trial's; one that hangs is stopped at the trial's timeout, with the server."""
+    a fresh trial's, and the server serves on; one whose import hangs is stopped at the trial's timeout, with the
+    server."""
     imports = tmp_path / "imports.txt"
     monkeypatch.setenv("PERFGATE_TEST_IMPORTS", str(imports))
     place = TrialPlace(name="head")
@@ -105,31 +99,22 @@ def test_the_server_imports_a_workloads_module_once_and_each_child_builds_the_wo
     try:
         children, finished = [], []
         for trial in (0, 1):  # one at a time, as a session runs them
-            running = RunningTrial(_importing_spec(tmp_path, trial), tmp_path, 120.0, place, server)
+            recorded = _spec_of(tmp_path, "recorded", IMPORT_RECORDING, trial)
+            running = RunningTrial(recorded, tmp_path, 120.0, place, server)
             children.append(running.process.pid)
             finished.append(running.wait())
+        raising = _spec_of(tmp_path, "raising", "raise RuntimeError('this module cannot be imported')\n")
+        failed = RunningTrial(raising, tmp_path, 120.0, place, server).wait()
+        hanging = _spec_of(tmp_path, "hanging", "import time\n\ntime.sleep(60)\n")
+        with pytest.raises(ServerGone, match="^the trial server did not start a trial within 2 s importing its"):
+            RunningTrial(hanging, tmp_path, 2.0, place, server)
     finally:
         server.close()
     assert all(record.result.ok for record in finished), finished
     assert imports.read_text().split() == [str(server.process.pid)]  # once, by the server; not by the children
     assert server.process.pid not in children and "a module that prints when imported" in server.log_path.read_text()
-
-    monkeypatch.setenv("PERFGATE_TEST_PLANT", "raise")
-    server = start_trial_server(1, place, tmp_path)
-    try:
-        failed = RunningTrial(_importing_spec(tmp_path), tmp_path, 120.0, place, server).wait()
-    finally:
-        server.close()
     assert failed.failure_kind == "workload" and "this module cannot be imported" in str(failed.result.failure)
-
-    monkeypatch.setenv("PERFGATE_TEST_PLANT", "hang")
-    server = start_trial_server(1, place, tmp_path)
-    try:
-        with pytest.raises(ServerGone, match="^the trial server did not start a trial within 3 s importing its"):
-            RunningTrial(_importing_spec(tmp_path), tmp_path, 3.0, place, server)
-    finally:
-        server.close()
-    assert server.process.poll() is not None
+    assert server.process.returncode is not None  # stopped at the hanging import's timeout
 
 
 def test_a_server_that_cannot_start_is_a_one_line_error_naming_its_last_words(tmp_path):
