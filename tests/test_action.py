@@ -143,9 +143,11 @@ def test_a_pass_recorded_on_the_history_branch(gated_project, tmp_path):
     shutil.copytree(gated_project / "baselines", repo / "baselines")
     git(repo, "add", ".")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "baselines")
-    # A pass needs no more than two trials (any verdict but a regression passes): one look, at alpha 0.001.
+    # A pass needs no more than two trials (any verdict but a regression passes): one look, at alpha 0.001. The
+    # history branch is the subject, not the verdict: a 50% threshold keeps a whole session of this shared machine
+    # running slower than the fixture's (0.76x once, every phase alike, the probe at 0.99x) from failing it.
     args = CHECK_ARGS.replace("--max-trials 3", "--max-trials 2") + " --alpha 0.001"
-    inputs = {"args": args, "configs": "fp32", "trials": "2", "record": "true"}
+    inputs = {"args": args, "configs": "fp32", "trials": "2", "record": "true", "threshold": "50%"}
     code, summary, outputs, stdout = run_action(repo, tmp_path, inputs)
     assert code == 0, summary
     assert summary.startswith(MARKER + "\n### perfgate: pass")
