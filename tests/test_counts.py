@@ -6,6 +6,7 @@ GPT-2 (a model perfgate's authors did not write, random weights) in fresh proces
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -179,17 +180,27 @@ def count_trial(tmp_path, config: str = "fp32", *, layers: int = 2, plant: str =
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     """`count_trial`, each distinct trial run once for the module: the plain 2-layer counting trial, which three
-    tests compare against, is one real trial process instead of three (the counts are exact, the same in every run)."""
-    scratch = tmp_path_factory.mktemp("gpt2")
-    done: dict[tuple, Counts] = {}
+    tests compare against, is one real trial process instead of three (the counts are exact, the same in every run).
 
-    def trial(config: str = "fp32", *, layers: int = 2, plant: str = "", timed: bool = False) -> Counts:
-        key = (config, layers, plant, timed)
-        if key not in done:
-            done[key] = count_trial(scratch, config, layers=layers, plant=plant, timed=timed)
-        return done[key]
+    `gpt2.many(...)` runs a test's trials that have not run yet two at a time, one per core: each trial has one
+    torch thread, and nothing a neighbour's load changes is read (counts, parameters, the allocator's peak)."""
+    return CountingTrials(tmp_path_factory.mktemp("gpt2"))
 
-    return trial
+
+class CountingTrials:
+    def __init__(self, scratch) -> None:
+        self.scratch = scratch
+        self.done: dict[tuple, Counts] = {}
+
+    def many(self, *keys: tuple[str, int, str, bool]) -> list[Counts]:
+        """The counts of each (config, layers, plant, timed), running those not yet run at the same time."""
+        missing = list(dict.fromkeys(key for key in keys if key not in self.done))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            counted = pool.map(
+                lambda key: count_trial(self.scratch, key[0], layers=key[1], plant=key[2], timed=key[3]), missing
+            )
+            self.done.update(zip(missing, counted, strict=True))
+        return [self.done[key] for key in keys]
 
 
 def same_counts(a: Counts, b: Counts) -> bool:
@@ -198,14 +209,14 @@ def same_counts(a: Counts, b: Counts) -> bool:
 
 @pytest.mark.e2e
 def test_gpt2_counts_are_the_same_in_two_runs_and_in_a_timed_trial(gpt2):
-    first = gpt2()
-    assert same_counts(first, gpt2(layers=2, plant="", timed=True))
+    first, timed = gpt2.many(("fp32", 2, "", False), ("fp32", 2, "", True))
+    assert same_counts(first, timed)
     assert first.parameters > 100_000 and first.operators_per_step and first.allocated_peak_bytes
 
 
 @pytest.mark.e2e
 def test_one_more_gpt2_block_adds_its_flops_exactly(gpt2):
-    one, two, three = (gpt2(layers=n) for n in (1, 2, 3))
+    one, two, three = gpt2.many(*(("fp32", n, "", False) for n in (1, 2, 3)))
     assert one.flops_per_sample and two.flops_per_sample and three.flops_per_sample
     d, t = 64, 32  # n_embd and the sequence: a block's matmuls are 24 d^2 a token, attention 4 t d; x3 with backward
     block = 3 * (24 * d * d * t + 4 * t * t * d)
@@ -217,17 +228,15 @@ def test_one_more_gpt2_block_adds_its_flops_exactly(gpt2):
 
 @pytest.mark.e2e
 def test_a_slow_getitem_leaves_every_count_unchanged_and_a_kept_activation_raises_the_peak(gpt2):
-    plain = gpt2()
-    assert same_counts(plain, gpt2(plant="slowitem"))
-    kept = gpt2(plant="keep")
+    plain, slow, kept = gpt2.many(*(("fp32", 2, plant, False) for plant in ("", "slowitem", "keep")))
+    assert same_counts(plain, slow)
     assert kept.flops_per_sample == plain.flops_per_sample and kept.parameters == plain.parameters
     assert kept.allocated_peak_bytes == plain.allocated_peak_bytes + 8 * 32 * 256 * 4  # the logits' copy  # type: ignore[operator]
 
 
 @pytest.mark.e2e
 def test_a_graph_break_planted_in_forward_is_counted_with_its_place(gpt2):
-    plain = gpt2("bf16-compile")
-    broken = gpt2("bf16-compile", plant="graphbreak")
+    plain, broken = gpt2.many(("bf16-compile", 2, "", False), ("bf16-compile", 2, "graphbreak", False))
     assert plain.graph_breaks is not None and broken.graph_breaks is not None
     assert broken.graph_breaks > plain.graph_breaks
     planted = [place for place in broken.break_places if "outside_gpt2.py" in place]
