@@ -260,10 +260,19 @@ def test_the_boundary_rises_from_two_percent_at_four_pairs_to_twenty_at_twelve_a
 # -- an intermittent slowdown open at the budget: measured past it, on a reserve of alpha --------------------
 
 
-def decide(base, head, budget_pairs: int, *, extensible: bool = True, slow_rate: float | None = SLOW_RATE):
+def decide(
+    base,
+    head,
+    budget_pairs: int,
+    *,
+    extensible: bool = True,
+    slow_rate: float | None = SLOW_RATE,
+    counts_fail: bool = False,
+):
     """One config through `decide_sequentially` on a simulated clock (a pair takes 1 s, the first look at 3
     pairs, a budget of `budget_pairs` s), judged by `compare_paired` at the tracker's levels: the last verdict,
-    the pairs used, the looks, and what was said."""
+    the pairs used, the looks, and what was said. `counts_fail`: the config already fails by its exact counts
+    (a regression whatever its throughput says, as `judge.verdict` rules)."""
     settings = GateSettings(first_n=3, max_n=40, time_budget_s=float(budget_pairs))
     key = ("bench", "fp32")
     counts = {key: 3}
@@ -275,7 +284,7 @@ def decide(base, head, budget_pairs: int, *, extensible: bool = True, slow_rate:
         looks.append(look)
         n = counts[key]
         comparison = compare_paired(base[:n], head[:n], levels=levels_at(settings, look), slow_rate=slow_rate)
-        status = Status(comparison.verdict.value)
+        status = Status.REGRESSION if counts_fail else Status(comparison.verdict.value)
         verdict = ConfigVerdict(*key, status, "", settings.thresholds_for(*key), throughput=comparison)
         return SimpleNamespace(verdicts=[verdict])
 
@@ -319,6 +328,16 @@ def test_an_intermittent_slowdown_still_open_at_the_budget_is_measured_past_it_a
     budget_look = next(look for look in looks if look.held_back)
     assert budget_look.n == 12 and budget_look.final
     assert all(look.extension == (12, budget_look.previous_n) for look in looks if look.n > 12)
+
+
+def test_a_config_its_counts_already_fail_is_not_measured_past_the_budget():
+    """The extension is for a verdict still open: one that fails by its counts cannot pass unseen, whatever its
+    slow pairs; it stops at the budget, a regression, its throughput as far as the budget measured it."""
+    base, head = slow_path(40, seed=2)  # the intermittent slow path that the test above measures past the budget
+    throughput, used, _, said, stopped = decide(base, head, 12, counts_fail=True)
+    assert throughput.verdict == Verdict.INCONCLUSIVE and used == 12
+    assert stopped is None  # nothing is left open: the config is decided, a regression
+    assert not any("past the time budget" in line for line in said), said
 
 
 def test_slow_pairs_on_both_sides_are_interference_and_the_budget_stands():

@@ -58,8 +58,11 @@ def intermittent(verdict: ConfigVerdict) -> bool:
     """A verdict still open whose slow pairs fall on head's side: at least INTERMITTENT_PAIRS of head's trials
     ran much slower than their pair (the count test's cut; without one, SLOW_FACTOR 1.5x), and base's slow trials,
     if any, are at most a quarter as many. Interference hits either side alike; a slow path that head alone takes
-    is what an intermittent regression looks like, and it needs more pairs than the budget gave."""
-    if not _throughput_open(verdict) or verdict.throughput is None:
+    is what an intermittent regression looks like, and it needs more pairs than the budget gave.
+
+    A config that already fails (its exact counts or its peak memory beyond their tolerances) is not open: no
+    regression of it can pass unseen, and pairs past the budget would only narrow its throughput's interval."""
+    if verdict.status != Status.INCONCLUSIVE or not _throughput_open(verdict) or verdict.throughput is None:
         return False
     count = verdict.throughput.count
     base_slow, head_slow = verdict.throughput.slow if count is None else (count.base_slow, count.head_slow)
