@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perfgate.errors import WorkloadError
 from perfgate.workload import StepState
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.frameworks import repository, run_the_lab, scratch
 
 L = pytest.importorskip("lightning")
@@ -562,7 +562,7 @@ def test_a_counts_only_paired_check_counts_the_clipping_the_head_added(tmp_path)
     repo = repository(tmp_path / "repo", workload_source(clip=None), workload_source(clip=1.0))
     results = tmp_path / "results.json"
     check = ("check", "perf/workloads.py:workload", "--counts-only", "--against", "HEAD~1", "--configs", "fp32")
-    result = run_cli(*check, "--json", str(results), cwd=repo, env=scratch(tmp_path / "tmp"))
+    result = run_in_process(*check, "--json", str(results), cwd=repo, env=scratch(tmp_path / "tmp"))
     assert result.returncode in (0, 1), result.stdout + result.stderr  # judged, whatever the verdict
     document = json.loads(results.read_text(encoding="utf-8"))
     sides = [run["workloads"][0]["configs"]["fp32"]["trials"][0] for run in (document["against"]["base"], document)]

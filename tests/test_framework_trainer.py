@@ -20,7 +20,7 @@ import torch
 import perfgate
 from perfgate.errors import WorkloadError
 from perfgate.workload import StepState
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.frameworks import repository, run_the_lab, scratch
 
 transformers = pytest.importorskip("transformers")
@@ -465,7 +465,7 @@ def test_a_paired_check_judges_a_changed_gradient_accumulation_and_names_it(tmp_
     repo = repository(tmp_path / "repo", workload_source(accumulation=1), workload_source(accumulation=2))
     results = tmp_path / "results.json"
     check = ("check", "perf/workloads.py:workload", "--against", "HEAD~1", *PAIRED, "--json", str(results))
-    result = run_cli(*check, cwd=repo, env=scratch(tmp_path / "tmp"))
+    result = run_in_process(*check, cwd=repo, env=scratch(tmp_path / "tmp"))
     assert result.returncode in (0, 1), result.stdout + result.stderr  # judged, not "not comparable"
     assert "gradient accumulation changed: 1 -> 2 micro-batches per optimizer step" in result.stdout
     document = json.loads(results.read_text(encoding="utf-8"))

@@ -1,7 +1,8 @@
 """`perfgate init`: the three files that put a project under the gate, written whole or not at all.
 
-Real git repositories under the test's temporary folder. Commands that measure nothing run in this process,
-through the CLI's entry point; the generated workflow is validated by the real check-jsonschema and zizmor
+Real git repositories under the test's temporary folder. Commands that measure nothing, and the framework
+templates' labs (their trials are processes of their own), run in this process through the CLI's entry point;
+the generated workflow is validated by the real check-jsonschema and zizmor
 (skipped only where they are not installed); and one end-to-end test takes a fresh repository from
 `perfgate init` to a paired check that catches a planted slowdown, as a new user would.
 """
@@ -23,7 +24,7 @@ import yaml
 from perfgate import scaffold
 from perfgate.project import load_project_config
 from perfgate.references import parse_reference
-from tests.helpers.cli import CliResult, run_main
+from tests.helpers.cli import CliResult, run_in_process, run_main
 from tests.helpers.git import git
 from tests.helpers.packaging import venv_seeing_this_environment
 from tests.helpers.workloads import ROOT
@@ -537,16 +538,8 @@ def test_the_framework_templates_run_the_lab_at_once(tmp_path, init, framework):
     (repo / "pyproject.toml").write_text(FRAMEWORK_PYPROJECT[framework], encoding="utf-8")
     assert init(repo).returncode == 0
     out = tmp_path / "out.json"
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "perfgate", "run", "--configs", "fp32", "--trials", "1", "--json", str(out)],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    run = ("run", "--configs", "fp32", "--trials", "1", "--json", str(out))
+    done = run_in_process(*run, cwd=repo, env={"TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stdout + done.stderr
     (workload,) = json.loads(out.read_text(encoding="utf-8"))["workloads"]
     assert workload["configs"]["fp32"]["trials"][0]["status"] == "ok"

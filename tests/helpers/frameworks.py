@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_in_process
 from tests.helpers.git import commit, new_repository
 
 
@@ -33,7 +33,7 @@ def run_the_lab(tmp_path: Path, source: str) -> dict[str, Any]:
     repo = repository(tmp_path / "repo", source)
     out = tmp_path / "out.json"
     configs = ("--configs", "fp32,bf16,bf16-compile", "--trials", "1", "--fork-trials", "--json", str(out))
-    result = run_cli("run", "perf/workloads.py:workload", *configs, cwd=repo, env=scratch(tmp_path / "tmp"))
+    result = run_in_process("run", "perf/workloads.py:workload", *configs, cwd=repo, env=scratch(tmp_path / "tmp"))
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(out.read_text(encoding="utf-8"))
     assert document["environment"]["trials"] == "forked"
