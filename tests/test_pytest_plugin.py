@@ -1,4 +1,8 @@
-"""`pytest --perfgate` end to end: a fresh project per test, real pytest subprocesses, real trials."""
+"""`pytest --perfgate` end to end: a fresh project per test, real pytest sessions, real trials.
+
+A session whose trials are timed and judged runs in a subprocess (`runpytest_subprocess`); one that measures
+nothing (usage errors, collection, skipped perf tests, a workload refused before any trial) runs in this
+process (`runpytest_inprocess`), which saves a second or so of interpreter start and imports per session."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from tests.helpers.git import git
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import WORKLOADS
 
-pytestmark = pytest.mark.e2e  # every test here runs pytest in a subprocess, most of them real trials
+pytestmark = pytest.mark.e2e  # every test here runs a pytest session, most of them real trials in a subprocess
 
 # The configured workload runs one config; `-k` tests add bf16 to show that selection decides what is measured.
 # Three trials, no extra ones, one thread: see tests/test_gate.py for why.
@@ -74,6 +78,15 @@ def pytester(pytester, monkeypatch):
     return pytester
 
 
+@pytest.fixture(scope="session")
+def torch_imported():
+    """torch, imported in this process before any test's pytester is set up. A session run in this process
+    (`runpytest_inprocess`) that collects the project's workloads imports torch; pytester takes the modules such
+    a session imported first out of sys.modules when it ends, and torch cannot be imported twice in a process
+    (see tests/conftest.py on scipy). Session-scoped, so it is set up before the function-scoped pytester."""
+    import torch  # noqa: F401
+
+
 def make_project(path):
     for name in ("gated.py", "tiny.py"):
         shutil.copy(WORKLOADS / name, path / name)
@@ -124,11 +137,11 @@ def measured_pytester(pytester, measured):
     return pytester
 
 
-def test_perf_tests_are_collected_but_skipped_without_the_flag(pytester):
+def test_perf_tests_are_collected_but_skipped_without_the_flag(torch_imported, pytester):
     make_project(pytester.path)
-    collected = pytester.runpytest_subprocess("--collect-only", "-q")
+    collected = pytester.runpytest_inprocess("--collect-only", "-q")
     assert "perfgate::gated[fp32]" in collected.outlines
-    result = pytester.runpytest_subprocess("-rs", "-k", "not micro")
+    result = pytester.runpytest_inprocess("-rs", "-k", "not micro")
     result.assert_outcomes(passed=1, skipped=3)
     result.stdout.fnmatch_lines(["*perf test: run with --perfgate (or --perfgate-update to record baselines)*"])
     assert not (pytester.path / "baselines").exists()
@@ -226,12 +239,12 @@ def test_a_planted_slowdown_fails_with_a_readable_message(measured_pytester, mon
     assert "Traceback" not in output
 
 
-def test_selection_with_k_picks_single_configs(pytester):
+def test_selection_with_k_picks_single_configs(torch_imported, pytester):
     make_project(pytester.path)
     pytester.path.joinpath("pyproject.toml").write_text(
         PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16,bf16-compile"')
     )
-    result = pytester.runpytest_subprocess("--collect-only", "-q", "-k", "gated and bf16 and not compile")
+    result = pytester.runpytest_inprocess("--collect-only", "-q", "-k", "gated and bf16 and not compile")
     assert [line for line in result.outlines if line.startswith("perfgate::")] == ["perfgate::gated[bf16]"]
 
 
@@ -376,7 +389,7 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
             perfgate.check(lambda: None)
         """
     )
-    result = pytester.runpytest_subprocess("--perfgate")
+    result = pytester.runpytest_inprocess("--perfgate")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -464,14 +477,14 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
 def test_bad_option_values_are_usage_errors(pytester, args, ini, message):
     pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest_inprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.lines, result.stderr.str()
 
 
 def test_a_configured_workload_that_cannot_be_found_stops_pytest_in_one_line(pytester):
     pytester.makepyprojecttoml('[tool.perfgate]\nworkloads = ["perf/missing.py:gpt"]\n')
-    result = pytester.runpytest_subprocess("--perfgate")
+    result = pytester.runpytest_inprocess("--perfgate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["ERROR: perfgate: file perf/missing.py not found (perf/missing.py:gpt); check the path*"]
