@@ -137,6 +137,7 @@ def measured_pytester(pytester, measured):
     return pytester
 
 
+@pytest.mark.shares_machine  # measures nothing
 def test_perf_tests_are_collected_but_skipped_without_the_flag(torch_imported, pytester):
     make_project(pytester.path)
     collected = pytester.runpytest_inprocess("--collect-only", "-q")
@@ -239,6 +240,7 @@ def test_a_planted_slowdown_fails_with_a_readable_message(measured_pytester, mon
     assert "Traceback" not in output
 
 
+@pytest.mark.shares_machine  # measures nothing
 def test_selection_with_k_picks_single_configs(torch_imported, pytester):
     make_project(pytester.path)
     pytester.path.joinpath("pyproject.toml").write_text(
@@ -382,6 +384,7 @@ def test_pytest_benchmark_results_are_gated(pytester, monkeypatch, capsys):
     assert "### perfgate: fail (warn-only: not failing the build)" in (pytester.path / "warned.md").read_text()
 
 
+@pytest.mark.shares_machine  # measures nothing
 def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
     pytester.makepyfile(
         test_bad="""
@@ -399,6 +402,7 @@ def test_a_workload_that_cannot_be_rebuilt_fails_its_test_in_one_line(pytester):
     )
 
 
+@pytest.mark.shares_machine  # measures nothing
 @pytest.mark.parametrize(
     ("args", "ini", "message"),
     [
@@ -482,6 +486,7 @@ def test_bad_option_values_are_usage_errors(pytester, args, ini, message):
     assert message in result.stderr.lines, result.stderr.str()
 
 
+@pytest.mark.shares_machine  # measures nothing
 def test_a_configured_workload_that_cannot_be_found_stops_pytest_in_one_line(pytester):
     pytester.makepyprojecttoml('[tool.perfgate]\nworkloads = ["perf/missing.py:gpt"]\n')
     result = pytester.runpytest_inprocess("--perfgate")
