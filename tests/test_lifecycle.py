@@ -580,3 +580,40 @@ def test_the_watch_runs_a_module_as_python_m_does(tmp_path):
     )
     assert done.returncode == 3, done.stderr
     assert done.stdout == "__main__ ['a', '--b']\n"
+
+
+LEAVING_MODULE = textwrap.dedent(
+    """\
+    import atexit
+    import sys
+
+    from perfgate.measure.watch import leave
+
+
+    class Held:
+        def __del__(self):
+            print("torn down")  # where the interpreter tears this module down, as a normal exit does
+
+
+    held = Held()
+    atexit.register(print, "exit handler")
+    sys.stdout.write("no newline, still buffered")  # stdout is a pipe: block-buffered
+    leave(5)
+    """
+)
+
+
+def test_leave_ends_a_process_with_its_code_exit_handlers_and_output_but_no_teardown(tmp_path):
+    """How a trial's process and a fork server end once their work is written (`perfgate.measure.watch.leave`)."""
+    (tmp_path / "job.py").write_text(LEAVING_MODULE, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(tmp_path)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfgate.measure.watch", "job"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 5, done.stderr
+    assert done.stdout == "no newline, still bufferedexit handler\n"  # flushed, the exit handler ran, no teardown

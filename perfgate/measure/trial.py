@@ -1111,4 +1111,6 @@ def _write_atomic(path: Path, record: TrialRecord) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfgate.measure.watch import leave
+
+    leave(main())  # the record is written: no interpreter teardown on anyone's clock
