@@ -1,7 +1,5 @@
 """`python -m perfgate` runs the CLI."""
 
-import sys
+from perfgate.cli import entry
 
-from perfgate.cli import main
-
-sys.exit(main())
+entry()

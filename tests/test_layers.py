@@ -30,6 +30,7 @@ BASE = {
     "frameworks",
     "outcome",
     "_files",
+    "_process",
     "gitrepo",
 }
 FRONT_ENDS = {"cli", "pytest_plugin", "action", "__main__", "trial", "annotations", "scaffold", "demo"}

@@ -587,7 +587,7 @@ LEAVING_MODULE = textwrap.dedent(
     import atexit
     import sys
 
-    from perfgate.measure.watch import leave
+    from perfgate._process import leave
 
 
     class Held:
@@ -604,7 +604,8 @@ LEAVING_MODULE = textwrap.dedent(
 
 
 def test_leave_ends_a_process_with_its_code_exit_handlers_and_output_but_no_teardown(tmp_path):
-    """How a trial's process and a fork server end once their work is written (`perfgate.measure.watch.leave`)."""
+    """How a trial's process, a fork server and the `perfgate` command end once their work is written
+    (`perfgate._process.leave`)."""
     (tmp_path / "job.py").write_text(LEAVING_MODULE, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(tmp_path)])}
     done = subprocess.run(

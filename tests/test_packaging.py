@@ -103,7 +103,7 @@ def test_urls_extras_and_entry_points():
     assert extras["chart"] == ["matplotlib"]
     assert extras["gpu"] == ["nvidia-ml-py"]  # `import pynvml`, optional, in perfgate/measure/
     assert {"build", "twine", "pytest"} <= set(extras["dev"])
-    assert PROJECT["scripts"] == {"perfgate": "perfgate.cli:main"}
+    assert PROJECT["scripts"] == {"perfgate": "perfgate.cli:entry"}
     assert PROJECT["entry-points"]["pytest11"] == {"perfgate": "perfgate.pytest_plugin"}
     package_data = PYPROJECT["tool"]["setuptools"]["package-data"]["perfgate"]
     assert {"py.typed", "records/schema/*.json"} <= set(package_data)
@@ -137,7 +137,7 @@ def test_the_wheel_holds_the_package_data_entry_points_and_metadata(built):
 
     parser = configparser.ConfigParser()
     parser.read_string(entry_points)
-    assert dict(parser["console_scripts"]) == {"perfgate": "perfgate.cli:main"}
+    assert dict(parser["console_scripts"]) == {"perfgate": "perfgate.cli:entry"}
     assert dict(parser["pytest11"]) == {"perfgate": "perfgate.pytest_plugin"}
 
     assert meta["Name"] == "perfgate"

@@ -1111,6 +1111,6 @@ def _write_atomic(path: Path, record: TrialRecord) -> None:
 
 
 if __name__ == "__main__":
-    from perfgate.measure.watch import leave
+    from perfgate._process import leave
 
     leave(main())  # the record is written: no interpreter teardown on anyone's clock

@@ -20,7 +20,6 @@ under this module too) and no longer names the pipe, which a launcher does not p
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import os
@@ -30,7 +29,6 @@ import stat
 import sys
 import threading
 from collections.abc import Mapping
-from typing import NoReturn
 
 MODULE = "perfgate.measure.watch"
 PARENT_PID = "PERFGATE_PARENT_PID"
@@ -112,20 +110,6 @@ def watch() -> None:
             os.set_inheritable(fd, False)
             threading.Thread(target=_watch_pipe, args=(fd,), name="perfgate-watch", daemon=True).start()
     os.environ[PARENT_PID] = str(os.getpid())  # for a watched process this one starts (torchrun's ranks)
-
-
-def leave(code: int) -> NoReturn:
-    """End this process with `code` now: the exit handlers run and the output is flushed, as at a normal exit,
-    but the interpreter is not torn down. A trial's process has written its record by then; tearing down torch's
-    modules (and torch._dynamo's, where imported) took 0.6 s here, after every trial, on the clock of whoever
-    waits for it. Non-daemon threads are not waited for (a trial's are perfgate's, all stopped by then)."""
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or broken stream: nothing more can reach it
-            stream.flush()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)  # the C library's own buffers (a native library's prints)
-    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
