@@ -30,6 +30,8 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from perfgate._process import leave
+
 MODULE = "perfgate.measure.watch"
 PARENT_PID = "PERFGATE_PARENT_PID"
 PARENT_FD = "PERFGATE_PARENT_FD"
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     watch()
     sys.argv = [module, *rest]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+    # Run to its end (torchrun's launcher, its ranks done): no interpreter teardown on perfgate's clock. A trial
+    # and a fork server end through `leave` themselves; an exit or an error propagates as it always did.
+    leave(0)
 
 
 if __name__ == "__main__":
