@@ -567,17 +567,16 @@ WATCHED_MODULE = textwrap.dedent(
 )
 
 
-def test_the_watch_runs_a_module_as_python_m_does(tmp_path):
-    (tmp_path / "job.py").write_text(WATCHED_MODULE, encoding="utf-8")
+def run_watched(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m perfgate.measure.watch job ARGS`, with `source` as job.py in `tmp_path`."""
+    (tmp_path / "job.py").write_text(source, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(tmp_path)])}
-    done = subprocess.run(
-        [sys.executable, "-m", "perfgate.measure.watch", "job", "a", "--b"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    command = [sys.executable, "-m", "perfgate.measure.watch", "job", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+
+
+def test_the_watch_runs_a_module_as_python_m_does(tmp_path):
+    done = run_watched(tmp_path, WATCHED_MODULE, "a", "--b")
     assert done.returncode == 3, done.stderr
     assert done.stdout == "__main__ ['a', '--b']\n"
 
@@ -606,15 +605,6 @@ LEAVING_MODULE = textwrap.dedent(
 def test_leave_ends_a_process_with_its_code_exit_handlers_and_output_but_no_teardown(tmp_path):
     """How a trial's process, a fork server and the `perfgate` command end once their work is written
     (`perfgate._process.leave`)."""
-    (tmp_path / "job.py").write_text(LEAVING_MODULE, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), str(tmp_path)])}
-    done = subprocess.run(
-        [sys.executable, "-m", "perfgate.measure.watch", "job"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    done = run_watched(tmp_path, LEAVING_MODULE)
     assert done.returncode == 5, done.stderr
     assert done.stdout == "no newline, still bufferedexit handler\n"  # flushed, the exit handler ran, no teardown
