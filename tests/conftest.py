@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import scipy.stats  # noqa: F401  (see below)
+import torch  # noqa: F401  (see below)
 
 from tests.helpers.cli import run_in_process
 from tests.helpers.packaging import build_distributions
@@ -18,8 +19,9 @@ from tests.helpers.workloads import GATED
 
 _MACHINE_LOCK = pytest.StashKey[MachineLock]()
 # Imported before any test: pytester takes the modules a test imported out of sys.modules when it ends, and
-# numpy's compiled modules (which scipy.stats imports) cannot be loaded twice in a process. A pytester test that
-# runs a perfgate command in this process would otherwise break every later test that needs scipy.stats.
+# numpy's compiled modules (which scipy.stats imports) and torch's cannot be loaded twice in a process. A pytester
+# test that runs a perfgate command in this process, or a pytest session that collects a project's workloads
+# (`runpytest_inprocess`), would otherwise break every later test that needs scipy.stats or torch.
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own tmp_path plugin has set up the base folder

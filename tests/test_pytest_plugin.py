@@ -78,15 +78,6 @@ def pytester(pytester, monkeypatch):
     return pytester
 
 
-@pytest.fixture(scope="session")
-def torch_imported():
-    """torch, imported in this process before any test's pytester is set up. A session run in this process
-    (`runpytest_inprocess`) that collects the project's workloads imports torch; pytester takes the modules such
-    a session imported first out of sys.modules when it ends, and torch cannot be imported twice in a process
-    (see tests/conftest.py on scipy). Session-scoped, so it is set up before the function-scoped pytester."""
-    import torch  # noqa: F401
-
-
 def make_project(path):
     for name in ("gated.py", "tiny.py"):
         shutil.copy(WORKLOADS / name, path / name)
@@ -138,7 +129,7 @@ def measured_pytester(pytester, measured):
 
 
 @pytest.mark.shares_machine  # measures nothing
-def test_perf_tests_are_collected_but_skipped_without_the_flag(torch_imported, pytester):
+def test_perf_tests_are_collected_but_skipped_without_the_flag(pytester):
     make_project(pytester.path)
     collected = pytester.runpytest_inprocess("--collect-only", "-q")
     assert "perfgate::gated[fp32]" in collected.outlines
@@ -241,7 +232,7 @@ def test_a_planted_slowdown_fails_with_a_readable_message(measured_pytester, mon
 
 
 @pytest.mark.shares_machine  # measures nothing
-def test_selection_with_k_picks_single_configs(torch_imported, pytester):
+def test_selection_with_k_picks_single_configs(pytester):
     make_project(pytester.path)
     pytester.path.joinpath("pyproject.toml").write_text(
         PYPROJECT.replace('perfgate_configs = "fp32"', 'perfgate_configs = "fp32,bf16,bf16-compile"')
