@@ -78,7 +78,12 @@ def test_check_of_the_same_code_passes_and_compare_agrees(gated_project, tmp_pat
         "looks": {"gated/fp32": [2, 0, True]},  # one look, at 2 trials, the last: the whole alpha
     }
     assert as_json["exit_code"] == 0 and as_json["workloads"][0]["configs"][0]["config"] == "fp32"
-    assert as_json["diagnoses"] == []  # a pass: nothing regressed, nothing to diagnose
+    # A pass: nothing regressed, so nothing is diagnosed but early evidence for a verdict still open. Against a
+    # baseline stored earlier in the session, a busier hour can leave two trials inconclusive with the step slower
+    # beyond their noise (once: suspect data pipeline, at 949 s for the suite); a "no change" is never diagnosed.
+    (verdict,) = as_json["workloads"][0]["configs"]
+    for diagnosis in as_json["diagnoses"]:
+        assert diagnosis["early_evidence"] and verdict["status"] == "inconclusive", as_json["diagnoses"]
     assert gate_lines[-1] in run_main(capsys, "report", str(results)).stdout
 
 
