@@ -1,5 +1,5 @@
 """How perfgate's own processes end: `leave`, for a process whose work is written (a trial, a fork server, the
-`perfgate` command)."""
+`perfgate` command, each watched process through `perfgate.measure.watch`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ import ctypes
 import os
 import sys
 from typing import NoReturn
+
+
+def exit_status(code: object) -> int:
+    """The status a process ends with for `sys.exit(code)`, as Python's own exit gives it: None is 0, an integer
+    itself, anything else is printed to stderr and ends the process with 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def leave(code: int) -> NoReturn:

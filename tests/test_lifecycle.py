@@ -597,14 +597,24 @@ LEAVING_MODULE = textwrap.dedent(
     held = Held()
     atexit.register(print, "exit handler")
     sys.stdout.write("no newline, still buffered")  # stdout is a pipe: block-buffered
-    leave(5)
+    {ending}
     """
 )
 
 
-def test_leave_ends_a_process_with_its_code_exit_handlers_and_output_but_no_teardown(tmp_path):
+@pytest.mark.parametrize("ending", ["leave(5)", "sys.exit(5)"])
+def test_a_watched_process_ends_with_its_code_exit_handlers_and_output_but_no_teardown(tmp_path, ending):
     """How a trial's process, a fork server and the `perfgate` command end once their work is written
-    (`perfgate._process.leave`)."""
-    done = run_watched(tmp_path, LEAVING_MODULE)
+    (`perfgate._process.leave`): the first two exit as Python programs do, and the watch they run under leaves."""
+    done = run_watched(tmp_path, LEAVING_MODULE.format(ending=ending))
     assert done.returncode == 5, done.stderr
     assert done.stdout == "no newline, still bufferedexit handler\n"  # flushed, the exit handler ran, no teardown
+    if ending == "sys.exit(5)":  # outside the watch, the same module is torn down, which the line above would see
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+        plain = subprocess.run([sys.executable, "job.py"], capture_output=True, text=True, cwd=tmp_path, env=env)
+        assert (plain.returncode, plain.stdout) == (5, "no newline, still bufferedexit handler\ntorn down\n")
+
+
+def test_a_watched_exit_with_a_message_prints_it_and_ends_with_1(tmp_path):
+    done = run_watched(tmp_path, "import sys\nsys.exit('the record could not be written')\n")
+    assert (done.returncode, done.stderr) == (1, "the record could not be written\n")

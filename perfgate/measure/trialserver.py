@@ -336,6 +336,4 @@ if __name__ == "__main__":
     # The replies get a descriptor of their own; what the imports print goes to the log (stderr), not into them.
     _replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from perfgate._process import leave
-
-    leave(serve(sys.stdin, _replies))  # every reply is flushed: no interpreter teardown while perfgate waits
+    sys.exit(serve(sys.stdin, _replies))  # under the watch, every reply flushed and no teardown while perfgate waits

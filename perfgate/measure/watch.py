@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from perfgate._process import leave
+from perfgate._process import exit_status, leave
 
 MODULE = "perfgate.measure.watch"
 PARENT_PID = "PERFGATE_PARENT_PID"
@@ -122,9 +122,12 @@ def main(argv: list[str] | None = None) -> None:
     module, *rest = args
     watch()
     sys.argv = [module, *rest]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-    # Run to its end (torchrun's launcher, its ranks done): no interpreter teardown on perfgate's clock. A trial
-    # and a fork server end through `leave` themselves; an exit or an error propagates as it always did.
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:  # a trial's or a fork server's `sys.exit(code)`: its record and replies are written
+        leave(exit_status(exc.code))
+    # Run to its end (torchrun's launcher, its ranks done), or exited: no interpreter teardown on perfgate's clock.
+    # An error propagates as it always did (its traceback, exit 1).
     leave(0)
 
 
