@@ -30,7 +30,8 @@ def _note(log=os.environ.get("PERFGATE_SUITE_CENSUS")):
         ended = time.time()
         imported = "".join("1" if m in sys.modules else "0" for m in ("torch", "torch._dynamo"))
         test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-        fields = (os.getpid(), f"{_started:.3f}", f"{ended - _started:.3f}", imported, test, " ".join(sys.argv)[:200])
+        lived = f"{ended - _started:.3f}"
+        fields = (os.getpid(), os.getppid(), f"{_started:.3f}", lived, imported, test, " ".join(sys.argv)[:200])
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, ("\\t".join(map(str, fields)) + "\\n").encode())
         os.close(fd)
@@ -41,15 +42,17 @@ if os.environ.get("PERFGATE_SUITE_CENSUS"):
 """
 
 
-def kind(argv: str) -> str:
+def kind(argv: str, own: bool) -> str:
+    """What a process was, from its command line; `own`: its parent is no process of the census (the suite's
+    own session, started by this script, is the one pytest session like that)."""
     first = argv.split(" ")[0]
     name = Path(first).name
     if name in ("trial.py", "trialserver.py"):
         return {"trial.py": "a fresh trial", "trialserver.py": "a fork server (its children inside)"}[name]
     if "torch.distributed.run" in argv:
         return "torchrun's launcher"
-    if "pytest" in first:
-        return "a pytest session"
+    if first.endswith(("pytest/__main__.py", "/bin/pytest")):
+        return "the suite's own pytest session" if own else "a pytest session that a test starts"
     if first.endswith(("perfgate/__main__.py", "/bin/perfgate")):
         return "the perfgate command"
     return "other"
@@ -57,14 +60,15 @@ def kind(argv: str) -> str:
 
 def summarise(log: Path) -> None:
     rows = [line.rstrip("\n").split("\t") for line in log.read_text(encoding="utf-8").splitlines()]
-    rows = [r for r in rows if len(r) == 6]
+    rows = [r for r in rows if len(r) == 7]
+    pids = {r[0] for r in rows}
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     torch_processes = 0
-    for _, _, lived, imported, _, argv in rows:
-        by_kind[kind(argv)].append(float(lived))
+    for _, parent, _, lived, imported, _, argv in rows:
+        by_kind[kind(argv, parent not in pids)].append(float(lived))
         torch_processes += imported[0] == "1"
     print(f"{len(rows)} Python processes, {torch_processes} of them imported torch")
-    print(f"{'what':<40} {'count':>6} {'lived, s':>9}")
+    print(f"{'what':<40} {'count':>6} {'lived, s':>9}")  # "other": helpers, a resource tracker alive to the end
     for name, lives in sorted(by_kind.items(), key=lambda item: -sum(item[1])):
         print(f"{name:<40} {len(lives):>6} {sum(lives):>9.1f}")
 
