@@ -7,7 +7,8 @@ imported torch, and which test started it.
 Installs a start-up hook in this interpreter's site-packages for the run (`_suite_census.pth`, removed after): each
 Python process of this environment notes its start, and at exit (exit handlers run for `sys.exit` and for
 `perfgate._process.leave`) appends a line to the log. A forked child (a fork server's trial, a DataLoader worker)
-starts no interpreter and is counted in its parent's life. Then runs `python -m pytest ARGS` (the README's test
+starts no interpreter and is counted in its parent's life; a process killed (a hung trial at its timeout) is not
+counted. Then runs `python -m pytest ARGS` (the README's test
 command with `-p no:randomly`, unless ARGS say otherwise) and prints the census. Nothing else may measure
 meanwhile. Figures go to docs/performance.md ("The suite's floor").
 """
@@ -46,9 +47,9 @@ def kind(argv: str, own: bool) -> str:
     """What a process was, from its command line; `own`: its parent is no process of the census (the suite's
     own session, started by this script, is the one pytest session like that)."""
     first = argv.split(" ")[0]
-    name = Path(first).name
-    if name in ("trial.py", "trialserver.py"):
-        return {"trial.py": "a fresh trial", "trialserver.py": "a fork server (its children inside)"}[name]
+    name = Path(first).name.removesuffix(".py").removeprefix("perfgate.measure.")  # a path, or under the watch a module
+    if name in ("trial", "trialserver"):
+        return {"trial": "a fresh trial", "trialserver": "a fork server (its children inside)"}[name]
     if "torch.distributed.run" in argv:
         return "torchrun's launcher"
     if first.endswith(("pytest/__main__.py", "/bin/pytest")):
