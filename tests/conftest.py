@@ -5,8 +5,11 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import scipy.stats  # noqa: F401  (see below)
@@ -51,15 +54,37 @@ def pytest_configure(config: pytest.Config) -> None:
 # (what a user's runs share), named before any test points TMPDIR into its own folder, which would give each
 # test's compiles an empty cache (a cold compile of a small model costs seconds more than a cached one). Importing
 # lightning (tests/test_framework_lightning.py, at collection) sets it in this process, to that default.
+_USER = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
 _INDUCTOR_CACHE = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
-    tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+    tempfile.gettempdir(), "torchinductor_" + _USER
 )
+# Where PYTHONDONTWRITEBYTECODE is set (CI images often set it), each of the several hundred Python processes the
+# suite starts would compile perfgate's modules anew: 0.05 s in a trial, 0.15 s in a `perfgate` command, 0.3 s in a
+# pytest session, on this machine. The processes the suite starts keep their bytecode instead, in one folder of
+# their own (PYTHONPYCACHEPREFIX), so that no source folder gets a __pycache__ that the setting was there to prevent.
+# A caller's own prefix is kept; what the run compiled in its temporary folders is removed when it ends.
+_BYTECODE_CACHE = os.path.join(tempfile.gettempdir(), "perfgate-tests-bytecode_" + _USER)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", _BYTECODE_CACHE)
     if _MACHINE_LOCK in config.stash:
         shared_files_first(items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The bytecode the run compiled in the temporary folder (the tests' projects, perfgate's worktrees) goes with
+    it; the interpreter's own (a virtual environment there, as CI's) stays for the next run."""
+    if os.environ.get("PYTHONPYCACHEPREFIX") != _BYTECODE_CACHE:
+        return
+    keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    mirror = Path(_BYTECODE_CACHE + str(Path(tempfile.gettempdir()).resolve()))
+    for folder in mirror.iterdir() if mirror.is_dir() else []:
+        source = Path(str(folder).removeprefix(_BYTECODE_CACHE))
+        if not any(path.is_relative_to(source) for path in keep):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)
