@@ -1,6 +1,6 @@
 """A/A paired checks of a workload whose trials are short: how often does identical code fail the build?
 
-    python benchmarks/aa_short_trials.py [--checks 30] [--steps 20] [-- MORE CHECK OPTIONS]
+    python benchmarks/aa_short_trials.py [--checks 30] [--demo] [-- MORE CHECK OPTIONS]
 
 A real git repository (in a temporary folder) with two commits that differ in a comment only; the
 workload is the suite's paired-check MLP (batch 64 of generated points, about 1.4 ms a step on one
@@ -10,7 +10,13 @@ one-minute time budget (and whatever follows `--`). For each check: the verdict,
 and the per-pair log ratios head/base. Printed: the verdict counts, false alarms with a 95% upper
 bound (Clopper-Pearson), and a one-way analysis of the pair ratios by check, which says whether one
 side of a check measures consistently slower than the other (a bias shared by a check's pairs that
-the per-check t-test cannot see) or whether checks differ only by their pairs' noise.
+the per-check t-test cannot see) or whether checks differ only by their pairs' noise, and whether the head side
+measures slower or faster than the base across all checks (a bias of the pairing itself: a one-sample t-test of
+the checks' mean log ratios against 0).
+
+`--demo`: the same campaign on `perfgate demo`'s repository instead: its comment-only pull request checked
+against main as the demo checks it (the configured classifier, fp32, 2 threads on this machine, an 80 s budget,
+at most 8 pairs).
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ sys.path.insert(0, str(ROOT))
 from tests.test_against import bench, make_repo  # noqa: E402  (the suite's workload and repository helper)
 
 WORKLOAD = "perf/bench.py:bench"
+CHECK = [WORKLOAD, "--against", "HEAD~1", "--configs", "fp32", "--time-budget", "60"]
+DEMO_CHECK = ["--against", "main", "--configs", "fp32", "--time-budget", "80", "--max-trials", "8"]
 
 
-def one_check(repo: Path, out: Path, extra: list[str]) -> dict[str, object]:
+def one_check(repo: Path, out: Path, check: list[str], extra: list[str]) -> dict[str, object]:
     started = time.perf_counter()
-    command = [sys.executable, "-m", "perfgate", "check", WORKLOAD, "--against", "HEAD~1", "--configs", "fp32"]
-    command += ["--time-budget", "60", "--json", str(out), *extra]
+    command = [sys.executable, "-m", "perfgate", "check", *check, "--json", str(out), *extra]
     process = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=900)
     document = json.loads(out.read_text(encoding="utf-8"))
     base = document["against"]["base"]["workloads"][0]["configs"]["fp32"]["trials"]
@@ -57,14 +64,28 @@ def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checks", type=int, default=30)
+    parser.add_argument("--demo", action="store_true", help="the demo's comment-only pull request against main")
     parser.add_argument("extra", nargs="*", help="more options for perfgate check (after --)")
     args = parser.parse_args()
     top = Path(tempfile.mkdtemp(prefix="aa-short-"))
-    repo = make_repo(top / "repo", {"perf/bench.py": bench(comment="one")}, {"perf/bench.py": bench(comment="two")})
-    print(f"date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; checks: {args.checks}; extra options: {args.extra}")
+    if args.demo:
+        from perfgate import demo
+
+        repo, check = top / "repo", DEMO_CHECK
+        demo.make_repository(repo)
+        subprocess.run(["git", "checkout", "-q", "comment-only"], cwd=repo, check=True)
+    else:
+        repo, check = (
+            make_repo(top / "repo", {"perf/bench.py": bench(comment="one")}, {"perf/bench.py": bench(comment="two")}),
+            CHECK,
+        )
+    print(
+        f"date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; checks: {args.checks}; demo: {args.demo}; "
+        f"extra options: {args.extra}"
+    )
     results = []
     for index in range(args.checks):
-        result = one_check(repo, top / f"check-{index}.json", args.extra)
+        result = one_check(repo, top / f"check-{index}.json", check, args.extra)
         results.append(result)
         logs = result["logs"]
         assert isinstance(logs, list)
@@ -90,6 +111,14 @@ def main() -> int:
             f"pair log ratios by check: within-check s.d. {100 * math.sqrt(within):.2f}%, "
             f"shared by a check's pairs (s.d. of a check's bias) {100 * math.sqrt(max(0.0, between)):.2f}%; "
             f"one-way F {f:.2f}, p {p:.3g}"
+        )
+    means = [statistics.fmean(g) for g in groups]
+    if len(means) >= 2:
+        t = stats.ttest_1samp(means, 0.0)
+        print(
+            f"head against base over all checks: mean log ratio {100 * statistics.fmean(means):+.2f}% "
+            f"(s.d. of a check's mean {100 * statistics.stdev(means):.2f}%; t {t.statistic:.2f}, p {t.pvalue:.3g}); "
+            f"checks below 1: {sum(m < 0 for m in means)}/{len(means)}"
         )
     print(f"median minutes per check: {statistics.median(float(r['seconds']) for r in results) / 60:.2f}")
     return 0
