@@ -79,12 +79,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     it; the interpreter's own (a virtual environment there, as CI's) stays for the next run."""
     if os.environ.get("PYTHONPYCACHEPREFIX") != _BYTECODE_CACHE:
         return
+    # Python files bytecode under the path it imported from, as given (perfgate's worktrees in TMPDIR) or resolved
+    # (pytest's tmp_path): where the temporary folder is reached through a link (macOS's /tmp), both.
     keep = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    mirror = Path(_BYTECODE_CACHE + str(Path(tempfile.gettempdir()).resolve()))
-    for folder in mirror.iterdir() if mirror.is_dir() else []:
-        source = Path(str(folder).removeprefix(_BYTECODE_CACHE))
-        if not any(path.is_relative_to(source) for path in keep):
-            shutil.rmtree(folder, ignore_errors=True)
+    temporary = {Path(tempfile.gettempdir()).absolute(), Path(tempfile.gettempdir()).resolve()}
+    for mirror in (Path(_BYTECODE_CACHE + str(base)) for base in temporary):
+        for folder in mirror.iterdir() if mirror.is_dir() else []:
+            source = Path(str(folder).removeprefix(_BYTECODE_CACHE)).resolve()
+            if not any(path.is_relative_to(source) for path in keep):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)
