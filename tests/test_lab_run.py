@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from perfgate.report.markdown import MARKER
-from tests.helpers.cli import run_in_process, run_main
+from tests.helpers.cli import run_console_script, run_in_process, run_main
+from tests.helpers.git import commit, new_repository
 from tests.helpers.results import validate_results
 from tests.helpers.workloads import TINY_FILE as TINY
 from tests.helpers.workloads import WORKLOADS
@@ -158,6 +161,66 @@ def test_a_module_reference_resolves_from_the_current_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "tiny  (perf.workloads:small;" in result.stdout
+
+
+# A project whose workload file imports the project's own code, installed nowhere: a package at the repository's
+# root and one under src/.
+PROJECT_CODE = {
+    "netcode/__init__.py": """\
+from torch import nn
+
+
+def net():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+""",
+    "src/datacode/__init__.py": """\
+import torch
+
+
+class Points(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        x = torch.randn(8, generator=torch.Generator().manual_seed(index))
+        return x, x.sum(dim=0, keepdim=True)
+""",
+    "perf/workloads.py": """\
+import torch.nn.functional as F
+from datacode import Points
+from netcode import net
+
+import perfgate
+
+
+def workload():
+    return perfgate.Workload(
+        name="own-code",
+        model=net,
+        dataset=Points,
+        loss=lambda model, batch: F.mse_loss(model(batch[0]), batch[1]),
+        batch_size=4,
+        steps=2,
+        warmup_steps=1,
+    )
+""",
+    "pyproject.toml": '[tool.perfgate]\nworkloads = ["perf/workloads.py:workload"]\n',
+}
+
+
+def test_a_workload_file_imports_the_projects_own_code_from_the_console_script_and_the_plugin(tmp_path):
+    """perf/workloads.py imports a package at the repository's root and one under src/, neither installed: the
+    `perfgate` console script (whose sys.path holds neither the root nor src/) loads it and its trial runs, and the
+    plugin collects it, as `python -m perfgate` and a paired check always did."""
+    repo = new_repository(tmp_path / "repo")
+    commit(repo, PROJECT_CODE, "a project whose workload imports its own code")
+    result = run_console_script("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("own-code  (perf/workloads.py:workload;"), result.stdout
+    # The plugin, in a pytest started as the `pytest` command would be: without the current folder on sys.path (-P).
+    collect = [sys.executable, "-P", "-m", "pytest", "--perfgate-update", "--co", "-q", "-p", "no:cacheprovider"]
+    collected = subprocess.run(collect, cwd=repo, capture_output=True, text=True)
+    assert "perfgate::own-code[fp32]" in collected.stdout, collected.stdout + collected.stderr
 
 
 def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):

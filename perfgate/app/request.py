@@ -688,11 +688,14 @@ def plugin_request(values: Mapping[str, Resolved], *, mode: str, rootpath: Path)
 
 
 def configured_workloads(project: ProjectConfig) -> list[tuple[Reference, str]]:
-    """`[tool.perfgate] workloads`, each loaded once: its reference and its workload's name."""
+    """`[tool.perfgate] workloads`, each loaded once, from the project's source folders as its trials will load
+    it (`measure.sources`): its reference and its workload's name."""
+    from perfgate.measure.sources import import_from, project_root, source_folders
     from perfgate.references import parse_reference
 
+    import_from(source_folders(project_root(project.base_dir)))
     references = [parse_reference(text, base_dir=project.base_dir) for text in project.workloads or []]
-    return [(reference, reference.load().name) for reference in references]
+    return [(reference, reference.load(PYTEST).name) for reference in references]
 
 
 def fixture_reference(workload: object, rootpath: Path) -> Reference:

@@ -34,7 +34,8 @@ from perfgate.errors import PerfgateError, ResultsError, UsageError, WorkloadErr
 from perfgate.judge.stats import LookLevels, compare_paired, holm_steps, look_levels
 from perfgate.judge.wording import throughput_reason
 from perfgate.measure.lab import TrialPlace, side_environment
-from perfgate.measure.paired import SIDES, base_sides, source_folders
+from perfgate.measure.paired import SIDES, base_sides
+from perfgate.measure.sources import source_folders
 from perfgate.naming import PYTEST
 from perfgate.outcome import Status
 from perfgate.records.comparisons import DEFAULT_ALPHA, ThroughputComparison

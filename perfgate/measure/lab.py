@@ -232,7 +232,13 @@ class LabSession:
         progress: ProgressCallback | None = None,
     ) -> None:
         from perfgate.measure.environment import collect_environment
+        from perfgate.measure.sources import import_from, project_root, source_folders
 
+        # The workloads load here as the trials will import them: the project's source folders first
+        # (`measure.sources`), so that a workload file importing the project's own code loads from any front end.
+        sources = source_folders(project_root(Path.cwd()))
+        import_from(sources)
+        self.place = TrialPlace(pythonpath=tuple(str(p) for p in sources))
         self.loaded = load_workloads(references, settings)
         self.settings = settings
         self.progress = progress
@@ -293,8 +299,9 @@ class LabSession:
                     continue
                 trace = (directory / f"{name}-{config}.trace.json").absolute()
                 spec = self._spec(reference, config, trial=-1, profile=str(trace))
+                settings = self.settings
                 record = run_trial_process(
-                    spec, Path(self._scratch.name), self.settings.timeout_s, front_end=self.settings.front_end
+                    spec, Path(self._scratch.name), settings.timeout_s, self.place, front_end=settings.front_end
                 )
                 if record.result.ok and record.profile is not None:
                     self.profiles[(name, config)] = record.profile
@@ -358,9 +365,9 @@ class LabSession:
         environment says would be filed as what they are not."""
         scratch, settings = Path(self._scratch.name), self.settings
         if not settings.fork or spec.nproc > 1:
-            return run_trial_process(spec, scratch, settings.timeout_s, front_end=settings.front_end)
+            return run_trial_process(spec, scratch, settings.timeout_s, self.place, front_end=settings.front_end)
         try:
-            place = TrialPlace()
+            place = self.place
             if self._server is None or not self._server.alive:
                 if self._server is not None:
                     self._server.close()

@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -56,6 +55,7 @@ from perfgate.measure.lab import (
 )
 from perfgate.measure.packages import BaseEnvironment, base_environment
 from perfgate.measure.rounds import calibrated_rounds, pair_limit_s
+from perfgate.measure.sources import import_from, inside, relative, source_folders
 from perfgate.measure.trial import TrialSpec
 from perfgate.measure.trialserver import ServerGone, TrialServer
 from perfgate.measure.turns import TurnCoordinator
@@ -91,15 +91,15 @@ class Checkout:
         env: Sequence[tuple[str, str]] = (),
     ) -> TrialPlace:
         """Where this side's trials run: the same folder relative to the checkout as the user is in now."""
-        cwd = self.root / _relative(Path.cwd(), repo_root) if _inside(Path.cwd(), repo_root) else Path.cwd()
+        cwd = self.root / relative(Path.cwd(), repo_root) if inside(Path.cwd(), repo_root) else Path.cwd()
         package_root = Path(perfgate.__file__).resolve().parent.parent
         return TrialPlace(
             cwd=cwd if cwd.is_dir() else self.root,
-            pythonpath=tuple(str(self.root / _relative(p, repo_root)) for p in sources),
+            pythonpath=tuple(str(self.root / relative(p, repo_root)) for p in sources),
             safe_path=True,
             cpus=cpus,
             env=tuple(env),
-            harness_first=_inside(package_root, repo_root),
+            harness_first=inside(package_root, repo_root),
         )
 
     def reference(self, reference: Reference, repo_root: Path) -> Reference:
@@ -109,9 +109,9 @@ class Checkout:
             return reference
         location, _, function = rest.rpartition(":")
         path = Path(location)
-        if not _inside(path, repo_root):
+        if not inside(path, repo_root):
             return reference
-        return Reference(reference.text, f"file:{self.root / _relative(path, repo_root)}:{function}")
+        return Reference(reference.text, f"file:{self.root / relative(path, repo_root)}:{function}")
 
 
 @contextlib.contextmanager
@@ -282,27 +282,6 @@ def resolve_ref(repo: Repository, ref: str, *, where: str = AGAINST) -> str:
     )
 
 
-def source_folders(repo_root: Path) -> list[Path]:
-    """The repository's folders Python imports the user's code from: editable installs' package folders,
-    folders on sys.path, `src/`, and the root; in the working tree's coordinates."""
-    found: list[Path] = []
-    for finder in sys.meta_path:  # setuptools' editable finders map package names to folders
-        module = sys.modules.get(getattr(finder, "__module__", "") or "")
-        mapping = getattr(module, "MAPPING", None)
-        if isinstance(mapping, dict):
-            found.extend(Path(str(location)).resolve().parent for location in mapping.values())
-    found.extend(Path(entry or ".").resolve() for entry in sys.path)
-    found.extend([repo_root / "src", repo_root])
-    folders = []
-    installed = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
-    for folder in found:
-        if any(_inside(folder, prefix) for prefix in installed) or "site-packages" in folder.parts:
-            continue  # a virtual environment inside the repository: installed packages, not the user's code
-        if folder.is_dir() and _inside(folder, repo_root) and folder not in folders:
-            folders.append(folder)
-    return folders
-
-
 # A trial that takes HANG_FACTOR times the slowest trial of its config so far (either side), and at least
 # HANG_FLOOR_S, has hung: it fails as a timeout would, found minutes before the fixed timeout (`--timeout`).
 HANG_FACTOR = 5.0
@@ -371,7 +350,7 @@ class PairedSession:
         sources = source_folders(repo_root)
         # Head's workloads load here as its trials will: the checkout's folders first, so a bad
         # reference or a missing module fails before any trial.
-        sys.path[:0] = [str(p) for p in sources if str(p) not in sys.path]
+        import_from(sources)
         self.loaded = load_workloads(references, settings)
         self.names = [workload.name for _, workload in self.loaded]
         if any(settings.nproc_of(workload) > 1 for _, workload in self.loaded):
@@ -719,15 +698,3 @@ def _cpu_halves(front_end: FrontEnd = CLI) -> tuple[frozenset[int], frozenset[in
         )
     half = len(cpus) // 2
     return frozenset(cpus[:half]), frozenset(cpus[half:])
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except ValueError:
-        return False
-    return True
-
-
-def _relative(path: Path, folder: Path) -> Path:
-    return path.resolve().relative_to(folder.resolve())
