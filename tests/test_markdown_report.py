@@ -13,6 +13,7 @@ from perfgate.app.request import Outputs
 from perfgate.judge.verdict import Status, compare_entries, merge_results
 from perfgate.records.verdicts import GateResult, GateSettings, WorkloadVerdict
 from perfgate.report.markdown import MARKER, append_job_summary, format_markdown
+from perfgate.report.text import confidence_text
 from tests.helpers.baselines import GATE_BASE, gate_entry
 
 SETTINGS = GateSettings(first_n=3, max_n=3)
@@ -145,3 +146,18 @@ def test_one_judgement_goes_to_the_report_file_and_the_job_summary(tmp_path, mon
     summary.unlink()
     write_report(judgement, Outputs(json=tmp_path / "results.json"), written)
     assert written == [outputs.markdown] and not summary.exists()
+
+
+def test_the_intervals_level_says_what_it_is_and_that_alpha_bounds_false_alarms():
+    """A sequential check's interval is at its boundary's level at the last look (docs/statistics.md): 96% at 4
+    pairs, 40% or less at a budget's last look. The label gives that level and does not pass it off as coverage."""
+    (workload,) = result(gate_entry([430, 432, 428], [1000, 1002, 998])).workloads
+    (verdict,) = workload.configs
+    single = replace(verdict, throughput=replace(verdict.throughput, confidence=0.95))
+    assert confidence_text(replace(workload, configs=[single])) == "95%"  # one look at 95%
+    late = replace(verdict, throughput=replace(verdict.throughput, confidence=0.735))
+    early = replace(verdict, config="bf16", throughput=replace(verdict.throughput, confidence=0.96))
+    text = confidence_text(replace(workload, configs=[late, early]))
+    assert text.startswith("73.5%-96% (the sequential test's level at its last look; ")
+    assert text.endswith("alpha, not this level, bounds false alarms)")
+    assert text in format_markdown(judge(GateResult([replace(workload, configs=[late, early])], SETTINGS)))

@@ -522,14 +522,16 @@ def format_counts(workload: WorkloadVerdict) -> list[str]:
 
 
 def confidence_text(workload: WorkloadVerdict) -> str:
-    """The intervals' level: 95% for a single look, wider at the early looks of a sequential check."""
+    """The intervals' level: 95% for a single look; in a sequential check, the boundary's level at the look that
+    ended it (docs/statistics.md, "The boundary level"), high at early looks and lower at later ones, while alpha
+    bounds its false alarms over every look."""
     levels = sorted({round(100 * v.throughput.confidence, 1) for v in workload.configs if v.throughput is not None})
     if not levels or levels == [95.0]:
         return "95%"
     shown = (
         "-".join(f"{level:g}%" for level in (levels[0], levels[-1]) if level) if len(levels) > 1 else f"{levels[0]:g}%"
     )
-    return f"{shown} (95% spread over the sequential check's looks)"
+    return f"{shown} (the sequential test's level at its last look; alpha, not this level, bounds false alarms)"
 
 
 def _baseline_note(workload: WorkloadVerdict) -> str:
