@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -208,7 +206,9 @@ def workload():
 }
 
 
-def test_a_workload_file_imports_the_projects_own_code_from_the_console_script_and_the_plugin(tmp_path):
+def test_a_workload_file_imports_the_projects_own_code_from_the_console_script_and_the_plugin(
+    tmp_path, pytester, monkeypatch
+):
     """perf/workloads.py imports a package at the repository's root and one under src/, neither installed: the
     `perfgate` console script (whose sys.path holds neither the root nor src/) loads it and its trial runs, and the
     plugin collects it, as `python -m perfgate` and a paired check always did."""
@@ -217,10 +217,10 @@ def test_a_workload_file_imports_the_projects_own_code_from_the_console_script_a
     result = run_console_script("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=repo)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("own-code  (perf/workloads.py:workload;"), result.stdout
-    # The plugin, in a pytest started as the `pytest` command would be: without the current folder on sys.path (-P).
-    collect = [sys.executable, "-P", "-m", "pytest", "--perfgate-update", "--co", "-q", "-p", "no:cacheprovider"]
-    collected = subprocess.run(collect, cwd=repo, capture_output=True, text=True)
-    assert "perfgate::own-code[fp32]" in collected.stdout, collected.stdout + collected.stderr
+    # The plugin collects it too, in a pytest session (in this process, whose sys.path holds neither folder).
+    monkeypatch.chdir(repo)
+    collected = pytester.runpytest_inprocess("--perfgate-update", "--co", "-q", "-p", "no:cacheprovider")
+    assert "perfgate::own-code[fp32]" in collected.stdout.str(), collected.stdout.str() + collected.stderr.str()
 
 
 def test_pyproject_workloads_are_used_when_none_are_given(tmp_path):

@@ -160,7 +160,9 @@ def diagnose_config(
     # finding explains the change: a step slower beyond `ranking_sigmas` puts what slowed it before memory.
     sigmas = th.ranking_sigmas if memory_regressed else th.evidence_sigmas
     loader_cpu = _loader_cpu(baseline, ok, steps)
-    contention = _contention_s(loader_cpu, phases, cores, th.evidence_sigmas, th.data_wait_growth)
+    counted = _counted(baseline, ok, tolerances)  # None without counts on both sides (baselines written before them)
+    same_work = counted is not None and counted.same_work
+    contention = _contention_s(loader_cpu, phases, cores, th.evidence_sigmas, th.data_wait_growth, same_work)
     step = _movement(baseline, ok, steps, set(PHASES))
     early = not slower and _slower_beyond_noise(
         step, baseline, ok, steps, threshold, machine_ratio, sigmas, contention, session_noise
@@ -174,7 +176,6 @@ def diagnose_config(
         measured.settings, base_settings, cores, loader_cpu, contention, _host_wait(baseline, ok, steps)
     )
     ranks = _ranks(baseline, ok, steps, step, slowdown, th, session_noise)
-    counted = _counted(baseline, ok, tolerances)  # None without counts on both sides (baselines written before them)
     added = _added_operators(counted, ok, baseline, step, th)
     findings = [
         *ranks.findings,

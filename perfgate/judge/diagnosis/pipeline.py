@@ -36,23 +36,32 @@ def _loader_cpu(baseline: ConfigEntry | None, ok: Sequence[TrialResult], steps: 
 
 
 def _contention_s(
-    loader: Movement | None, phases: Sequence[PhaseChange], cores: int | None, sigmas: float, factor: float
+    loader: Movement | None,
+    phases: Sequence[PhaseChange],
+    cores: int | None,
+    sigmas: float,
+    factor: float,
+    same_work: bool = False,
 ) -> float:
-    """The step time the DataLoader workers' added CPU took from the training step, estimated as their added
-    CPU seconds per step spread over the machine's cores (on cores that are all busy, a core-second of the
-    workers' work is one the training process does not get; with many idle cores the estimate is small
-    anyway), and at most what the compute phases grew. 0 unless the workers' CPU per step grew `factor`
-    times (`data_wait_growth`: more than a slower machine explains) and beyond `sigmas` standard errors of
-    its trials' spread (`evidence_sigmas`).
+    """The step time the DataLoader workers' added CPU took from the training step, at most what the compute
+    phases grew; 0 unless the workers' CPU per step grew `factor` times (`data_wait_growth`: more than a slower
+    machine explains) and beyond `sigmas` standard errors of its trials' spread (`evidence_sigmas`).
 
     This is how a heavier augmentation slows a CPU-bound step without any wait for data: the workers keep
-    up, but on a runner with few cores they run on the cores the forward and backward passes need."""
+    up, but on a runner with few cores they run on the cores the forward and backward passes need. How much
+    of their added CPU the step loses lies between two bounds. Shared fairly among the cores, a core-second of
+    the workers' work costs the step 1/cores of a second (with many idle cores the estimate is small anyway): the
+    estimate while the model may have changed. But torch's intra-op threads wait for each other at the end of
+    every parallel operator, so a core-second taken from one of them delays all: up to the whole added CPU. On
+    two cores a Python-loop masking that added 25 ms of worker CPU a step grew forward by 30 ms
+    (docs/performance.md). With every count of the step unchanged (`same_work`) the model does the same work and
+    nothing in it explains the compute phases' growth, so the workers' added CPU is counted whole."""
     if loader is None or not cores or loader.change_s <= 0 or not loader.beyond_noise(sigmas):
         return 0.0
     if loader.before_s + loader.change_s < factor * loader.before_s:
         return 0.0
     compute = sum(p.change_s for p in phases if p.phase in COMPUTE)
-    return max(0.0, min(compute, loader.change_s / cores))
+    return max(0.0, min(compute, loader.change_s if same_work else loader.change_s / cores))
 
 
 @dataclass(frozen=True)
