@@ -211,7 +211,7 @@ def test_a_workload_file_imports_the_projects_own_code_from_the_console_script_a
 ):
     """perf/workloads.py imports a package at the repository's root and one under src/, neither installed: the
     `perfgate` console script (whose sys.path holds neither the root nor src/) loads it and its trial runs, and the
-    plugin collects it, as `python -m perfgate` and a paired check always did."""
+    plugin collects it, as a paired check always did (`python -m perfgate` found the root package, not src/)."""
     repo = new_repository(tmp_path / "repo")
     commit(repo, PROJECT_CODE, "a project whose workload imports its own code")
     result = run_console_script("run", "--configs", "fp32", "--trials", "1", "--threads", "1", "--quiet", cwd=repo)
