@@ -72,6 +72,17 @@ def test_a_slower_step_whose_flops_grew_is_model_compute_the_model_grew_in_one_f
     longer = counts(flops_per_sample=2.96e8)
     d = diagnosed(base, with_trials(phased_run({**BASE_MS, "forward": 5.5, "backward": 8.3}), counts=longer))
     assert d.findings[0].line.startswith("model compute: FLOPs per sample +38% (the same parameters do more work);")
+    assert d.findings[0].line.endswith("; look at the model code this change touched")
+    # ... on batches that changed too (a collate function padding to twice the length): the inputs come first.
+    padded = with_trials(phased_run({**BASE_MS, "forward": 5.5, "backward": 8.3}), counts=longer)
+    (workload,) = padded.workloads
+    d = diagnosed(
+        base, dataclasses.replace(padded, workloads=[dataclasses.replace(workload, data_checksum="sha256:11")])
+    )
+    assert d.findings[0].line.endswith(
+        "; the batches changed too: look at their shapes (padding, sequence length, image size), then the model code"
+    )
+    assert any(e.startswith("the data pipeline's output changed (data-slice checksum ") for e in d.findings[0].evidence)
 
 
 def test_flops_that_explain_the_slowdown_lead_a_data_wait_that_the_phases_make_look_larger():

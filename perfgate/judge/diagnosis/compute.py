@@ -46,10 +46,19 @@ def _model_compute(
     names = " and ".join(PHASE_NAMES.get(p.phase, p.phase) for p in carrying)
     line = f"model compute: {names} explain{'s' if len(carrying) == 1 else ''} {explains:.0%} of the slower step"
     share = None
+    where = "look at the model code this change touched"
     if counted is not None and flops is not None:
         flops_share = _flops_share(phases, flops) if slower else 0.0
         share = max(explains, flops_share) if slower else None
         grew = "the model grew" if counted.growth("parameters") is not None else "the same parameters do more work"
+        inputs = [c for c in changes if c.startswith("the data pipeline's output changed")]
+        if inputs and counted.growth("parameters") is None:
+            # The same parameters on other batches: larger inputs (padding, sequence length, image size) do more work.
+            where = (
+                "the batches changed too: look at their shapes (padding, sequence length, image size), then the "
+                "model code"
+            )
+            evidence = (*evidence, *inputs)
         why = f"{FLOPS_LINE} {_percent(flops)} ({grew})"
         if explains >= th.explains:
             line = f"{why}; {line.removeprefix('model compute: ')}"
@@ -68,7 +77,7 @@ def _model_compute(
     if operators:
         name, before, now = operators[0]
         line += f"; {name} +{1000 * (now - before):.2f} ms per step"
-    line += "; look at the model code this change touched"
+    line += f"; {where}"
     return [Finding("model compute", line, evidence, explains=share)]
 
 
