@@ -15,14 +15,14 @@
 # Nothing about the card is changed (no clocks or power limits are set).
 #
 #     bash benchmarks/gpu_session.sh            # about 9 minutes at most
-#     STEP_S=120 bash benchmarks/gpu_session.sh # a shorter limit a step
+#     STEP_S=120 bash benchmarks/gpu_session.sh # a shorter limit a step (TOTAL_S: the whole, 540 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-session}"
 mkdir -p "$out"
 step_s="${STEP_S:-150}"
 started=$(date +%s)
-left() { echo $((540 - ($(date +%s) - started))); }
+left() { echo $((${TOTAL_S:-540} - ($(date +%s) - started))); }
 say() { echo "== $* ($(($(date +%s) - started)) s)" | tee -a "$out/steps.log"; }
 
 say "1. the card"
