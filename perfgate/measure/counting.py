@@ -220,8 +220,10 @@ def _kernels(step: Callable[[Any], Any], batch: Any) -> int | None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from perfgate.measure.profiling import keep_events
+
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA], **keep_events(profile)) as prof:
             step(batch)
             torch.cuda.synchronize()
     except RuntimeError:  # no CUPTI here: the count is left out, not guessed

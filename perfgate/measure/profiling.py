@@ -35,7 +35,7 @@ class StepProfiler:
                 wait=min(_WAIT, steps - 1), warmup=0 if steps < 3 else _WARMUP, active=self.active_steps, repeat=1
             ),
             on_trace_ready=self._ready,
-            **_keep_events(tp.profile),
+            **keep_events(tp.profile),
         )
         self.top_operators: list[OperatorRow] = []
 
@@ -83,9 +83,10 @@ def _device_self_us(event: Any) -> float:
     return 0.0
 
 
-def _keep_events(profile: Any) -> dict[str, Any]:
-    """`acc_events=True` where this torch has it: newer torch warns that a schedule's cycle clears the
-    events otherwise (a warning the test suite turns into an error)."""
+def keep_events(profile: Any) -> dict[str, Any]:
+    """`acc_events=True` where this torch has it: newer torch warns that a profiler's cycle clears the events
+    otherwise (with a schedule, and on CUDA without one: torch 2.11 on an H200), a warning the test suite turns into
+    an error."""
     import inspect
 
     try:
