@@ -12,11 +12,11 @@ from perfgate.judge.verdict import Status, compare_run
 from perfgate.project import REPORT, CountTolerances, DiagnosisThresholds
 from perfgate.records.baselines import entry_from_workload
 from perfgate.records.results import ConfigResult
-from perfgate.records.shapes import Counts, SystemSummary, UsageSpread
+from perfgate.records.shapes import SystemSummary, UsageSpread
 from perfgate.records.verdicts import GateSettings
 from perfgate.report.markdown import format_markdown
 from perfgate.report.text import format_diagnoses
-from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, phased_run, phased_trial
+from tests.helpers.results import BASE_MS, BASELINE, BASELINE_RUN, STEPS, counts, phased_run, phased_trial, with_trials
 
 SETTINGS = GateSettings(first_n=3, max_n=3)
 
@@ -367,27 +367,6 @@ def test_workers_that_take_the_cores_the_step_needs_are_the_data_pipeline_and_un
     assert d.suspect == "model compute"
 
 
-def with_same_counts(run):
-    """`run` with every trial's step counted, the same counts in every run: the model does the same work."""
-    (workload,) = run.workloads
-    counts = Counts(
-        device="cpu",
-        parameters=1_000_000,
-        trainable_parameters=1_000_000,
-        flops_per_sample=2.14e8,
-        operators_per_step=400,
-        kernels_per_step=None,
-        allocated_peak_bytes=28 << 20,
-        allocated_kind="cpu-live-storage",
-        graphs=None,
-        graph_breaks=None,
-        recompiles=None,
-    )
-    trials = [dataclasses.replace(t, counts=counts) for t in workload.configs["fp32"].trials]
-    configs = {"fp32": ConfigResult("fp32", trials)}
-    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
-
-
 def test_with_every_count_unchanged_the_workers_added_cpu_can_explain_all_the_compute_growth():
     # As measured on two cores (docs/performance.md): token masking in the Dataset added 25 ms of the workers' CPU a
     # step, and forward grew 30 ms with data wait unchanged. Shared fairly over the 2 cores that would be 12.5 ms,
@@ -395,8 +374,10 @@ def test_with_every_count_unchanged_the_workers_added_cpu_can_explain_all_the_co
     # intra-op threads wait for each other, so the workers' added CPU is counted whole: the data pipeline.
     workers = {"num_workers": 1}
     base_ms = {**BASE_MS, "forward": 58.0, "backward": 32.0, "optimizer": 4.0}
-    baseline_run = with_same_counts(with_workers(phased_run(base_ms, loader=workers), loader_ms=5.0))
-    masked = with_same_counts(with_workers(phased_run({**base_ms, "forward": 88.0}, loader=workers), loader_ms=30.0))
+    baseline_run = with_trials(with_workers(phased_run(base_ms, loader=workers), loader_ms=5.0), counts=counts())
+    masked = with_trials(
+        with_workers(phased_run({**base_ms, "forward": 88.0}, loader=workers), loader_ms=30.0), counts=counts()
+    )
     d = diagnosed_against(baseline_run, masked)
     assert d.suspect == "data pipeline"
     assert d.contention_s == pytest.approx(0.0255, rel=0.05)  # the workers' added CPU: 30.6 - 5.1 ms
@@ -404,7 +385,9 @@ def test_with_every_count_unchanged_the_workers_added_cpu_can_explain_all_the_co
     assert "runtime or machine" not in [f.suspect for f in d.findings]
     assert d.findings[0].evidence[-1].startswith("every count of the step is unchanged: ")
     # The same growth with the workers' CPU unchanged: the runtime or the machine, as before.
-    unchanged = with_same_counts(with_workers(phased_run({**base_ms, "forward": 88.0}, loader=workers), loader_ms=5.0))
+    unchanged = with_trials(
+        with_workers(phased_run({**base_ms, "forward": 88.0}, loader=workers), loader_ms=5.0), counts=counts()
+    )
     assert diagnosed_against(baseline_run, unchanged).suspect == "runtime or machine"
     # Without counts (the model may have changed) the fair share stays the estimate: 12.75 ms of 30.
     plain = diagnosed_against(

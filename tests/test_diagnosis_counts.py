@@ -7,40 +7,12 @@ import dataclasses
 from perfgate.judge.diagnosis import diagnose
 from perfgate.judge.verdict import compare_run
 from perfgate.records.baselines import entry_from_workload
-from perfgate.records.results import ConfigResult
-from perfgate.records.shapes import Counts
 from perfgate.records.verdicts import GateSettings
-from tests.helpers.results import BASE_MS, phased_run
+from tests.helpers.results import BASE_MS, counts, phased_run, with_trials
 
 SETTINGS = GateSettings(first_n=3, max_n=3)
 MIB = 2**20
 PLACES = ["model.py:42 in forward: call to builtin print", "model.py:57 in forward: data-dependent branch"]
-
-
-def counts(**fields):
-    """One eager step of a small model on the CPU, counted; `fields` change it."""
-    step = {
-        "device": "cpu",
-        "parameters": 1_000_000,
-        "trainable_parameters": 1_000_000,
-        "flops_per_sample": 2.14e8,
-        "operators_per_step": 400,
-        "kernels_per_step": None,
-        "allocated_peak_bytes": int(28.5 * MIB),
-        "allocated_kind": "cpu-live-storage",
-        "graphs": None,
-        "graph_breaks": None,
-        "recompiles": None,
-    }
-    return Counts(**{**step, **fields})
-
-
-def with_trials(run, **fields):
-    """The run with every trial's fields replaced (its counts, its torch calls, its compile stats, its peak)."""
-    (workload,) = run.workloads
-    trials = [dataclasses.replace(t, **fields) for t in workload.configs["fp32"].trials]
-    configs = {"fp32": ConfigResult("fp32", trials)}
-    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
 
 
 def diagnosed(base_run, head_run):

@@ -16,7 +16,7 @@ from perfgate.records.results import (
     WorkloadResult,
     WorkloadSettings,
 )
-from perfgate.records.shapes import Environment, PeakMemory
+from perfgate.records.shapes import Counts, Environment, PeakMemory
 
 RESULTS_SCHEMA = Path(perfgate.__file__).parent / "records" / "schema" / "results-v2.schema.json"
 
@@ -114,3 +114,32 @@ def micro_regression(reason: str) -> MicroResult:
         machine_ratio=1.01,
         rounds=57,
     )
+
+
+# -- exact counts of a step, on hand-made runs ---------------------------------------------------------------
+
+
+def counts(**fields):
+    """One eager step of a small model on the CPU, counted; `fields` change it."""
+    step = {
+        "device": "cpu",
+        "parameters": 1_000_000,
+        "trainable_parameters": 1_000_000,
+        "flops_per_sample": 2.14e8,
+        "operators_per_step": 400,
+        "kernels_per_step": None,
+        "allocated_peak_bytes": int(28.5 * 2**20),
+        "allocated_kind": "cpu-live-storage",
+        "graphs": None,
+        "graph_breaks": None,
+        "recompiles": None,
+    }
+    return Counts(**{**step, **fields})
+
+
+def with_trials(run, **fields):
+    """The run with every trial's fields replaced (its counts, its torch calls, its compile stats, its peak)."""
+    (workload,) = run.workloads
+    trials = [dataclasses.replace(t, **fields) for t in workload.configs["fp32"].trials]
+    configs = {"fp32": ConfigResult("fp32", trials)}
+    return dataclasses.replace(run, workloads=[dataclasses.replace(workload, configs=configs)])
