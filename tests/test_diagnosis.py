@@ -556,3 +556,19 @@ def test_on_a_card_the_hosts_wait_and_the_devices_idle_wait_together_tell_a_star
     # On the host clock (the CPU) the host's wait is the data wait phase itself: none of this is said.
     (d,) = diagnose(compare_run(phased_run(BASE_MS), BASELINE, SETTINGS), every_config=True)
     assert d.findings == ()
+
+
+def test_against_a_stored_baseline_the_workers_cpu_alone_is_no_early_evidence():
+    # As read in a clean check against a baseline stored minutes before (docs/performance.md): the workers' CPU
+    # 7.17 -> 14.00 ms a step with the same code, the compute phases 6% slower, samples/s open. Across sessions the
+    # workers' CPU can double by itself, so nothing is suspected; the same figures within one session are evidence.
+    workers = {"num_workers": 2}
+    base_ms = {**BASE_MS, "forward": 20.0, "backward": 16.0}
+    baseline_run = with_workers(phased_run(base_ms, loader=workers), loader_ms=7.0)
+    clean = scattered(with_workers(phased_run({**base_ms, "forward": 22.3}, loader=workers), loader_ms=14.0))
+    baseline = {"w": entry_from_workload(baseline_run, baseline_run.workloads[0])}
+    stored = compare_run(clean, baseline, SETTINGS)
+    assert stored.verdicts[0].status == Status.INCONCLUSIVE
+    assert diagnose(stored) == []
+    (same_session,) = diagnose(stored, thresholds=dataclasses.replace(DiagnosisThresholds(), session_noise=0.0))
+    assert same_session.early and same_session.suspect == "data pipeline"
