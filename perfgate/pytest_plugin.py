@@ -114,6 +114,9 @@ def _refuse_parallel_workers(config: pytest.Config) -> None:
 _SESSION = pytest.StashKey["PerfgateSession"]()
 
 
+CONFIGURED = "perfgate"  # the node holding the configured workloads' items: `perfgate::gpt[fp32]`
+
+
 @dataclass(eq=False)  # registered as a plugin: hashed by identity
 class PerfgateSession:
     """pytest's side of the session: the hooks, the configured items' outcomes and the terminal; what was
@@ -133,7 +136,11 @@ class PerfgateSession:
     @pytest.hookimpl(tryfirst=True)  # before -k, -m and --lf select from the items
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.suite.request.project.workloads and self.config.args_source != pytest.Config.ArgsSource.ARGS:
-            items.extend(self._configured_items(session))
+            configured = self._configured_items(session)
+            items.extend(configured)
+            if configured:  # reported as collected, so "collected N items" and --collect-only count them
+                report = pytest.CollectReport(CONFIGURED, "passed", None, list(configured))
+                self.config.hook.pytest_collectreport(report=report)
         for item in items:
             if isinstance(item, WorkloadItem) or "perfgate" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.perfgate)
@@ -158,7 +165,7 @@ class PerfgateSession:
         except PerfgateError as error:
             raise pytest.UsageError(f"perfgate: {error.one_line()} (in {project.source})") from None
         source = Path(project.source.split(" ")[0]) if project.source else self.config.rootpath
-        collector = WorkloadsCollector.from_parent(session, name="perfgate", nodeid="perfgate", path=source)
+        collector = WorkloadsCollector.from_parent(session, name=CONFIGURED, nodeid=CONFIGURED, path=source)
         return [
             WorkloadItem.from_parent(
                 collector, name=f"{name}[{config}]", reference=reference, workload=name, config_name=config

@@ -34,11 +34,14 @@ def test_calibrate_outside_git_reports_noise_and_sees_a_planted_slowdown(tmp_pat
     results = tmp_path / "planted.json"
     result = run_in_process(
         "calibrate", TINY, "--pairs", "2", "--trials", "2", "--max-trials", "2", "--time-budget", "40",
-        "--slowdown", "90%", "--json", str(results), "--quiet",
+        "--slowdown", "90%", "--json", str(results),
         "--fork-trials",  # the subject is what calibrate reports, not how a trial process starts
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    # progress counts pairs, of the pairs planned: 2 for the A/A, then 2 for the planted pass (its --max-trials)
+    progress = [line for line in result.stderr.splitlines() if "] tiny fp32 " in line]
+    assert len(progress) == 4 and all(re.search(r"\] tiny fp32 pair [12]/2: ", line) for line in progress), progress
     assert "calibration: this runner, the working tree against itself" in result.stdout
     (row,) = [line.split() for line in result.stdout.splitlines() if line.startswith("  tiny ")]
     assert row[1] == "fp32" and row[2].endswith("%")  # the pair noise was measured

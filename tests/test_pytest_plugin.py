@@ -239,6 +239,12 @@ def test_selection_with_k_picks_single_configs(pytester):
     )
     result = pytester.runpytest_inprocess("--collect-only", "-q", "-k", "gated and bf16 and not compile")
     assert [line for line in result.outlines if line.startswith("perfgate::")] == ["perfgate::gated[bf16]"]
+    # pytest counts the configured items with the test functions, as collected and as deselected
+    everything = pytester.runpytest_inprocess("--collect-only", "-q")
+    listed = [line for line in everything.outlines if "::" in line]
+    assert sum(line.startswith("perfgate::") for line in listed) == 3
+    assert everything.outlines[-1].startswith(f"{len(listed)} tests collected in ")
+    assert result.outlines[-1].startswith(f"1/{len(listed)} tests collected ({len(listed) - 1} deselected) in ")
 
 
 PACED = """

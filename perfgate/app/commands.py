@@ -92,7 +92,10 @@ def calibrate(calibration_request: CalibrationRequest, sink: Sink) -> int:
     from perfgate.report.text import format_gate
 
     request = calibration_request.check
-    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    # the A/A's pairs are planned; the planted pass adds pairs while its verdict is open, as a check does
+    pairs = calibration_request.pairs
+    most = max(pairs, request.gate.max_n)
+    plan = request.plan(lab_progress(pairs, quiet=request.outputs.quiet, unit="pair", most=most), sink.notify)
     calibration = run_calibration(plan, pairs=calibration_request.pairs, slowdown=calibration_request.slowdown)
     if calibration.planted.run is not None:
         write_results(calibration.planted.run, request.outputs.json, sink)
@@ -109,7 +112,8 @@ def bisect(bisect_request: BisectRequest, sink: Sink) -> int:
     from perfgate.report.bisection import format_bisect
 
     request = bisect_request.check
-    plan = request.plan(lab_progress(request.run.trials, quiet=request.outputs.quiet), sink.notify)
+    gate, quiet = request.gate, request.outputs.quiet
+    plan = request.plan(lab_progress(gate.first_n, quiet=quiet, unit="pair", most=gate.max_n), sink.notify)
     result = run_bisect(plan, bisect_request.good, bisect_request.bad)
     sink.info(format_bisect(result))
     return EXIT_OK

@@ -76,11 +76,12 @@ class StreamSink:
         return lambda message: print(printable(message), file=self._err, flush=True)
 
 
-def lab_progress(trials: int, *, quiet: bool) -> ProgressCallback | None:
-    """The progress display of a lab run (or calibrate, bisect): `trials` a config; None when quiet."""
+def lab_progress(trials: int, *, quiet: bool, unit: str = "trial", most: int | None = None) -> ProgressCallback | None:
+    """The progress display of a lab run (`trials` a config), or of calibrate's and bisect's paired passes
+    (`unit` "pair": `trials` pairs planned a config, up to `most` where a pass adds pairs); None when quiet."""
     from perfgate.report.progress import Progress
 
-    return None if quiet else Progress(trials)
+    return None if quiet else Progress(trials, most=most, unit=unit)
 
 
 def progress_for(request: GateRequest) -> ProgressCallback | None:
