@@ -127,3 +127,28 @@ def test_a_changed_batch_size_is_still_not_comparable():
     result = compare_entries(GATE_BASE, candidate, SETTINGS)
     assert result.problem_status == Status.NOT_COMPARABLE
     assert "batch_size 8 -> 16" in (result.problem or "")
+
+
+def test_a_dataset_that_grew_draws_another_slice_and_is_judged_with_the_change_named():
+    # A pull request that adds samples: each side's pinned slice is drawn from its own dataset, so the slice's
+    # indices and checksum differ while the amount of work does not. A slower step is still a regression.
+    def sliced(entry, length, indices):
+        settings = replace(entry.settings, dataset_length=length, slice_indices=indices)
+        return BaselineEntry(**{**entry.__dict__, "settings": settings})
+
+    base = sliced(GATE_BASE, 1000, "sha256:aa")
+    grown = sliced(gate_entry([430, 432, 428], [1000, 1002, 998]), 2000, "sha256:bb")
+    grown = BaselineEntry(**{**grown.__dict__, "data_checksum": "sha256:11"})
+    result = compare_entries(base, grown, SETTINGS)
+    assert result.problem is None
+    (config,) = result.configs
+    assert config.status == Status.REGRESSION
+    assert config.evidence[0] == (
+        "the dataset's length changed: 1000 -> 2000 samples, so each side's pinned slice is drawn from its own dataset"
+    )
+    assert config.evidence[1].startswith("the data pipeline's output changed")
+    # Other indices from a dataset of the same length (or a side that did not record its length): not comparable.
+    for length in (1000, None):
+        other = compare_entries(base, sliced(grown, length, "sha256:bb"), SETTINGS)
+        assert other.problem_status == Status.NOT_COMPARABLE
+        assert "data-slice sample indices sha256:aa -> sha256:bb" in (other.problem or "")

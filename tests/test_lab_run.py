@@ -274,3 +274,4 @@ def test_a_trial_past_its_timeout_is_failed_and_the_run_goes_on(tmp_path):
     hangs, tiny = document["workloads"]
     assert hangs["configs"]["fp32"]["trials"][0]["failure"].startswith("timed out after 12 s")
     assert tiny["configs"]["fp32"]["trials"][0]["status"] == "ok"
+    assert tiny["settings"]["dataset_length"] == 64  # tiny's Points: what the slice is drawn from

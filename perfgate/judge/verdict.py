@@ -572,8 +572,11 @@ def _workload_changes(baseline: BaselineEntry, candidate: BaselineEntry) -> list
     changes = []
     # A change of gradient accumulation changes how many samples a step takes, and so the slice; samples/s counts
     # every sample, so the two sides compare (the change is named as evidence: `_data_evidence`).
+    # A dataset whose length changed (a pull request that adds samples) draws the slice from other samples: the data
+    # changed, not the amount of work, so the sides compare and the change is named (`_data_evidence`).
     keys = ("batch_size", "steps", "warmup_steps", "seed")
-    for key in keys if _accumulation_changed(baseline, candidate) else (*keys, "slice_indices"):
+    drawn_anew = _accumulation_changed(baseline, candidate) or _length_changed(baseline, candidate)
+    for key in keys if drawn_anew else (*keys, "slice_indices"):
         old, new = getattr(baseline.settings, key), getattr(candidate.settings, key)
         if old is not None and new is not None and old != new:
             shown = (str(old)[:19], str(new)[:19]) if key == "slice_indices" else (old, new)
@@ -585,16 +588,32 @@ def _accumulation_changed(baseline: BaselineEntry, candidate: BaselineEntry) -> 
     return (baseline.settings.accumulation or 1) != (candidate.settings.accumulation or 1)
 
 
+def _length_changed(baseline: BaselineEntry, candidate: BaselineEntry) -> bool:
+    """Both sides recorded their dataset's length, and it differs (a baseline written before perfgate recorded
+    it cannot tell: its changed slice stays not comparable)."""
+    old, new = baseline.settings.dataset_length, candidate.settings.dataset_length
+    return old is not None and new is not None and old != new
+
+
 def _data_evidence(baseline: BaselineEntry, candidate: BaselineEntry, base_name: str) -> list[str]:
-    """A changed data-slice checksum: the same samples now reach the model as different batches; or a change of
-    gradient accumulation, which changes the slice by design."""
+    """A changed data-slice checksum: the same samples now reach the model as different batches; a dataset whose
+    length changed, which draws the slice anew; or a change of gradient accumulation, which changes the slice by
+    design."""
     if _accumulation_changed(baseline, candidate):
         old_k, new_k = baseline.settings.accumulation or 1, candidate.settings.accumulation or 1
         return [f"gradient accumulation changed: {old_k} -> {new_k} micro-batches per optimizer step"]
+    evidence = []
+    if _length_changed(baseline, candidate):
+        evidence.append(
+            f"the dataset's length changed: {baseline.settings.dataset_length} -> {candidate.settings.dataset_length} "
+            "samples, so each side's pinned slice is drawn from its own dataset"
+        )
     old, new = baseline.data_checksum, candidate.data_checksum
     if old and new and old != new:
-        return [f"the data pipeline's output changed (data-slice checksum {old[7:19]} in {base_name} -> {new[7:19]})"]
-    return []
+        evidence.append(
+            f"the data pipeline's output changed (data-slice checksum {old[7:19]} in {base_name} -> {new[7:19]})"
+        )
+    return evidence
 
 
 def _numerics_evidence(base: ConfigEntry | None, measured: ConfigEntry | None) -> tuple[str, ...]:

@@ -626,6 +626,7 @@ def collect_workload(
         for trial in config.trials:
             warnings.extend(f"{config.config} trial {trial.trial + 1}: {w}" for w in trial.warnings)
     slices = sorted({str(t.workload["slice_indices"]) for t in ok if t.workload and t.workload.get("slice_indices")})
+    lengths = sorted({t.workload["dataset_length"] for t in ok if t.workload and t.workload.get("dataset_length")})
     return WorkloadResult(
         name=name,
         reference=reference.text,
@@ -641,6 +642,7 @@ def collect_workload(
             nproc=identity.get("nproc"),
             slice_indices=slices[0] if len(slices) == 1 else None,
             accumulation=identity.get("accumulation"),
+            dataset_length=lengths[0] if len(lengths) == 1 else None,
         ),
         data_checksum=checksums[0] if len(checksums) == 1 else None,
         first_losses=first_losses,

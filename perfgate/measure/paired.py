@@ -602,7 +602,9 @@ class PairedSession:
         if record.failure_kind == "config":
             trials.config_failures[key] = result.failure or "failed"
         if result.ok and result.workload and key[0] not in trials.identities:
-            trials.identities[key[0]] = {k: v for k, v in result.workload.items() if k != "slice_indices"}
+            trials.identities[key[0]] = {
+                k: v for k, v in result.workload.items() if k not in ("slice_indices", "dataset_length")
+            }
         trials.trials[key].append(result)
 
     def result(self, side: str) -> RunResult:

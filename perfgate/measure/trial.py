@@ -625,7 +625,7 @@ def _counts_only(spec: TrialSpec, setup: _Setup, batches: Iterator[Any], identit
         autocast=setup.autocast_check,
         threads=torch.get_num_threads(),
         warnings=list(setup.warnings),
-        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset), spec.nproc)},
+        workload={**identity, **_slice_identity(workload, len(setup.dataset), spec.nproc)},
     )
     return TrialRecord(result)
 
@@ -778,7 +778,7 @@ def _record(
         threads=torch.get_num_threads(),
         rounds=spec.rounds,
         warnings=warnings,
-        workload={**identity, "slice_indices": _slice_digest(workload, len(setup.dataset), spec.nproc)},
+        workload={**identity, **_slice_identity(workload, len(setup.dataset), spec.nproc)},
         clocking=times.clocking,
         data_wait_host_s=times.data_wait_host_s,
     )
@@ -817,6 +817,12 @@ def _slice_indices(workload: Any, length: int, nproc: int = 1) -> list[int]:
 
 def _slice_digest(workload: Any, length: int, nproc: int = 1) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(_slice_indices(workload, length, nproc)).encode()).hexdigest()
+
+
+def _slice_identity(workload: Any, length: int, nproc: int = 1) -> dict[str, Any]:
+    """Which samples the pinned slice holds, and the length of the dataset it was drawn from: the slice changes
+    with the length, and a pull request that adds samples changes the data, not the amount of work."""
+    return {"slice_indices": _slice_digest(workload, length, nproc), "dataset_length": length}
 
 
 def _seed_everything(seed: int) -> None:

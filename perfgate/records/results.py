@@ -254,9 +254,9 @@ class ConfigResult:
 @dataclass(frozen=True)
 class WorkloadSettings:
     """How a workload was measured: the amount of work (batch, timed and warm-up steps, seed), the trials, the
-    torch threads, the device, the DataLoader's settings and, where they apply, the data-parallel ranks and the
-    pinned slice's sample indices. A results file has the first eight; a baseline written by an older perfgate
-    (or a hand-made one) may lack any, so each may be None here.
+    torch threads, the device, the DataLoader's settings and, where they apply, the data-parallel ranks, the
+    pinned slice's sample indices and the dataset's length. A results file has the first eight; a baseline written
+    by an older perfgate (or a hand-made one) may lack any, so each may be None here.
 
     `keys`: the keys in the order a file had them (null ones included), so a file read and written again is the
     same bytes; None when built by perfgate (the order perfgate writes; a field that is None left out)."""
@@ -272,6 +272,7 @@ class WorkloadSettings:
     nproc: int | None = None  # ranks of a data-parallel job; None for one process
     slice_indices: str | None = None  # the pinned slice's sample indices, where every trial agreed on them
     accumulation: int | None = None  # micro-batches per optimizer step; None for one
+    dataset_length: int | None = None  # the samples the workload's dataset has, which the slice is drawn from
     keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -292,7 +293,8 @@ class WorkloadSettings:
     def from_dict(cls, data: Any, what: str = "a workload's settings") -> WorkloadSettings:
         """Read what `to_dict` wrote, strictly: an unknown or wrong-typed field is a ShapeError naming it."""
         record = checked(data, _SETTINGS_FIELDS, what, optional=_SETTINGS_FIELDS)
-        for name in ("batch_size", "steps", "warmup_steps", "seed", "trials", "threads", "nproc", "accumulation"):
+        integers = ("batch_size", "steps", "warmup_steps", "seed", "trials", "threads", "nproc", "accumulation")
+        for name in (*integers, "dataset_length"):
             value = record.get(name)
             if value is not None and not _is_int(value):
                 raise ShapeError(f"{what} has {name} {value!r}, not an integer")
