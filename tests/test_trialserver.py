@@ -21,6 +21,7 @@ from perfgate.measure.trialserver import (
 )
 from perfgate.references import resolve_references
 from tests.helpers.workloads import WORKLOADS
+from tests.workloads.tiny import tiny
 
 pytestmark = pytest.mark.e2e  # real trials, forked from a real trial server
 
@@ -67,11 +68,13 @@ def test_a_forked_trial_past_its_timeout_dies_with_its_process_group_and_the_ser
 
 IMPORT_RECORDING = """
 import os
+import sys
 
 from tiny import tiny as _tiny
 
 with open(os.environ["PERFGATE_TEST_IMPORTS"], "a") as imports:
     imports.write(f"{os.getpid()}\\n")  # the process that executed this module
+    imports.write(f"dynamo {'torch._dynamo' in sys.modules}\\n")  # what the server had imported before it
 print("a module that prints when imported")  # into the server's log, never into its replies
 
 
@@ -95,7 +98,8 @@ def test_the_server_imports_a_workloads_module_once_and_each_child_builds_the_wo
     imports = tmp_path / "imports.txt"
     monkeypatch.setenv("PERFGATE_TEST_IMPORTS", str(imports))
     place = TrialPlace(name="head")
-    server = start_trial_server(1, place, tmp_path)
+    # tiny's written-out SGD, in fp32: no trial needs torch._dynamo, so the server does not import it
+    server = start_trial_server(1, place, tmp_path, [tiny()], ["fp32"])
     try:
         children, finished = [], []
         for trial in (0, 1):  # one at a time, as a session runs them
@@ -111,7 +115,8 @@ def test_the_server_imports_a_workloads_module_once_and_each_child_builds_the_wo
     finally:
         server.close()
     assert all(record.result.ok for record in finished), finished
-    assert imports.read_text().split() == [str(server.process.pid)]  # once, by the server; not by the children
+    # once, by the server, not by the children; and with no torch._dynamo imported
+    assert imports.read_text().splitlines() == [str(server.process.pid), "dynamo False"]
     assert server.process.pid not in children and "a module that prints when imported" in server.log_path.read_text()
     assert failed.failure_kind == "workload" and "this module cannot be imported" in str(failed.result.failure)
     assert server.process.returncode is not None  # stopped at the hanging import's timeout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from perfgate._files import OwnedTempDir
 from perfgate.errors import UsageError, WorkloadError
 from perfgate.measure import distributed
 from perfgate.measure.trial import TrialSpec, workload_identity
-from perfgate.measure.trialserver import ForkedProcess, ServerGone, TrialServer
+from perfgate.measure.trialserver import SKIP_DYNAMO, ForkedProcess, ServerGone, TrialServer
 from perfgate.measure.watch import watched, watched_environment
 from perfgate.naming import CLI, FrontEnd
 from perfgate.project import DEFAULT_TRIALS
@@ -35,6 +36,7 @@ from perfgate.records.results import (
 )
 from perfgate.records.shapes import Profile
 from perfgate.references import Reference
+from perfgate.variants import CONFIGS
 from perfgate.workload import Workload
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -371,7 +373,8 @@ class LabSession:
             if self._server is None or not self._server.alive:
                 if self._server is not None:
                     self._server.close()
-                self._server = start_trial_server(settings.threads, place, scratch)
+                workloads = [workload for _, workload in self.loaded]
+                self._server = start_trial_server(settings.threads, place, scratch, workloads, settings.configs)
             return RunningTrial(
                 spec, scratch, settings.timeout_s, place, self._server, front_end=settings.front_end
             ).wait()
@@ -544,10 +547,38 @@ def python_command(place: TrialPlace) -> list[str]:
     return [place.python or sys.executable, *(["-P"] if place.safe_path else [])]
 
 
-def start_trial_server(threads: int | None, place: TrialPlace, scratch: Path) -> TrialServer:
-    """A fork server for `place`'s trials (`perfgate.measure.trialserver`), started as a trial process would be."""
+def start_trial_server(
+    threads: int | None,
+    place: TrialPlace,
+    scratch: Path,
+    workloads: Sequence[Workload] = (),
+    configs: Sequence[str] = (),
+) -> TrialServer:
+    """A fork server for `place`'s trials (`perfgate.measure.trialserver`), started as a trial process would be. It
+    imports torch._dynamo before its first child only where one of `workloads` may need it (`needs_dynamo`)."""
     log = scratch / f"server-{place.name or 'lab'}.log"
-    return TrialServer(python_command(place), trial_environment(threads, place), place.cwd, log)
+    env = trial_environment(threads, place)
+    if workloads and not needs_dynamo(workloads, configs):
+        env[SKIP_DYNAMO] = "1"
+    return TrialServer(python_command(place), env, place.cwd, log)
+
+
+def needs_dynamo(workloads: Sequence[Workload], configs: Sequence[str]) -> bool:
+    """Whether a trial of these workloads in these configs may import torch._dynamo: a compiled config does, and
+    so does creating a torch optimizer (AdamW, the default, among them): 1.1-1.4 s a trial process here, which a
+    fork server pays once for every child. A workload whose optimizer is a class of its own that is no torch
+    optimizer (a written-out SGD) does not; a factory function may build either, and counts as one that does."""
+    import torch
+
+    if any(CONFIGS[name].compile for name in configs if name in CONFIGS):
+        return True
+    for workload in workloads:
+        factory = workload.optimizer
+        while isinstance(factory, functools.partial):
+            factory = factory.func
+        if not (isinstance(factory, type) and not issubclass(factory, torch.optim.Optimizer)):
+            return True
+    return False
 
 
 def _threads_run(configs: Mapping[str, Any]) -> int | None:

@@ -570,7 +570,10 @@ class PairedSession:
             if server is None or not server.alive:
                 if server is not None:
                     server.close()
-                server = self.servers[side] = start_trial_server(self.settings.threads, place, Path(self._scratch.name))
+                workloads = [workload for _, workload in self.loaded]  # the head's: the base's imports follow it
+                server = self.servers[side] = start_trial_server(
+                    self.settings.threads, place, Path(self._scratch.name), workloads, self.settings.configs
+                )
                 started.append(server)
         for server in started:
             with contextlib.suppress(ServerGone):

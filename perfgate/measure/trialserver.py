@@ -1,9 +1,10 @@
 """A fork server for a session's trials (`--fork-trials`): one per side, torch imported once, a child per trial.
 
-A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, which creating an
+A fresh trial process spends about 3 s importing torch (and `torch._dynamo`, which creating a torch
 optimizer imports) before it measures anything; a paired check runs twice the trials of a lab. The
 server is started like a trial process (the side's folder, source folders and thread settings),
-imports what every trial imports, and then forks one child per trial, which runs exactly what
+imports what every trial imports (torch._dynamo only where a trial may need it: `lab.needs_dynamo`),
+and then forks one child per trial, which runs exactly what
 `python -m perfgate.measure.trial` runs. Before a workload's first trial it imports that workload's module
 too (`import_workload`: a framework such as Lightning takes seconds to import, in every fresh trial). A child
 is a fresh trial in everything it builds (workload, model, data, RNG state); what it shares with its siblings
@@ -45,6 +46,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfgate.measure.watch import die_with_parent, watched, watched_environment
+
+# Set by the client (`perfgate.measure.lab.start_trial_server`) where no trial needs torch._dynamo.
+SKIP_DYNAMO = "PERFGATE_SERVER_SKIPS_DYNAMO"
 
 
 class ServerGone(RuntimeError):
@@ -175,10 +179,14 @@ class ForkedProcess:
 
 
 def serve(requests: IO[str], replies: IO[str]) -> int:
-    """The server's loop: import what every trial imports, then fork a child per request."""
+    """The server's loop: import what every trial imports, then fork a child per request. torch._dynamo is one of
+    them unless the client knows no trial needs it (`SKIP_DYNAMO`: no compiled config, no torch optimizer); a
+    child that imports it anyway does so in its setup, as a fresh trial does."""
     import torch
-    import torch._dynamo  # noqa: F401 - creating an optimizer imports it: 1-2 s a trial otherwise
     import torch.optim  # noqa: F401
+
+    if os.environ.pop(SKIP_DYNAMO, "") != "1":  # popped: the children's environment is a fresh trial's
+        import torch._dynamo  # noqa: F401 - creating a torch optimizer imports it: 1.1-1.4 s a trial otherwise
 
     import perfgate.measure.trial  # noqa: F401 - the harness: configs, device, probe, sampler, references
 
