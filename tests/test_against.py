@@ -97,10 +97,13 @@ def logged(name: str) -> str:
     )
 
 
-def bench(*, sleep: float = 0.0, tag: str = "committed", comment: str = "", activation: str = "ReLU") -> str:
-    """The workload on its own; `tag` is logged, `comment` changes nothing."""
+def bench(
+    *, sleep: float = 0.0, tag: str = "committed", comment: str = "", activation: str = "ReLU", name: str = "bench"
+) -> str:
+    """The workload on its own; `tag` is logged, `comment` changes nothing, `name` is the Workload's."""
     header = f"# {comment}\nWIDTH, OFFSET, SCALE, SLEEP_S = 32, 0, 1, {sleep}\nVALUE = {tag!r}\n{logged(repr('bench'))}"
-    return WORKLOAD_SOURCE.format(header=header).replace("torch.nn.ReLU()", f"torch.nn.{activation}()")
+    source = WORKLOAD_SOURCE.format(header=header).replace("torch.nn.ReLU()", f"torch.nn.{activation}()")
+    return source.replace('name="bench"', f'name="{name}"')
 
 
 def make_repo(path: Path, *versions: dict[str, str]) -> Path:
@@ -313,8 +316,13 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     several seconds of timed steps, which the verdict on a tenfold slowdown does not need (the sleep is a
     floor under every head step, so no noise makes the head fast, and noise that made a base trial of about
     30 ms twice as slow would still leave a fivefold gap). The calibration itself is tested on the A/A pair
-    below (test_the_first_pair_calibrates_the_rounds_both_sides_of_every_later_pair_run)."""
-    repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02)})
+    below (test_the_first_pair_calibrates_the_rounds_both_sides_of_every_later_pair_run).
+
+    The in-turn pairs' head also renames the workload, as a pull request may: the base builds the same function
+    under its old name, and its trials pair with the head's under the new one."""
+    renamed = "--no-interleaved-pairs" in fork
+    name = "bench-v2" if renamed else "bench"
+    repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02, name=name)})
     tmp = tmp_path / "tmp"
     # Four pairs are the fewest that may call a regression (MIN_DECIDING); a noisy one may need one more look.
     more = ("--max-trials", "5", "--time-budget", "90", "--rounds", "1", *fork)
@@ -333,7 +341,7 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     rows = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
     assert len(rows) == 1, result.stdout  # the verdict table's row for the config
     assert "! fp32: samples/s -" in result.stdout and ": a regression beyond the 5% threshold" in result.stdout
-    assert result.stdout.strip().splitlines()[-1] == "perfgate check: 1 regression (bench fp32). Exit 1 (fail)."
+    assert result.stdout.strip().splitlines()[-1] == f"perfgate check: 1 regression ({name} fp32). Exit 1 (fail)."
     assert_clean(repo, tmp)
 
 

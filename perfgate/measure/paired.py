@@ -616,7 +616,12 @@ class PairedSession:
         workloads = [
             collect_workload(
                 self.references[(side, workload.name)],
-                trials.identities.get(workload.name) or _identity(workload, self.settings.nproc_of(workload)),
+                # the head's name: a pull request that renames a workload pairs its trials with the base's, which
+                # built the same reference under its old name
+                {
+                    **(trials.identities.get(workload.name) or _identity(workload, self.settings.nproc_of(workload))),
+                    "name": workload.name,
+                },
                 self.settings,
                 trials.trials,
                 trials.config_failures,
