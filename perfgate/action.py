@@ -169,6 +169,8 @@ def _gate_outcome(
                 title = f"perfgate: {workload.workload} no baseline"
                 lines.append(_no_baseline(workload.workload, title, runner, directory, warn))
                 problems = problems or not warn
+            elif workload.problem and workload.new:  # new in the pull request: nothing to compare with yet
+                lines.append(command("notice", f"perfgate: {workload.workload}", workload.problem))
             elif workload.problem:
                 lines.append(command("error", f"perfgate: {workload.workload}", workload.problem))
                 problems = True

@@ -44,6 +44,7 @@ from perfgate.app.suite import GateSuite, Verdicts
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError, UsageError
 from perfgate.formatting import format_signed_pct
+from perfgate.records.verdicts import NEW_WORKLOAD
 
 if TYPE_CHECKING:
     from perfgate.records.verdicts import ConfigVerdict, WorkloadVerdict
@@ -318,6 +319,8 @@ class WorkloadItem(pytest.Item):
         if outcome is None:
             self.user_properties.append(("perfgate_verdict", "baseline written"))
             return
+        if isinstance(outcome, str) and outcome.startswith(NEW_WORKLOAD):  # new in the head: nothing to compare yet
+            pytest.skip(f"{self.workload} {self.config_name}: {outcome}")
         if isinstance(outcome, str):
             failure = failure_of(session.suite, [], f"{self.workload} {self.config_name}: {outcome}")
         else:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +36,28 @@ class Reference:
             return builtin
         location = rest.rpartition(":")[0]
         return _import_file(location, front_end) if kind == "file" else _import_module(location, front_end)
+
+    def defined(self) -> bool | None:
+        """Whether the file this reference points into defines its function, read without running it (a paired
+        check asks it of the base's copy): False where the file is missing, or names the function nowhere and
+        star-imports nothing; True where it names it; None where only importing can tell (a module reference, a
+        built-in, a file that does not tokenize)."""
+        kind, _, rest = self.target.partition(":")
+        if kind != "file":
+            return None
+        location, _, function_name = rest.rpartition(":")
+        path = Path(location)
+        if not path.is_file():
+            return False
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline))
+        except (OSError, UnicodeDecodeError, SyntaxError, tokenize.TokenError):
+            return None
+        names = {token.string for token in tokens if token.type == tokenize.NAME}
+        if function_name in names:
+            return True
+        star = any(a.string == "import" and b.string == "*" for a, b in zip(tokens, tokens[1:], strict=False))
+        return None if star else False
 
     def load(self, front_end: FrontEnd = CLI) -> Workload:
         """Import the target and call its function; the result must be a Workload. `front_end`: how the

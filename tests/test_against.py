@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from perfgate.action import gate_outcome
 from perfgate.cli import build_parser
 from perfgate.errors import UsageError
 from perfgate.judge.settings import LookTracker
@@ -84,6 +85,15 @@ def bench():
     return perfgate.Workload(
         name="bench", model=model, dataset=Points, loss=loss, optimizer=PlainSGD, batch_size=64, steps=20,
         warmup_steps=2,
+    )
+"""
+
+
+FRESH = """
+
+def fresh():
+    return perfgate.Workload(
+        name="fresh", model=model, dataset=Points, loss=loss, optimizer=PlainSGD, batch_size=64, steps=2, warmup_steps=1
     )
 """
 
@@ -318,18 +328,23 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     30 ms twice as slow would still leave a fivefold gap). The calibration itself is tested on the A/A pair
     below (test_the_first_pair_calibrates_the_rounds_both_sides_of_every_later_pair_run).
 
-    The in-turn pairs' head also renames the workload, as a pull request may: the base builds the same function
-    under its old name, and its trials pair with the head's under the new one."""
+    The in-turn pairs' head also renames the workload and adds one, as a pull request may: the base builds the
+    same function under its old name, and its trials pair with the head's under the new one; the added one is new,
+    reported and not failed (the base's file does not define it)."""
     renamed = "--no-interleaved-pairs" in fork
     name = "bench-v2" if renamed else "bench"
-    repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": bench(sleep=0.02, name=name)})
+    head = bench(sleep=0.02, name=name) + (FRESH if renamed else "")
+    repo = make_repo(tmp_path / "repo", {"perf/bench.py": bench()}, {"perf/bench.py": head})
     tmp = tmp_path / "tmp"
     # Four pairs are the fewest that may call a regression (MIN_DECIDING); a noisy one may need one more look.
     more = ("--max-trials", "5", "--time-budget", "90", "--rounds", "1", *fork)
     profiled = fork == ("--fork-trials",)  # the forked pairs are profiled too: a fresh profiling trial a side
     traces = tmp_path / "traces"
     more += ("--profile", "--profile-dir", str(traces)) if profiled else ()
-    result = run_in_process("check", WORKLOAD, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
+    references = (WORKLOAD, "perf/bench.py:fresh") if renamed else (WORKLOAD,)
+    saved = tmp_path / "results.json"
+    more += ("--json", str(saved)) if renamed else ()
+    result = run_in_process("check", *references, "--against", "HEAD~1", *FAST, *more, cwd=repo, env=scratch(tmp))
     assert result.returncode == 1, result.stdout + result.stderr
     if profiled:  # one trace per side, and the diagnosis compares head's operators with the base's
         for side in ("base", "head"):
@@ -341,7 +356,18 @@ def test_a_real_slowdown_between_two_commits_fails_the_check_naming_the_config(f
     rows = [line for line in result.stdout.splitlines() if line.startswith("  fp32 ") and "REGRESSION" in line]
     assert len(rows) == 1, result.stdout  # the verdict table's row for the config
     assert "! fp32: samples/s -" in result.stdout and ": a regression beyond the 5% threshold" in result.stdout
-    assert result.stdout.strip().splitlines()[-1] == f"perfgate check: 1 regression ({name} fp32). Exit 1 (fail)."
+    added = "; 1 new (fresh)" if renamed else ""
+    assert (
+        result.stdout.strip().splitlines()[-1] == f"perfgate check: 1 regression ({name} fp32){added}. Exit 1 (fail)."
+    )
+    assert ("! new: HEAD~1 does not define it, so there is nothing to compare it with" in result.stdout) == renamed
+    if renamed:  # the Action: a notice for the new workload, the job failed by the regression alone
+        log = tmp_path / "check.log"
+        log.write_text(result.stdout)
+        lines, code = gate_outcome("check", 1, saved, log)
+        notices = [line for line in lines if line.startswith("::notice ") and " fresh::new: HEAD~1 does not" in line]
+        assert code == 1 and len(notices) == 1, lines
+        assert not any(line.startswith("::error ") and " fresh::" in line for line in lines), lines
     assert_clean(repo, tmp)
 
 

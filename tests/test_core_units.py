@@ -13,7 +13,7 @@ from perfgate.errors import UsageError, WorkloadError, WorkloadReferenceError
 from perfgate.judge.reading import read_lab
 from perfgate.measure.lab import RunSettings, plan_trials
 from perfgate.records.summary import ConfigSummary, Spread, percentile
-from perfgate.references import parse_reference, resolve_references
+from perfgate.references import Reference, parse_reference, resolve_references
 from perfgate.variants import parse_configs
 from tests.helpers.workloads import WORKLOADS
 
@@ -81,6 +81,21 @@ def test_file_reference_is_made_absolute(tmp_path, monkeypatch):
     reference = parse_reference("tiny.py:tiny")
     assert reference.target == f"file:{WORKLOADS / 'tiny.py'}:tiny"
     assert reference.load().name == "tiny"
+
+
+def test_a_reference_says_whether_its_file_defines_the_function_without_running_it(tmp_path):
+    """A paired check asks it of the base's copy: a function the base's file never names is new in the head."""
+    work = tmp_path / "work.py"
+    work.write_text("import perfgate\n\n\ndef lm():\n    raise SystemExit('never run')\n")
+    (reference,) = resolve_references([f"{work}:lm"])
+    assert reference.defined() is True
+    new = Reference(reference.text, reference.target.replace(":lm", ":vision"))
+    assert new.defined() is False  # "vision" appears nowhere in the file
+    work.write_text("from common import *\n")
+    assert new.defined() is None  # a star import may bring it: only importing tells
+    work.unlink()
+    assert reference.defined() is False  # the file itself is new
+    assert parse_reference("lm").defined() is None and parse_reference("json:dumps").defined() is None
 
 
 def test_builtin_reference_defaults_to_the_small_size():

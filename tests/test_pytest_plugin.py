@@ -269,6 +269,15 @@ def paced():
 """
 
 
+FRESH_PACED = """
+
+def fresh():
+    return perfgate.Workload(
+        name="fresh", model=mlp, dataset=Points, loss=mse, optimizer=PlainSGD, batch_size=8, steps=2, warmup_steps=1
+    )
+"""
+
+
 def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
     """HEAD~1 pauses 5 ms a step, HEAD 25 ms. No baselines are stored: only the base commit, measured
     beside the working tree, can show the slowdown, and let the unchanged fixture-style test pass. The
@@ -290,7 +299,10 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
     git(pytester.path, "config", "user.name", "CI")
     git(pytester.path, "add", ".")
     git(pytester.path, "commit", "-q", "-m", "base")
-    paced.write_text(PACED.format(pause_s=0.025))
+    # the head is slower, and adds a workload the base does not define: new, its item skipped, not failed
+    paced.write_text(PACED.format(pause_s=0.025) + FRESH_PACED)
+    pyproject = pytester.path / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('["paced.py:paced"]', '["paced.py:paced", "paced.py:fresh"]'))
     git(pytester.path, "commit", "-q", "-am", "slower")
     base, head = git(pytester.path, "rev-parse", "HEAD~1", "HEAD").split()
     result = pytester.runpytest_subprocess(
@@ -310,7 +322,8 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
         "no:cacheprovider",
     )
     assert result.ret == 1, result.stdout.str()
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=1, skipped=1)
+    assert "! fresh: new: HEAD~1 does not define it, so there is nothing to compare it with" in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "*paced fp32: REGRESSION: samples/s -*",

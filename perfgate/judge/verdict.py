@@ -36,6 +36,7 @@ from perfgate.records.baselines import BaselineEntry, ConfigEntry, entry_from_wo
 from perfgate.records.comparisons import ThroughputComparison, Verdict, combined_verdict
 from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult, merge_runs
 from perfgate.records.verdicts import (
+    NEW_WORKLOAD,
     AcceptedSlowdown,
     ConfigVerdict,
     GateResult,
@@ -252,6 +253,12 @@ def compare_pairs(
 def missing_on_base(against: Against, workload: str, done: str) -> WorkloadVerdict:
     """The verdict of a workload a paired check's base side lacks: why the base could not run it
     (`Against.problems`), else that it was not `done` ("measured", "counted") there."""
+    if workload in against.new:  # a pull request that adds a workload: its first check has nothing to compare
+        problem = (
+            f"{NEW_WORKLOAD}{against.ref} does not define it, so there is nothing to compare it with; measured, "
+            "not gated (it is gated once the base has it)"
+        )
+        return WorkloadVerdict(workload, [], None, problem=problem, problem_status=Status.NO_BASELINE, new=True)
     problem = against.problems.get(workload) or f"{workload} was not {done} at {against.ref}"
     return WorkloadVerdict(workload, [], None, problem=problem, problem_status=Status.NO_BASELINE)
 

@@ -381,6 +381,8 @@ class PairedSession:
             for reference, workload in self.loaded
             for side in SIDES
         }
+        # Workloads the base's copy of the file does not define: a pull request that adds them (`Against.new`).
+        self.new = {name for (side, name), ref in self.references.items() if side == "base" and ref.defined() is False}
         self.sides = {side: SideTrials() for side in SIDES}
         self.workload_failures: dict[str, WorkloadError] = {}  # head's workloads whose own code failed, in order
         for side in SIDES:
@@ -651,6 +653,7 @@ class PairedSession:
             forked=self.fork,
             interleaved=self.interleaved,
             environments=self.base_environment.record if self.base_environment is not None else None,
+            new=tuple(name for name in self.names if name in self.new and name in self.sides["base"].problems),
         )
 
     def paired_run(self) -> RunResult:

@@ -365,6 +365,9 @@ class Against:
     )
     interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.measure.turns`)
     environments: Environments | None = None  # the packages each side ran with (None: recorded before they were)
+    # workloads new in the head: the base's file does not define their function (`sources.defines`), so the base
+    # could not measure them and they have nothing to compare with; reported, not failed
+    new: tuple[str, ...] = ()
 
     def describe(self) -> str:
         head = "the working tree"
@@ -391,6 +394,7 @@ class Against:
             "forked": self.forked,
             "interleaved": self.interleaved,
             **({"environments": self.environments.to_dict()} if self.environments is not None else {}),
+            **({"new": list(self.new)} if self.new else {}),
             "base": {"created_at": base["created_at"], "workloads": base["workloads"]},
         }
 
@@ -750,6 +754,7 @@ def _merged_against(runs: list[RunResult]) -> Against | None:
         forked=first.forked,
         interleaved=first.interleaved,
         environments=first.environments,
+        new=tuple(dict.fromkeys(name for a in present for name in a.new)),
     )
 
 
@@ -874,6 +879,7 @@ def _against(item: dict[str, Any], version: str, environment: Environment) -> Ag
         forked=bool(item.get("forked", False)),
         interleaved=bool(item.get("interleaved", False)),
         environments=Environments.from_dict(item["environments"]) if item.get("environments") else None,
+        new=tuple(str(name) for name in item.get("new", ())),
     )
 
 

@@ -275,6 +275,9 @@ class ConfigVerdict:
         return combined_verdict(self.throughput, self.adjusted) == Verdict.REGRESSION
 
 
+NEW_WORKLOAD = "new: "  # how a new workload's problem text starts (`WorkloadVerdict.new`)
+
+
 @dataclass(frozen=True)
 class WorkloadVerdict:
     workload: str
@@ -282,6 +285,7 @@ class WorkloadVerdict:
     baseline: BaselineEntry | None = None
     problem: str | None = None  # why the workload as a whole could not be compared
     problem_status: Status | None = None  # NO_BASELINE or NOT_COMPARABLE, with `problem`
+    new: bool = False  # new in a paired check's head (`Against.new`): nothing to compare with, and no failure
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,7 @@ class GateResult:
         """The verdicts' own answer (`outcome.build_exit_code`), before warn-only."""
         return build_exit_code(
             (v.status for v in self.verdicts),
-            problems=any(w.problem for w in self.workloads),
+            problems=any(w.problem and not w.new for w in self.workloads),
             fail_on_inconclusive=self.settings.fail_on_inconclusive,
         )
 

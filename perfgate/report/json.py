@@ -51,7 +51,7 @@ def overall_verdict_code(result: GateResult, micro: MicroSection | None = None) 
         return result.verdict_code
     return session_exit_code(
         [v.status for v in result.verdicts],
-        problems=any(w.problem for w in result.workloads),
+        problems=any(w.problem and not w.new for w in result.workloads),
         micro=[Status(b.status) for b in micro.benchmarks],
         micro_paired=micro.paired,
         fail_on_inconclusive=result.settings.fail_on_inconclusive,
@@ -205,6 +205,7 @@ def gate_to_dict(judgement: Judgement) -> dict[str, Any]:
                 "workload": w.workload,
                 "problem": w.problem,
                 "problem_status": None if w.problem_status is None else w.problem_status.value,
+                "new": w.new,
                 "baseline": None
                 if baseline is None
                 else {

@@ -172,6 +172,8 @@ def _workload_table(workload: WorkloadVerdict, judgement: Judgement) -> str:
         commit = f"`{baseline.commit[:10]}`" if baseline.commit else "no git commit"
         head += f"Baseline measured {baseline.measured_at} at {commit}.\n\n"
     if workload.problem:
+        if workload.new:  # the problem says "new: ..."
+            return head + _cell(workload.problem)
         return head + f"{_LABELS[workload.problem_status or Status.NO_BASELINE]}: {_cell(workload.problem)}"
     if all(v.throughput is None for v in workload.configs) and any(v.counts for v in workload.configs):
         return head + "Judged by the exact counts alone (`--counts-only`): nothing was timed." + _counts_table(workload)

@@ -359,11 +359,14 @@ def verdict_counts(result: GateResult, micro: MicroSection | None = None) -> lis
     parts = []
     for status in Status:
         names = [f"{v.workload} {v.config}" for v in result.verdicts if v.status == status]
-        names += [w.workload for w in result.workloads if w.problem_status == status]
+        names += [w.workload for w in result.workloads if w.problem_status == status and not w.new]
         names += [b.name for b in (micro.benchmarks if micro else []) if b.status == status]
         if names:
             listed = f" ({', '.join(names)})" if status not in (Status.NO_CHANGE, Status.IMPROVEMENT) else ""
             parts.append(f"{len(names)} {status.value}{listed}")
+    new = [w.workload for w in result.workloads if w.new]
+    if new:
+        parts.append(f"{len(new)} new ({', '.join(new)})")
     return parts
 
 
@@ -608,7 +611,8 @@ def format_pytest_summary(
         for workload in gate.workloads:
             if workload.problem:
                 status = workload.problem_status or Status.NO_BASELINE
-                rows.append([workload.workload, "-", "-", "-", "-", "-", _STATUS_LABELS[status.value]])
+                label = "new" if workload.new else _STATUS_LABELS[status.value]
+                rows.append([workload.workload, "-", "-", "-", "-", "-", label])
                 notes.append(f"! {workload.workload}: {workload.problem}")
             for verdict in workload.configs:
                 t, m = verdict.throughput, verdict.memory
