@@ -219,9 +219,12 @@ def test_a_budget_too_short_for_a_noisy_config_says_which_budget_would_decide_it
         rng = random.Random(f"{noise} {side}")  # a string seed: the same draws in every process
         return [TrialResult("fp32", i, "ok", samples_per_sec=1000 * math.exp(rng.gauss(0, noise))) for i in range(3)]
 
-    keys = [("lm", "fp32"), ("vision", "fp32")]  # lm's pairs spread 8%, vision's 0.5%
+    keys = [("lm", "fp32"), ("vision", "fp32")]  # lm's pairs spread 8% around no change, vision's 0.5%
     noises = {("lm", "fp32"): 0.08, ("vision", "fp32"): 0.005}
     sides = {side: SideTrials(trials={k: trials(noises[k], side) for k in keys}) for side in ("base", "head")}
+    lm = [TrialResult("fp32", i, "ok", samples_per_sec=1000 * math.exp(r)) for i, r in enumerate((-0.08, 0.0, 0.08))]
+    sides["base"].trials[keys[0]] = [TrialResult("fp32", i, "ok", samples_per_sec=1000.0) for i in range(3)]
+    sides["head"].trials[keys[0]] = lm
     session = SimpleNamespace(sides=sides, mean_pair_s=lambda key: 30.0)
     settings = GateSettings(first_n=3, max_n=40, time_budget_s=300.0)
     started = time.monotonic() - 170.0  # three pairs of each config took almost 3 minutes of the 5
@@ -243,6 +246,13 @@ def test_a_budget_too_short_for_a_noisy_config_says_which_budget_would_decide_it
         "more than the 6 a check runs: the pairs are too noisy for this threshold here (a quieter "
         "runner, fewer configs at once, or a larger threshold)"
     )
+    # A head far beyond the threshold decides in a few pairs however noisy they are: no note (a loader made 18x
+    # slower read 45 pairs needed from the threshold's half-width alone, and failed at its fourth pair).
+    slow = ("slow", "fp32")
+    base = [TrialResult("fp32", i, "ok", samples_per_sec=v) for i, v in enumerate((35000, 30000, 38000))]
+    head = [TrialResult("fp32", i, "ok", samples_per_sec=v) for i, v in enumerate((1900, 1800, 5000))]
+    session.sides["base"].trials[slow], session.sides["head"].trials[slow] = base, head
+    assert budget_plan(session, [slow], GateSettings(first_n=3, max_n=40, time_budget_s=300.0), started) == []
 
 
 # -- the diagnosis names an intermittent slow path ----------------------------------------------------------------

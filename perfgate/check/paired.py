@@ -68,13 +68,18 @@ def decide_paired(
 def pair_noise(session: PairedSession, key: tuple[str, str]) -> tuple[float, int]:
     """The standard deviation of the per-pair log ratios head/base of a config's pairs that ran on both sides, and
     how many there are (nan below two)."""
+    logs = pair_logs(session, key)
+    return (statistics.stdev(logs) if len(logs) >= 2 else math.nan), len(logs)
+
+
+def pair_logs(session: PairedSession, key: tuple[str, str]) -> list[float]:
+    """The per-pair log ratios head/base of a config's pairs that ran on both sides."""
     base = {t.trial: t.samples_per_sec for t in session.sides["base"].trials[key] if t.ok and t.samples_per_sec > 0}
-    logs = [
+    return [
         math.log(t.samples_per_sec / base[t.trial])
         for t in session.sides["head"].trials[key]
         if t.ok and t.samples_per_sec > 0 and t.trial in base
     ]
-    return (statistics.stdev(logs) if len(logs) >= 2 else math.nan), len(logs)
 
 
 def budget_plan(
@@ -90,7 +95,8 @@ def budget_plan(
     needs: dict[tuple[str, str], tuple[int, int]] = {}
     for key in keys:
         noise, pairs = pair_noise(session, key)
-        needed = pairs_to_resolve(noise, pairs, settings.thresholds_for(*key).throughput)
+        observed = statistics.fmean(pair_logs(session, key)) if pairs else None
+        needed = pairs_to_resolve(noise, pairs, settings.thresholds_for(*key).throughput, observed)
         if needed is not None and needed > pairs:
             needs[key] = (pairs, needed)
     reached = {key: pairs for key, (pairs, _) in needs.items()}
