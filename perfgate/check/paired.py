@@ -65,13 +65,6 @@ def decide_paired(
     return replace(result, stopped_because=stopped, workloads=_time_needed(result, session))
 
 
-def pair_noise(session: PairedSession, key: tuple[str, str]) -> tuple[float, int]:
-    """The standard deviation of the per-pair log ratios head/base of a config's pairs that ran on both sides, and
-    how many there are (nan below two)."""
-    logs = pair_logs(session, key)
-    return (statistics.stdev(logs) if len(logs) >= 2 else math.nan), len(logs)
-
-
 def pair_logs(session: PairedSession, key: tuple[str, str]) -> list[float]:
     """The per-pair log ratios head/base of a config's pairs that ran on both sides."""
     base = {t.trial: t.samples_per_sec for t in session.sides["base"].trials[key] if t.ok and t.samples_per_sec > 0}
@@ -94,8 +87,10 @@ def budget_plan(
     most = max(settings.first_n, settings.max_n)
     needs: dict[tuple[str, str], tuple[int, int]] = {}
     for key in keys:
-        noise, pairs = pair_noise(session, key)
-        observed = statistics.fmean(pair_logs(session, key)) if pairs else None
+        logs = pair_logs(session, key)
+        pairs = len(logs)
+        noise = statistics.stdev(logs) if pairs >= 2 else math.nan
+        observed = statistics.fmean(logs) if logs else None
         needed = pairs_to_resolve(noise, pairs, settings.thresholds_for(*key).throughput, observed)
         if needed is not None and needed > pairs:
             needs[key] = (pairs, needed)
