@@ -331,11 +331,16 @@ class GateResult:
         return unused(self.settings.accepted, {w.workload: [v.config for v in w.configs] for w in self.workloads})
 
     @property
+    def failing_problems(self) -> bool:
+        """A workload could not be compared (exit 3 in `outcome.build_exit_code`); one new in the head fails nothing."""
+        return any(w.problem and not w.new for w in self.workloads)
+
+    @property
     def verdict_code(self) -> int:
         """The verdicts' own answer (`outcome.build_exit_code`), before warn-only."""
         return build_exit_code(
             (v.status for v in self.verdicts),
-            problems=any(w.problem and not w.new for w in self.workloads),
+            problems=self.failing_problems,
             fail_on_inconclusive=self.settings.fail_on_inconclusive,
         )
 

@@ -51,7 +51,7 @@ def overall_verdict_code(result: GateResult, micro: MicroSection | None = None) 
         return result.verdict_code
     return session_exit_code(
         [v.status for v in result.verdicts],
-        problems=any(w.problem and not w.new for w in result.workloads),
+        problems=result.failing_problems,
         micro=[Status(b.status) for b in micro.benchmarks],
         micro_paired=micro.paired,
         fail_on_inconclusive=result.settings.fail_on_inconclusive,
