@@ -44,10 +44,10 @@ from perfgate.app.suite import GateSuite, Verdicts
 from perfgate.dependencies import dependencies_required
 from perfgate.errors import PerfgateError, UsageError
 from perfgate.formatting import format_signed_pct
-from perfgate.records.verdicts import NEW_WORKLOAD
+from perfgate.records.verdicts import WorkloadVerdict
 
 if TYPE_CHECKING:
-    from perfgate.records.verdicts import ConfigVerdict, WorkloadVerdict
+    from perfgate.records.verdicts import ConfigVerdict
     from perfgate.references import Reference
 
 SKIP_REASON = "perf test: run with --perfgate (or --perfgate-update to record baselines)"
@@ -177,9 +177,10 @@ class PerfgateSession:
 
     # -- measuring ----------------------------------------------------------------------------------
 
-    def configured_outcome(self, item: WorkloadItem) -> ConfigVerdict | str | None:
-        """The verdict (check) or problem text for one configured item; None for a stored update. Every
-        selected configured item is measured at the first one, configs interleaved as `perfgate check` does."""
+    def configured_outcome(self, item: WorkloadItem) -> ConfigVerdict | WorkloadVerdict | str | None:
+        """The verdict (check), the workload's verdict where it could not be compared, or problem text for one
+        configured item; None for a stored update. Every selected configured item is measured at the first one,
+        configs interleaved as `perfgate check` does."""
         if self._configured is None:
             selected = [i for i in item.session.items if isinstance(i, WorkloadItem)]
             self._configured = self.suite.check_items([(i.reference, i.workload, i.config_name) for i in selected])
@@ -319,8 +320,9 @@ class WorkloadItem(pytest.Item):
         if outcome is None:
             self.user_properties.append(("perfgate_verdict", "baseline written"))
             return
-        if isinstance(outcome, str) and outcome.startswith(NEW_WORKLOAD):  # new in the head: nothing to compare yet
-            pytest.skip(f"{self.workload} {self.config_name}: {outcome}")
+        if isinstance(outcome, WorkloadVerdict):  # it could not be compared: new in the head, or a problem
+            skip_if_new(outcome, f"{self.workload} {self.config_name}")
+            outcome = outcome.problem or "not measured"
         if isinstance(outcome, str):
             failure = failure_of(session.suite, [], f"{self.workload} {self.config_name}: {outcome}")
         else:
@@ -354,6 +356,13 @@ def failure_of(suite: GateSuite, verdicts: Sequence[ConfigVerdict], problem: str
         warnings.warn(PerfgateWarning(f"warn-only mode, not failing: {text}"), stacklevel=3)
         return None
     return text
+
+
+def skip_if_new(verdict: WorkloadVerdict, what: str) -> None:
+    """A workload new in a paired session's head (`WorkloadVerdict.new`) has nothing to compare with: its test is
+    skipped, saying so, rather than failed."""
+    if verdict.new:
+        pytest.skip(f"{what}: {verdict.problem}")
 
 
 def verdict_text(verdict: ConfigVerdict) -> str:
@@ -411,6 +420,7 @@ class PerfgateFixture:
         except PerfgateError as error:
             pytest.fail(error.one_line(), pytrace=False)
         (verdict,) = result.workloads
+        skip_if_new(verdict, verdict.workload)
         for config_verdict in verdict.configs:
             record_verdict(self._node.user_properties, config_verdict)
         problem = f"{verdict.workload}: {verdict.problem}" if verdict.problem else None

@@ -299,10 +299,13 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
     git(pytester.path, "config", "user.name", "CI")
     git(pytester.path, "add", ".")
     git(pytester.path, "commit", "-q", "-m", "base")
-    # the head is slower, and adds a workload the base does not define: new, its item skipped, not failed
+    # the head is slower, and adds a workload the base does not define: new, its configured item and a fixture-style
+    # test of it skipped, not failed
     paced.write_text(PACED.format(pause_s=0.025) + FRESH_PACED)
     pyproject = pytester.path / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('["paced.py:paced"]', '["paced.py:paced", "paced.py:fresh"]'))
+    pytester.makepyfile(test_fresh='def test_fresh(perfgate):\n    perfgate.check("paced.py:fresh")\n')
+    git(pytester.path, "add", ".")
     git(pytester.path, "commit", "-q", "-am", "slower")
     base, head = git(pytester.path, "rev-parse", "HEAD~1", "HEAD").split()
     result = pytester.runpytest_subprocess(
@@ -322,7 +325,7 @@ def test_against_a_git_ref_measures_the_workloads_beside_that_commit(pytester):
         "no:cacheprovider",
     )
     assert result.ret == 1, result.stdout.str()
-    result.assert_outcomes(passed=2, failed=1, skipped=1)
+    result.assert_outcomes(passed=2, failed=1, skipped=2)
     assert "! fresh: new: HEAD~1 does not define it, so there is nothing to compare it with" in result.stdout.str()
     result.stdout.fnmatch_lines(
         [

@@ -30,11 +30,13 @@ if TYPE_CHECKING:
     from perfgate.records.micro import MicroBenchmark
     from perfgate.records.results import MicroSection, RunResult
     from perfgate.records.shapes import Environment
-    from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict
+    from perfgate.records.verdicts import ConfigVerdict, GateResult, MicroVerdict, WorkloadVerdict
     from perfgate.references import Reference
 
 
-Verdicts = dict[tuple[str, str], "ConfigVerdict | str | None"]  # (workload, config): verdict, problem, None: updated
+# (workload, config): its verdict; a workload that could not be compared, its WorkloadVerdict (a new one's says so);
+# a problem's text; None: updated
+Verdicts = dict[tuple[str, str], "ConfigVerdict | WorkloadVerdict | str | None"]
 
 
 def configured_test(workload: str, config: str) -> str:
@@ -177,7 +179,9 @@ class GateSuite:
                     continue
                 tests = [configured_test(workload_of[r], config) for r in references for config in configs]
                 for workload in self._check(references, configs, tests).workloads:
-                    outcomes.update({(workload.workload, config): workload.problem for config in configs})
+                    outcomes.update(
+                        {(workload.workload, config): workload if workload.problem else None for config in configs}
+                    )
                     outcomes.update({(v.workload, v.config): v for v in workload.configs})
         except PerfgateError as error:
             return {(workload, config): error.one_line() for _, workload, config in items}

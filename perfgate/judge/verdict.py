@@ -36,7 +36,6 @@ from perfgate.records.baselines import BaselineEntry, ConfigEntry, entry_from_wo
 from perfgate.records.comparisons import ThroughputComparison, Verdict, combined_verdict
 from perfgate.records.results import Against, RunResult, TrialResult, WorkloadResult, merge_runs
 from perfgate.records.verdicts import (
-    NEW_WORKLOAD,
     AcceptedSlowdown,
     ConfigVerdict,
     GateResult,
@@ -255,7 +254,7 @@ def missing_on_base(against: Against, workload: str, done: str) -> WorkloadVerdi
     (`Against.problems`), else that it was not `done` ("measured", "counted") there."""
     if workload in against.new:  # a pull request that adds a workload: its first check has nothing to compare
         problem = (
-            f"{NEW_WORKLOAD}{against.ref} does not define it, so there is nothing to compare it with; measured, "
+            f"new: {against.ref} does not define it, so there is nothing to compare it with; measured, "
             "not gated (it is gated once the base has it)"
         )
         return WorkloadVerdict(workload, [], None, problem=problem, problem_status=Status.NO_BASELINE, new=True)

@@ -275,9 +275,6 @@ class ConfigVerdict:
         return combined_verdict(self.throughput, self.adjusted) == Verdict.REGRESSION
 
 
-NEW_WORKLOAD = "new: "  # how a new workload's problem text starts (`WorkloadVerdict.new`)
-
-
 @dataclass(frozen=True)
 class WorkloadVerdict:
     workload: str
