@@ -244,3 +244,30 @@ def test_a_graph_break_planted_in_forward_is_counted_with_its_place(gpt2):
     assert not any("outside_gpt2.py" in place for place in plain.break_places)
     assert broken.flops_per_sample == plain.flops_per_sample  # the same arithmetic
     assert broken.operators_per_step is None  # compiled: operators are not the eager model's to count
+
+
+# dynamo's tracing reads a non-leaf's .grad, and torch warns; the suite makes warnings errors (the trial does not)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.e2e  # about two seconds: torch._dynamo's import and its trace
+def test_only_a_sides_first_trial_traces_the_forward_again_for_where_its_graph_breaks_are():
+    """Finding the places traces the model's forward again (`torch._dynamo.explain`; seconds a trial for a real
+    model), so a trial finds them only where asked (`places`: its side's first trial, `TrialSpec.trial` 0); the
+    others count the same breaks without them. In this process, on a model with a planted break."""
+    from perfgate.measure import trial
+    from perfgate.measure.counting import CompileCounts
+    from perfgate.measure.device import Device
+    from perfgate.variants import CONFIGS
+    from tests.helpers.workloads import TINY_FILE
+
+    (reference,) = resolve_references([f"{TINY_FILE}:graph_break"])
+    workload = reference.load()
+    setup, _ = trial._set_up(workload, CONFIGS["fp32"], Device())
+    found = {}
+    for places in (True, False):
+        counts, failure = trial._count(setup, CompileCounts(2, 1, 0, []), places=places)
+        assert counts is not None, failure
+        found[places] = counts
+    assert found[True].graph_breaks == found[False].graph_breaks == 1
+    (place,) = found[True].break_places
+    assert place.startswith("workloads/tiny.py:") and " in forward: " in place and "graph_break" in place, place
+    assert found[False].break_places == []

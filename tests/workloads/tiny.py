@@ -168,3 +168,20 @@ def killed() -> perfgate.Workload:
 def tiny_one_thread() -> perfgate.Workload:
     """A workload whose training sets its own thread count (`torch.set_num_threads(1)`)."""
     return _tiny(threads=1)
+
+
+class _Breaking(nn.Module):
+    """The tiny MLP with a graph break between its layers, as a print or a `.item()` in a forward makes one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 32), nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.relu(self.first(x))
+        torch._dynamo.graph_break()  # the break torch.compile finds and the counts name
+        return self.second(hidden)
+
+
+def graph_break() -> perfgate.Workload:
+    return _tiny(name="breaks", model=_Breaking)
