@@ -365,8 +365,8 @@ class Against:
     )
     interleaved: bool = False  # a pair's two trials took turns at their steps (`perfgate.measure.turns`)
     environments: Environments | None = None  # the packages each side ran with (None: recorded before they were)
-    # workloads new in the head: the base's file does not define their function (`sources.defines`), so the base
-    # could not measure them and they have nothing to compare with; reported, not failed
+    # workloads new in the head: the base's file does not define their function (`references.Reference.defined`),
+    # so the base could not measure them and they have nothing to compare with; reported, not failed
     new: tuple[str, ...] = ()
 
     def describe(self) -> str:
